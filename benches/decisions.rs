@@ -1,0 +1,2 @@
+//! Criterion benchmarks of the per-decision path.
+fn main() {}

@@ -1,0 +1,2 @@
+//! The `sim` what-if simulator.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Inside a group: balancing methods (SPEC 4). Being written.

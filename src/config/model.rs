@@ -1,0 +1,526 @@
+//! The typed, validated configuration: what the rest of gtd reads.
+//!
+//! Every value here has passed validation (`validate.rs`): ratios are in range, names are unique,
+//! regions exist in the catalogue, methods only carry parameters they support. Code downstream
+//! never re-checks these facts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::regions::Catalog;
+
+/// A whole `config.toml`, validated, with the region catalogue it refers to.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this was read from.
+    pub source: PathBuf,
+    /// The region catalogue (from `catalog = ...` or `--regions`).
+    pub catalog: Catalog,
+    /// `[node]`.
+    pub node: Node,
+    /// `[admin]`.
+    pub admin: Admin,
+    /// `[[listener]]`, in file order.
+    pub listeners: Vec<Listener>,
+}
+
+/// `[node]`: settings of the process itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    /// Bind outbound sockets (to endpoints, health checks) to this address.
+    pub source_ip: Option<IpAddr>,
+}
+
+/// `[admin]`: the status/metrics/control server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admin {
+    /// Where the admin server listens (default 127.0.0.1:9100).
+    pub bind: SocketAddr,
+    /// Bearer token required for mutating calls, when set.
+    pub token: Option<String>,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin { bind: SocketAddr::from(([127, 0, 0, 1], 9100)), token: None }
+    }
+}
+
+/// Listener protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Plain TCP streams.
+    Tcp,
+    /// UDP datagrams, grouped into flows per client address.
+    Udp,
+    /// HTTP/1.1 and HTTP/2 (cleartext).
+    Http,
+    /// HTTP over TLS terminated by gtd.
+    Https,
+}
+
+impl Protocol {
+    /// The name used in config files and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Http => "http",
+            Protocol::Https => "https",
+        }
+    }
+
+    /// True for HTTP and HTTPS.
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Https)
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happens when the highest-priority group with ratio > 0 is unhealthy (SPEC 3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailoverMode {
+    /// All traffic to the highest-priority healthy group; ratios ignored (the source's rule).
+    #[default]
+    NextPriority,
+    /// Drop unhealthy groups and run the cascade over the rest.
+    Recompute,
+}
+
+impl FailoverMode {
+    /// The name used in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailoverMode::NextPriority => "next-priority",
+            FailoverMode::Recompute => "recompute",
+        }
+    }
+}
+
+/// How a client is mapped to a group (SPEC 3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Affinity {
+    /// Smooth weighted rotation over the shares.
+    #[default]
+    None,
+    /// Weighted rendezvous hash of the client address.
+    SourceIp,
+}
+
+/// One `[[listener]]`.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// Unique name (`[A-Za-z0-9_-]+`).
+    pub name: String,
+    /// Protocol served.
+    pub protocol: Protocol,
+    /// Port on the node's bind address.
+    pub port: u16,
+    /// Acceleration regions whose nodes serve this listener (all in the catalogue).
+    pub regions: Vec<String>,
+    /// Failover rule.
+    pub failover: FailoverMode,
+    /// When every group is down, route as if all were healthy.
+    pub fail_open: bool,
+    /// Group choice per decision.
+    pub affinity: Affinity,
+    /// Time allowed to connect to an endpoint.
+    pub connect_timeout: Duration,
+    /// Idle timeout (TCP default 300s, UDP flows 30s, HTTP keep-alive).
+    pub idle_timeout: Duration,
+    /// How long SIGTERM waits for connections to finish.
+    pub drain_timeout: Duration,
+    /// Concurrent connections accepted.
+    pub max_connections: u32,
+    /// PROXY protocol header towards endpoints (TCP).
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// HTTP: time to read the request headers.
+    pub header_timeout: Duration,
+    /// HTTP: time to the upstream response headers.
+    pub upstream_timeout: Duration,
+    /// Retry a failed attempt elsewhere.
+    pub retry: bool,
+    /// Attempts in total, first included (>= 1).
+    pub tries: u32,
+    /// Time budget for all attempts of one request/connection.
+    pub retry_timeout: Duration,
+    /// Retry non-idempotent HTTP requests after their bytes were sent.
+    pub retry_non_idempotent: bool,
+    /// HTTP statuses counted as failures.
+    pub unhealthy_status: StatusSet,
+    /// HTTP sticky cookie.
+    pub sticky: Option<Sticky>,
+    /// UDP: most flows kept at once.
+    pub udp_max_flows: usize,
+    /// HTTPS: certificates, chosen by SNI.
+    pub tls: Option<ServerTls>,
+    /// HTTP/HTTPS custom forwarding rules, in file order.
+    pub routes: Vec<Route>,
+    /// Endpoint groups, in file order (the tie-break order of priority).
+    pub groups: Vec<Group>,
+}
+
+/// PROXY protocol version sent to endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// The binary v2 header.
+    V2,
+}
+
+/// A set of HTTP status codes given as codes and ranges (`[200, "300-399"]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusSet(pub Vec<RangeInclusive<u16>>);
+
+impl StatusSet {
+    /// True when `code` is in the set.
+    pub fn contains(&self, code: u16) -> bool {
+        self.0.iter().any(|r| r.contains(&code))
+    }
+
+    /// True when the set has no codes.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `sticky = { cookie = "NAME" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sticky {
+    /// Cookie name.
+    pub cookie: String,
+}
+
+/// Server-side TLS of an HTTPS listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// Certificate chains and keys; SNI picks among them, the first is the default.
+    pub certs: Vec<CertPair>,
+}
+
+/// A PEM certificate chain and its private key (paths resolved against the config file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPair {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
+/// One `[[listener.route]]` custom forwarding rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Host pattern (exact, or with `*` / `?`).
+    pub host: Option<String>,
+    /// Path prefixes; empty means any path.
+    pub path_prefix: Vec<String>,
+    /// Optional header that must be present with this value.
+    pub header: Option<HeaderMatch>,
+    /// Names of the listener's groups the cascade runs over.
+    pub groups: Vec<String>,
+}
+
+/// `header = { name, value }` of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderMatch {
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// Exact value.
+    pub value: String,
+}
+
+/// Static rank of a group (1 ranks first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Priority {
+    /// The same rank on every node.
+    Fixed(u32),
+    /// A rank per acceleration region; covers every region of the listener.
+    PerRegion(BTreeMap<String, u32>),
+}
+
+impl Priority {
+    /// The rank on a node of `region`.
+    pub fn for_region(&self, region: &str) -> Option<u32> {
+        match self {
+            Priority::Fixed(p) => Some(*p),
+            Priority::PerRegion(m) => m.get(region).copied(),
+        }
+    }
+}
+
+/// One `[[listener.group]]`.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Unique within the listener (`[A-Za-z0-9_-]+`).
+    pub name: String,
+    /// Catalogue region where the endpoints live.
+    pub region: String,
+    /// Traffic distribution ratio, percent, 0..=100.
+    pub ratio: f64,
+    /// Static priority, if set (then set on every group of the listener).
+    pub priority: Option<Priority>,
+    /// Balancing method and its parameters.
+    pub balance: Balance,
+    /// The group is healthy while at least this many endpoints are usable.
+    pub min_healthy: u32,
+    /// Active health check, if configured.
+    pub health_check: Option<HealthCheck>,
+    /// HTTP: prepended to the upstream path.
+    pub path_prefix: Option<String>,
+    /// HTTP: idle upstream connections kept per endpoint.
+    pub keepalive: u32,
+    /// TLS towards the endpoints.
+    pub tls: Option<UpstreamTls>,
+    /// Endpoints in file order.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// Balancing method of a group, with its parameters (SPEC 4).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Balance {
+    /// Smooth weighted rotation.
+    RoundRobin,
+    /// Hash of a key template.
+    Hash {
+        /// The key template.
+        key: KeyTemplate,
+        /// Ketama ring instead of modulo.
+        consistent: bool,
+    },
+    /// nginx `ip_hash` (HTTP only).
+    IpHash,
+    /// Fewest active per weight.
+    LeastConn,
+    /// Weighted random; `two` = power of two choices.
+    Random {
+        /// Pick two, keep the less loaded.
+        two: bool,
+    },
+    /// Probability inversely proportional to the EWMA of response time.
+    LeastTime {
+        /// What is timed.
+        measure: Measure,
+        /// Weight the history keeps per sample (0..1).
+        factor: f64,
+    },
+    /// Share proportional to a value reported by each response.
+    Feedback {
+        /// Response header carrying the value.
+        header: String,
+        /// Treat the value as load (lower is better).
+        inverse: bool,
+        /// Weight the history keeps per sample (0..1).
+        factor: f64,
+    },
+}
+
+impl Balance {
+    /// The method's name in config files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Balance::RoundRobin => "round_robin",
+            Balance::Hash { .. } => "hash",
+            Balance::IpHash => "ip_hash",
+            Balance::LeastConn => "least_conn",
+            Balance::Random { .. } => "random",
+            Balance::LeastTime { .. } => "least_time",
+            Balance::Feedback { .. } => "feedback",
+        }
+    }
+}
+
+/// What `least_time` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// HTTP: time to the response headers (default for HTTP).
+    Header,
+    /// Time to the last byte of the response.
+    LastByte,
+    /// Streams: time to connect (default for TCP/UDP).
+    Connect,
+    /// Streams: time to the first byte from the endpoint.
+    FirstByte,
+}
+
+/// A hash key template: literals and variables concatenated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    /// The template as written.
+    pub text: String,
+    /// Its parts in order.
+    pub parts: Vec<KeyPart>,
+}
+
+/// One piece of a key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// Text copied as is.
+    Literal(String),
+    /// `$remote_addr`: the client address without port.
+    RemoteAddr,
+    /// `$request_uri`: path and query as received (HTTP).
+    RequestUri,
+    /// `$http_NAME`: a request header (HTTP); name lower-cased, `_` for `-`.
+    Header(String),
+    /// `$cookie_NAME`: a request cookie (HTTP).
+    Cookie(String),
+}
+
+impl KeyPart {
+    /// True for parts that only exist in HTTP requests.
+    pub fn http_only(&self) -> bool {
+        matches!(self, KeyPart::RequestUri | KeyPart::Header(_) | KeyPart::Cookie(_))
+    }
+}
+
+/// `[listener.group.health_check]` (SPEC 5), defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheck {
+    /// Check protocol.
+    pub protocol: CheckProtocol,
+    /// Port to check; the endpoint's when unset.
+    pub port: Option<u16>,
+    /// Time between checks (>= 1s).
+    pub interval: Duration,
+    /// Time to connect.
+    pub connect_timeout: Duration,
+    /// Time to read the answer after connecting (HTTP).
+    pub read_timeout: Duration,
+    /// Consecutive passes to become healthy.
+    pub healthy_threshold: u32,
+    /// Consecutive failures to become unhealthy.
+    pub unhealthy_threshold: u32,
+    /// HTTP method.
+    pub method: CheckMethod,
+    /// HTTP path.
+    pub path: String,
+    /// Host header; the endpoint's host when unset.
+    pub host: Option<String>,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Request body.
+    pub body: Option<String>,
+    /// Statuses that pass.
+    pub expect_status: StatusSet,
+    /// Headers the answer must carry, with these values.
+    pub expect_headers: BTreeMap<String, String>,
+    /// Substring the body must contain.
+    pub expect_body: Option<String>,
+    /// Add `X-Gtd-Healthcheck-Id`.
+    pub id_header: bool,
+    /// New endpoints get no traffic until they passed `healthy_threshold` checks.
+    pub essential: bool,
+    /// An HTTP answer marks at once; thresholds apply only to timeouts.
+    pub explicit: bool,
+}
+
+/// Health check protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckProtocol {
+    /// Connect only.
+    Tcp,
+    /// HTTP request.
+    Http,
+    /// HTTP request over TLS (the group's `tls` settings).
+    Https,
+}
+
+/// HTTP method of a health check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckMethod {
+    /// GET
+    Get,
+    /// PUT
+    Put,
+    /// POST
+    Post,
+    /// DELETE
+    Delete,
+}
+
+/// TLS towards endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// Speak TLS to the endpoints.
+    pub enabled: bool,
+    /// Server name sent; the endpoint's host when unset.
+    pub sni: Option<String>,
+    /// CA bundle (PEM) to verify the endpoints; the system roots are not used.
+    pub ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mTLS.
+    pub client_cert: Option<PathBuf>,
+    /// Client key (PEM) for mTLS.
+    pub client_key: Option<PathBuf>,
+    /// Skip verification (testing only).
+    pub insecure_skip_verify: bool,
+    /// Lowest TLS version accepted.
+    pub min_version: TlsVersion,
+}
+
+/// A TLS protocol version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// TLS 1.2
+    V1_2,
+    /// TLS 1.3
+    V1_3,
+}
+
+/// An endpoint's `host:port` as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    /// The text as written in the config (the endpoint's name for hashing and the admin API).
+    pub text: String,
+    /// The host part.
+    pub host: Host,
+    /// The port.
+    pub port: u16,
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Host part of an address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Host {
+    /// A literal IP address.
+    Ip(IpAddr),
+    /// A DNS name, resolved (and re-resolved) at run time.
+    Name(String),
+}
+
+/// One `[[listener.group.endpoint]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Where it is.
+    pub address: Address,
+    /// Relative weight (>= 1, default 1).
+    pub weight: u32,
+    /// Most concurrent connections/requests; unlimited when unset.
+    pub max_conns: Option<u32>,
+    /// Used only when no primary can serve.
+    pub backup: bool,
+    /// Out of rotation; keeps its place in hash mappings.
+    pub down: bool,
+    /// No new traffic; existing flows finish.
+    pub drain: bool,
+    /// Administratively enabled.
+    pub enabled: bool,
+    /// Ramp weight from near zero to full over this time after recovery.
+    pub slow_start: Option<Duration>,
+    /// Failed attempts within `fail_timeout` that mark it unavailable; 0 disables.
+    pub max_fails: u32,
+    /// Window for counting failures and time it stays marked.
+    pub fail_timeout: Duration,
+}

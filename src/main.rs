@@ -1,0 +1,2 @@
+//! The `gtd` node binary.
+fn main() {}

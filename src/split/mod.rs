@@ -1,0 +1,1 @@
+//! Between groups: priority, cascade, failover, group choice (SPEC 3). Being written.
