@@ -46,7 +46,10 @@ pub struct Admin {
 
 impl Default for Admin {
     fn default() -> Self {
-        Admin { bind: SocketAddr::from(([127, 0, 0, 1], 9100)), token: None }
+        Admin {
+            bind: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            token: None,
+        }
     }
 }
 
@@ -377,7 +380,10 @@ pub enum KeyPart {
 impl KeyPart {
     /// True for parts that only exist in HTTP requests.
     pub fn http_only(&self) -> bool {
-        matches!(self, KeyPart::RequestUri | KeyPart::Header(_) | KeyPart::Cookie(_))
+        matches!(
+            self,
+            KeyPart::RequestUri | KeyPart::Header(_) | KeyPart::Cookie(_)
+        )
     }
 }
 

@@ -1,1 +1,157 @@
-//! Between groups: priority, cascade, failover, group choice (SPEC 3). Being written.
+//! Between groups (SPEC 3), pure: no I/O, no clocks, no globals.
+//!
+//! - [`priority`]: the order a node ranks a listener's groups in (static, measured, estimated;
+//!   hysteresis for measured RTTs);
+//! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share;
+//! - [`rotation`] and [`rendezvous`]: the per-decision group choice over those shares;
+//! - [`Plan`]: all of the above for one listener on one node, built whenever a fact changes
+//!   (health, RTT order, ratios) and read lock-free by every decision.
+
+pub mod cascade;
+pub mod priority;
+pub mod rendezvous;
+pub mod rotation;
+
+use std::net::IpAddr;
+
+pub use cascade::{GroupFacts, Mode, Policy, Share, split, split_into};
+pub use priority::{Hysteresis, RttSource};
+pub use rotation::{MAX_GROUPS, Rotation};
+
+use crate::config::{Affinity, Listener};
+use crate::regions::Catalog;
+
+/// How a node ranks one listener's groups, with the RTT behind each rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranking {
+    /// Config indices of the groups, highest priority first.
+    pub order: Vec<usize>,
+    /// RTT per group (config index), ms: measured or estimated.
+    pub rtt_ms: Vec<f64>,
+    /// What decided each group's rank (config index).
+    pub source: Vec<RttSource>,
+}
+
+/// Ranks `listener`'s groups as seen from a node in `region`, without hysteresis (the picture
+/// for one set of RTTs): static priorities when configured, else `measured(i)` when it has a
+/// value, else the catalogue estimate.
+pub fn rank(
+    listener: &Listener,
+    catalog: &Catalog,
+    region: &str,
+    measured: impl Fn(usize) -> Option<f64>,
+) -> Ranking {
+    let mut rtt_ms = Vec::with_capacity(listener.groups.len());
+    let mut source = Vec::with_capacity(listener.groups.len());
+    for (i, g) in listener.groups.iter().enumerate() {
+        match measured(i) {
+            Some(ms) => {
+                rtt_ms.push(ms);
+                source.push(RttSource::Measured);
+            }
+            None => {
+                rtt_ms.push(catalog.rtt_ms(region, &g.region).unwrap_or(f64::INFINITY));
+                source.push(RttSource::Estimated);
+            }
+        }
+    }
+    let statics: Option<Vec<u32>> = listener
+        .groups
+        .iter()
+        .map(|g| g.priority.as_ref().and_then(|p| p.for_region(region)))
+        .collect();
+    let order = match statics {
+        Some(p) if !p.is_empty() => {
+            source.fill(RttSource::Static);
+            priority::order_by(&p)
+        }
+        _ => priority::order_by(&rtt_ms),
+    };
+    Ranking {
+        order,
+        rtt_ms,
+        source,
+    }
+}
+
+/// The split of one listener on one node, ready for decisions.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Config indices of the groups, highest priority first.
+    pub order: Vec<usize>,
+    /// The state the split is in.
+    pub mode: Mode,
+    /// Each group's share (config index), percent.
+    pub shares: Vec<Share>,
+    /// Groups a retry may still go to (config index): ratio > 0 and healthy (in fail-open: ratio > 0).
+    pub eligible: Vec<bool>,
+    chooser: Chooser,
+}
+
+#[derive(Debug, Clone)]
+enum Chooser {
+    /// Smooth rotation over the shares in priority order (positions, not config indices).
+    Rotation(Rotation),
+    /// Rendezvous over the shares (config index) with each group's name hash.
+    Rendezvous { shares: Vec<f64>, keys: Vec<u64> },
+}
+
+impl Plan {
+    /// Builds the plan from the priority `order` (config indices), the facts per group (config
+    /// index), the listener's policy and affinity, and the group names (config order; hashed for
+    /// rendezvous).
+    pub fn new<'a>(
+        order: &[usize],
+        facts: &[GroupFacts],
+        policy: Policy,
+        affinity: Affinity,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Plan {
+        let ordered: Vec<GroupFacts> = order.iter().map(|&i| facts[i]).collect();
+        let (mode, ordered_shares) = split(&ordered, policy);
+        let mut shares = vec![Share::default(); facts.len()];
+        for (pos, &i) in order.iter().enumerate() {
+            shares[i] = ordered_shares[pos];
+        }
+        let eligible = facts
+            .iter()
+            .map(|f| f.ratio > 0.0 && (f.healthy || mode == Mode::FailOpen))
+            .collect();
+        let chooser = match affinity {
+            Affinity::None => Chooser::Rotation(Rotation::new(
+                &ordered_shares.iter().map(|s| s.total).collect::<Vec<_>>(),
+            )),
+            Affinity::SourceIp => Chooser::Rendezvous {
+                shares: shares.iter().map(|s| s.total).collect(),
+                keys: names.into_iter().map(rendezvous::group_key).collect(),
+            },
+        };
+        Plan {
+            order: order.to_vec(),
+            mode,
+            shares,
+            eligible,
+            chooser,
+        }
+    }
+
+    /// The group (config index) for one new connection, flow or request from `client`; `None`
+    /// when the listener has no route. Lock-free and allocation-free.
+    pub fn choose(&self, client: IpAddr) -> Option<usize> {
+        match &self.chooser {
+            Chooser::Rotation(r) => r.next().map(|pos| self.order[pos]),
+            Chooser::Rendezvous { shares, keys } => {
+                rendezvous::choose(shares, keys, rendezvous::client_key(client))
+            }
+        }
+    }
+
+    /// Where a retry goes after the groups in `tried` failed: the highest-priority eligible
+    /// group not yet tried.
+    pub fn fallback(&self, tried: impl Fn(usize) -> bool) -> Option<usize> {
+        self.order
+            .iter()
+            .copied()
+            .find(|&i| self.eligible[i] && !tried(i))
+    }
+}
