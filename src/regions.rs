@@ -63,7 +63,11 @@ impl Catalog {
 
 /// The `[rtt]` key of a pair: the two ids in sorted order (the table is symmetric).
 pub fn pair_key(a: &str, b: &str) -> (String, String) {
-    if a <= b { (a.to_owned(), b.to_owned()) } else { (b.to_owned(), a.to_owned()) }
+    if a <= b {
+        (a.to_owned(), b.to_owned())
+    } else {
+        (b.to_owned(), a.to_owned())
+    }
 }
 
 /// Haversine distance between two points on a sphere of radius [`EARTH_RADIUS_KM`].
@@ -85,7 +89,12 @@ mod tests {
     use super::*;
 
     fn region(id: &str, lat: f64, lon: f64) -> Region {
-        Region { id: id.into(), name: id.into(), lat, lon }
+        Region {
+            id: id.into(),
+            name: id.into(),
+            lat,
+            lon,
+        }
     }
 
     #[test]
@@ -109,7 +118,11 @@ mod tests {
     fn overrides_are_symmetric() {
         let mut rtt = HashMap::new();
         rtt.insert(pair_key("b", "a"), 42.0);
-        let cat = Catalog { regions: vec![region("a", 0.0, 0.0), region("b", 0.0, 1.0)], route_factor: 1.5, rtt };
+        let cat = Catalog {
+            regions: vec![region("a", 0.0, 0.0), region("b", 0.0, 1.0)],
+            route_factor: 1.5,
+            rtt,
+        };
         assert_eq!(cat.rtt_ms("a", "b"), Some(42.0));
         assert_eq!(cat.rtt_ms("b", "a"), Some(42.0));
         assert_eq!(cat.rtt_ms("a", "zz"), None);

@@ -46,7 +46,10 @@ pub struct Admin {
 
 impl Default for Admin {
     fn default() -> Self {
-        Admin { bind: SocketAddr::from(([127, 0, 0, 1], 9100)), token: None }
+        Admin {
+            bind: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            token: None,
+        }
     }
 }
 
@@ -377,7 +380,10 @@ pub enum KeyPart {
 impl KeyPart {
     /// True for parts that only exist in HTTP requests.
     pub fn http_only(&self) -> bool {
-        matches!(self, KeyPart::RequestUri | KeyPart::Header(_) | KeyPart::Cookie(_))
+        matches!(
+            self,
+            KeyPart::RequestUri | KeyPart::Header(_) | KeyPart::Cookie(_)
+        )
     }
 }
 
@@ -390,9 +396,14 @@ pub struct HealthCheck {
     pub port: Option<u16>,
     /// Time between checks (>= 1s).
     pub interval: Duration,
-    /// Time to connect.
+    /// Time allowed for the whole check, never above `interval`: `timeout` when the config sets
+    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP) or
+    /// `connect_timeout` (TCP).
+    pub timeout: Duration,
+    /// Time to connect (`timeout` when only that is set).
     pub connect_timeout: Duration,
-    /// Time to read the answer after connecting (HTTP).
+    /// Time to read the answer after connecting (HTTP; `timeout` when only that is set; equal to
+    /// `connect_timeout` and unused for TCP checks).
     pub read_timeout: Duration,
     /// Consecutive passes to become healthy.
     pub healthy_threshold: u32,
