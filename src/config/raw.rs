@@ -71,24 +71,27 @@ impl<'s> Ctx<'s> {
         self.errors
     }
 
-    /// Parses the document. A TOML syntax error is recorded and ends the check: only the first
-    /// one is reported, because the ones after it are mostly artifacts of the parser's recovery.
+    /// Parses the document. A TOML syntax error is recorded and ends the check: only the
+    /// earliest one in the file is reported, because the parser's later ones are mostly echoes
+    /// of it (an unclosed string makes every following line look wrong).
     pub(crate) fn parse(&mut self) -> Option<Spanned<DeTable<'s>>> {
-        match DeTable::parse(self.text) {
-            Ok(doc) => Some(doc),
-            Err(e) => {
-                let span = e.span().unwrap_or(0..0);
-                let mut message = format!("invalid TOML: {}", e.message());
-                // toml says only "duplicate key"; name it.
-                if e.message() == "duplicate key"
-                    && let Some(key) = self.text.get(span.clone()).filter(|k| !k.is_empty())
-                {
-                    message = format!("invalid TOML: duplicate key {}", key.trim());
-                }
-                self.error(span.start, "", message);
-                None
-            }
+        let (doc, errors) = DeTable::parse_recoverable(self.text);
+        let Some(first) = errors
+            .iter()
+            .min_by_key(|e| e.span().map_or(usize::MAX, |s| s.start))
+        else {
+            return Some(doc);
+        };
+        let span = first.span().unwrap_or(0..0);
+        let mut message = format!("invalid TOML: {}", first.message());
+        // toml says only "duplicate key"; name it.
+        if first.message() == "duplicate key"
+            && let Some(key) = self.text.get(span.clone()).filter(|k| !k.is_empty())
+        {
+            message = format!("invalid TOML: duplicate key {}", quote(key.trim()));
         }
+        self.error(span.start, "", message);
+        None
     }
 }
 
@@ -264,7 +267,7 @@ impl<'t, 'i> Table<'t, 'i> {
         Some(At { v: n, at })
     }
 
-    /// An integer in `min..=max` that fits `u32` (callers pass bounds inside `u32`).
+    /// An integer in `min..=max` (`max` None: up to `u32::MAX`) as a `u32`.
     pub(crate) fn u32(
         &self,
         ctx: &mut Ctx<'_>,
@@ -272,12 +275,14 @@ impl<'t, 'i> Table<'t, 'i> {
         min: u32,
         max: Option<u32>,
     ) -> Option<At<u32>> {
-        let max = Some(i64::from(max.unwrap_or(u32::MAX)));
-        let n = self.int(ctx, key, i64::from(min), max)?;
-        Some(At {
-            v: u32::try_from(n.v).ok()?,
-            at: n.at,
-        })
+        let n = self.int(ctx, key, i64::from(min), max.map(i64::from))?;
+        match u32::try_from(n.v) {
+            Ok(v) => Some(At { v, at: n.at }),
+            Err(_) => {
+                ctx.error(n.at, &self.path, format!("{key} {} is too large", n.v));
+                None
+            }
+        }
     }
 
     /// A port number, 1..=65535.
