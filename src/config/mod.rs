@@ -1,11 +1,21 @@
 //! Configuration: `config.toml` → spanned TOML tree → validated, typed [`Config`].
 //!
-//! `raw.rs` walks the TOML document keeping every value's position; `validate.rs` turns it into
-//! the types of `model.rs`, collecting every error (never stopping at the first) as a
+//! `raw.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
+//! string values that have a syntax of their own (addresses, key templates, status ranges);
+//! `validate.rs` turns the document into the types of `model.rs` and `catalog.rs` does the same
+//! for the region catalogue. Both collect every error (never stopping at the first) as a
 //! [`ConfigError`] that names file, line, column and the path of names.
+//!
+//! Entry points: [`load`] and [`load_catalog`] read files; [`parse`] and [`parse_catalog`]
+//! validate text already in memory (tests, reloads with a known catalogue).
 
+mod catalog;
 mod error;
 mod model;
+mod raw;
+mod summary;
+mod syntax;
+mod validate;
 
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
@@ -14,14 +24,46 @@ use std::path::Path;
 
 use crate::regions::Catalog;
 
-/// Reads, parses and validates a config file. `regions` overrides the file's `catalog = ...`.
+/// The catalogue path used when a config has no `catalog = ...`, relative to the config's
+/// directory.
+pub const DEFAULT_CATALOG: &str = validate::DEFAULT_CATALOG;
+
+/// Reads, parses and validates a config file. `regions` overrides the file's `catalog = ...`
+/// (which is otherwise resolved against the config file's directory, default
+/// `regions/catalog.toml`). Every error found is returned, sorted by position; errors in the
+/// catalogue file come first.
 pub fn load(path: &Path, regions: Option<&Path>) -> Result<Config, ConfigErrors> {
-    let _ = (path, regions);
-    unimplemented!("config loader: being written")
+    let text = read(path)?;
+    validate::config(&text, path, validate::CatalogFrom::Load(regions))
+}
+
+/// Validates config text as if read from `file` (which names it in errors; relative paths in it,
+/// such as certificate files, are resolved against `file`'s directory) with an already loaded
+/// catalogue. The text's own `catalog = ...` is type-checked but not read.
+pub fn parse(text: &str, file: &Path, catalog: &Catalog) -> Result<Config, ConfigErrors> {
+    validate::config(text, file, validate::CatalogFrom::Given(catalog))
 }
 
 /// Reads and validates a region catalogue file.
 pub fn load_catalog(path: &Path) -> Result<Catalog, ConfigErrors> {
-    let _ = path;
-    unimplemented!("catalogue loader: being written")
+    let text = read(path)?;
+    catalog::parse(&text, path)
+}
+
+/// Validates catalogue text as if read from `file`.
+pub fn parse_catalog(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
+    catalog::parse(text, file)
+}
+
+/// Reads a file, turning an I/O failure into a one-error [`ConfigErrors`] at 1:1.
+fn read(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message: format!("cannot read file: {e}"),
+        }])
+    })
 }

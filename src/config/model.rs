@@ -396,9 +396,14 @@ pub struct HealthCheck {
     pub port: Option<u16>,
     /// Time between checks (>= 1s).
     pub interval: Duration,
-    /// Time to connect.
+    /// Time allowed for the whole check, never above `interval`: `timeout` when the config sets
+    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP) or
+    /// `connect_timeout` (TCP).
+    pub timeout: Duration,
+    /// Time to connect (`timeout` when only that is set).
     pub connect_timeout: Duration,
-    /// Time to read the answer after connecting (HTTP).
+    /// Time to read the answer after connecting (HTTP; `timeout` when only that is set; equal to
+    /// `connect_timeout` and unused for TCP checks).
     pub read_timeout: Duration,
     /// Consecutive passes to become healthy.
     pub healthy_threshold: u32,
