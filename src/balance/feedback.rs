@@ -41,14 +41,27 @@ impl Select for Feedback {
         _primary: bool,
     ) -> Option<usize> {
         let t = ctx.t;
+        let weight = |e: &EndpointState| {
+            f64::from(e.config().weight) * (e.ramp_milli(t) as f64 / RAMP_SCALE as f64)
+        };
         for _ in 0..3 {
+            // One pass: candidates, the best value, and the sum of scores (the ramped weights of
+            // endpoints that have not reported are summed apart and scaled by the best after).
             let mut n = 0usize;
             let mut best = f64::NEG_INFINITY;
+            let (mut reported_sum, mut unreported_weight) = (0.0, 0.0);
             for &m in tier.members.iter() {
-                if ctx.candidate(m as usize) {
+                let i = m as usize;
+                if ctx.candidate(i) {
                     n += 1;
-                    if let Some(v) = ctx.ep(m as usize).feedback_value() {
-                        best = best.max(self.goodness(v));
+                    let e = ctx.ep(i);
+                    match e.feedback_value() {
+                        Some(v) => {
+                            let good = self.goodness(v);
+                            best = best.max(good);
+                            reported_sum += weight(e) * good;
+                        }
+                        None => unreported_weight += weight(e),
                     }
                 }
             }
@@ -56,11 +69,11 @@ impl Select for Feedback {
                 return None;
             }
             let unreported = if best.is_finite() { best } else { 1.0 };
+            let sum = reported_sum + unreported_weight * unreported;
             let score = |e: &EndpointState| {
-                let good = e.feedback_value().map_or(unreported, |v| self.goodness(v));
-                f64::from(e.config().weight) * (e.ramp_milli(t) as f64 / RAMP_SCALE as f64) * good
+                weight(e) * e.feedback_value().map_or(unreported, |v| self.goodness(v))
             };
-            if let Some(i) = sample_with_floor(ctx, &tier.members, n, score)
+            if let Some(i) = sample_with_floor(ctx, &tier.members, n, sum, score)
                 && ctx.acquire(i)
             {
                 return Some(i);

@@ -3,9 +3,12 @@
 //!
 //! As nginx (`ngx_http_upstream_least_conn_module.c`): one pass finds the lowest
 //! `active / weight` by cross-multiplication (no division, no rounding) and whether it is tied;
-//! if tied, a second pass from the first best onwards runs the smooth rotation over those with
-//! the same ratio. With slow start the weight is scaled by the ramp. Active counts are the
-//! [`super::Pick`] guards alive: requests/connections in flight, not idle keep-alive ones.
+//! if tied, the smooth rotation chooses among those with the same ratio. While every weight is
+//! full the rotation's precomputed sequence does that (skipping entries that are not tied), so
+//! an idle group costs one scan and no atomic writes, and picks exactly like nginx's rotation;
+//! otherwise nginx's arithmetic runs over the tied endpoints from the first best onwards. With
+//! slow start the weight is scaled by the ramp. Active counts are the [`super::Pick`] guards
+//! alive: requests/connections in flight, not idle keep-alive ones.
 
 use super::rng::Rng;
 use super::round_robin::smooth_weighted;
@@ -45,15 +48,23 @@ impl Select for LeastConn {
                 }
             }
             let (pos, ba, bw) = best?;
-            let chosen = if many {
-                smooth_weighted(ctx, &tier.members[pos..], |ctx, j| {
-                    let e = ctx.ep(j);
-                    ctx.candidate(j)
-                        && u128::from(e.active()) * bw == ba * u128::from(e.ramped_weight(t))
-                })
-            } else {
-                Some(tier.members[pos] as usize)
+            if !many {
+                let i = tier.members[pos] as usize;
+                if ctx.acquire(i) {
+                    return Some(i);
+                }
+                continue;
+            }
+            let tied = |ctx: &Ctx<'_, R>, j: usize| {
+                let e = ctx.ep(j);
+                u128::from(e.active()) * bw == ba * u128::from(e.ramped_weight(t))
             };
+            if let Some(i) = tier.rotation.pick_from_table(ctx, tied) {
+                return Some(i);
+            }
+            let chosen = smooth_weighted(ctx, &tier.members[pos..], |ctx, j| {
+                ctx.candidate(j) && tied(ctx, j)
+            });
             if let Some(i) = chosen
                 && ctx.acquire(i)
             {

@@ -43,13 +43,23 @@ impl Select for LeastTime {
     ) -> Option<usize> {
         let t = ctx.t;
         for _ in 0..3 {
+            // One pass: candidates, the fastest average, and the sum of scores (the ramps of
+            // unmeasured endpoints are summed apart and divided by the fastest average after).
             let mut n = 0usize;
             let mut fastest = f64::INFINITY;
+            let (mut measured_sum, mut unmeasured_ramps) = (0.0, 0.0);
             for &m in tier.members.iter() {
-                if ctx.candidate(m as usize) {
+                let i = m as usize;
+                if ctx.candidate(i) {
                     n += 1;
-                    if let Some(avg) = ctx.ep(m as usize).latency_ns() {
-                        fastest = fastest.min(avg);
+                    let e = ctx.ep(i);
+                    let ramp = e.ramp_milli(t) as f64 / RAMP_SCALE as f64;
+                    match e.latency_ns() {
+                        Some(avg) => {
+                            fastest = fastest.min(avg);
+                            measured_sum += ramp / avg;
+                        }
+                        None => unmeasured_ramps += ramp,
                     }
                 }
             }
@@ -57,10 +67,11 @@ impl Select for LeastTime {
                 return None;
             }
             let unmeasured = if fastest.is_finite() { fastest } else { 1.0 };
+            let sum = measured_sum + unmeasured_ramps / unmeasured;
             let score = |e: &EndpointState| {
                 e.ramp_milli(t) as f64 / RAMP_SCALE as f64 / e.latency_ns().unwrap_or(unmeasured)
             };
-            if let Some(i) = sample_with_floor(ctx, &tier.members, n, score)
+            if let Some(i) = sample_with_floor(ctx, &tier.members, n, sum, score)
                 && ctx.acquire(i)
             {
                 return Some(i);
@@ -75,20 +86,15 @@ impl Select for LeastTime {
 }
 
 /// Draws one of the `n` candidates among `members` with probability proportional to
-/// `max(score, sum(score) / (100 n))`: each candidate keeps at least 1/(100·N) of the picks
-/// before renormalisation. Shared by `least_time` and `feedback`.
+/// `max(score, sum / (100 n))`, `sum` being the candidates' total score: each candidate keeps at
+/// least 1/(100·N) of the picks before renormalisation. Shared by `least_time` and `feedback`.
 pub(crate) fn sample_with_floor<R: Rng>(
     ctx: &mut Ctx<'_, R>,
     members: &[u32],
     n: usize,
+    sum: f64,
     score: impl Fn(&EndpointState) -> f64,
 ) -> Option<usize> {
-    let mut sum = 0.0;
-    for &m in members {
-        if ctx.candidate(m as usize) {
-            sum += score(ctx.ep(m as usize));
-        }
-    }
     let floor = sum / (100.0 * n as f64);
     let mut grand = 0.0;
     for &m in members {

@@ -79,17 +79,10 @@ impl Rotation {
 
     /// Picks and acquires one endpoint of `members`.
     pub(crate) fn pick<R: Rng>(&self, ctx: &mut Ctx<'_, R>, members: &[u32]) -> Option<usize> {
-        let fast = ctx.weights_full();
-        if fast && let Some(table) = &self.table {
-            let len = table.len() as u64;
-            for _ in 0..SKIP_LIMIT.min(table.len()) {
-                let n = self.next.0.fetch_add(1, Ordering::Relaxed);
-                let i = table[(n % len) as usize] as usize;
-                if ctx.take(i) {
-                    return Some(i);
-                }
-            }
+        if let Some(i) = self.pick_from_table(ctx, |_, _| true) {
+            return Some(i);
         }
+        let fast = ctx.weights_full();
         let picked = (0..3).find_map(|_| {
             let best = smooth_weighted(ctx, members, |ctx, i| ctx.candidate(i))?;
             ctx.acquire(best).then_some(best)
@@ -98,6 +91,27 @@ impl Rotation {
             ctx.refresh_weights_full();
         }
         picked
+    }
+
+    /// The steady-state path: while every weight is full, walks the precomputed sequence from
+    /// the shared counter and acquires the first candidate `accept`ed, skipping (and so
+    /// consuming the turn of) the others, at most [`SKIP_LIMIT`] entries. `None` sends the
+    /// caller to the O(n) path.
+    pub(crate) fn pick_from_table<R: Rng>(
+        &self,
+        ctx: &Ctx<'_, R>,
+        accept: impl Fn(&Ctx<'_, R>, usize) -> bool,
+    ) -> Option<usize> {
+        let table = self.table.as_ref().filter(|_| ctx.weights_full())?;
+        let len = table.len() as u64;
+        for _ in 0..SKIP_LIMIT.min(table.len()) {
+            let n = self.next.0.fetch_add(1, Ordering::Relaxed);
+            let i = table[(n % len) as usize] as usize;
+            if ctx.candidate(i) && accept(ctx, i) && ctx.acquire(i) {
+                return Some(i);
+            }
+        }
+        None
     }
 }
 
