@@ -1,1 +1,605 @@
-//! Inside a group: balancing methods (SPEC 4). Being written.
+//! Inside a group: the balancing methods of SPEC 4, behind one interface.
+//!
+//! A [`GroupBalancer`] is built from a validated [`config::Group`] for one (listener, group) on
+//! a node and is shared by all its threads. [`GroupBalancer::pick`] chooses an endpoint for a
+//! request, connection or flow and returns a [`Pick`] guard that counts it as active until
+//! dropped and records its outcome (success, failure, timing, reported feedback). The node and
+//! the simulator both call this code; there is no second implementation.
+//!
+//! # Methods (one module each, one [`Select`] interface)
+//! `round_robin` (the rotation every method falls back to), `hash` (plain and ketama),
+//! `ip_hash`, `least_conn`, `random` (and `two`), `least_time`, `feedback`. The deterministic
+//! ones give the same answers as nginx for the same server list (names, ports, weights) and the
+//! same keys — `tests/balance_nginx.rs` checks that against a running nginx.
+//!
+//! # State and concurrency
+//! Per-endpoint state ([`EndpointState`]) is atomics only: active count, failures, failure
+//! times, weight penalty, slow-start ramp start, admin/health flags, EWMAs. Per-group state is
+//! the rotation counter, the current weights of the smooth rotation (`AtomicI64` per endpoint)
+//! and a SplitMix64 stream (`AtomicU64`). **The pick path takes no lock and allocates nothing**:
+//! it reads immutable tables built with the balancer (rotation sequence, cumulative weights,
+//! ketama ring), updates atomics with `fetch_add` and compare-and-swap loops, and returns a guard
+//! holding an `Arc` clone (a reference-count increment). Hash keys are streamed into a CRC
+//! instead of being built as strings.
+//!
+//! The one place where the steady state differs from a transient state is the rotation: while
+//! every endpoint is at full weight it reads a precomputed sequence with one atomic increment;
+//! while some weight is reduced (failure penalty, slow-start ramp) it runs nginx's arithmetic on
+//! the atomic current weights in O(n) (see [`round_robin`]). Which of the two applies is decided
+//! without scanning: every event that reduces or starts restoring a weight bumps a generation
+//! counter shared by the group's endpoint states; the balancer remembers the generation at which
+//! it last saw all weights full, and the O(n) path re-checks after each pick.
+//!
+//! # Time
+//! `now` is always injected (a `std::time::Instant`); nothing here reads a clock, so tests drive
+//! fail timeouts and ramps with instants built from a base, without waiting.
+
+mod crc32;
+mod endpoint;
+mod feedback;
+mod hash;
+mod ip_hash;
+mod key;
+mod least_conn;
+mod least_time;
+mod random;
+mod rng;
+mod round_robin;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Address, Balance, Endpoint, Measure, Protocol};
+
+pub use endpoint::EndpointState;
+pub use key::{RequestKey, StaticRequest};
+pub use rng::{Rng, SplitMix64};
+
+use endpoint::Hub;
+use round_robin::Rotation;
+
+/// What one pick sees: the group's endpoints and per-pick inputs. Methods read it and update
+/// atomics through it; it lives on the stack of one pick.
+pub(crate) struct Ctx<'a, R: Rng> {
+    endpoints: &'a [Arc<EndpointState>],
+    /// Current weights of the smooth rotation, by endpoint index.
+    pub(crate) cw: &'a [AtomicI64],
+    /// `now` in nanoseconds since the lineage epoch.
+    pub(crate) t: u64,
+    exclude: &'a [usize],
+    /// Random source (shared atomic stream, or the caller's own).
+    pub(crate) rng: &'a mut R,
+    full: &'a FullWeights,
+}
+
+impl<R: Rng> Ctx<'_, R> {
+    pub(crate) fn ep(&self, i: usize) -> &EndpointState {
+        &self.endpoints[i]
+    }
+
+    /// May be chosen now (usable, below `max_conns`, not excluded by a retry).
+    pub(crate) fn candidate(&self, i: usize) -> bool {
+        let ep = &self.endpoints[i];
+        !self.exclude.contains(&i) && ep.available(self.t) && ep.has_room()
+    }
+
+    /// Counts the pick on endpoint `i`; false if a concurrent pick took its last slot or probe.
+    pub(crate) fn acquire(&self, i: usize) -> bool {
+        self.endpoints[i].try_acquire(self.t)
+    }
+
+    /// [`Self::candidate`] and then [`Self::acquire`].
+    pub(crate) fn take(&self, i: usize) -> bool {
+        self.candidate(i) && self.acquire(i)
+    }
+
+    /// True when every endpoint was at full weight at the last check and nothing changed since.
+    pub(crate) fn weights_full(&self) -> bool {
+        self.full.known_full()
+    }
+
+    /// Re-checks whether every endpoint is back at full weight.
+    pub(crate) fn refresh_weights_full(&self) {
+        self.full.refresh(self.endpoints, self.t);
+    }
+}
+
+/// "Every endpoint is at full weight as of generation g" — lets the rotation use its table.
+#[derive(Debug)]
+struct FullWeights {
+    hub: Arc<Hub>,
+    full_at: AtomicU64,
+}
+
+impl FullWeights {
+    fn new(hub: Arc<Hub>, endpoints: &[Arc<EndpointState>], t: u64) -> Self {
+        let f = FullWeights {
+            hub,
+            full_at: AtomicU64::new(u64::MAX),
+        };
+        f.refresh(endpoints, t);
+        f
+    }
+
+    fn known_full(&self) -> bool {
+        self.full_at.load(Ordering::Acquire) == self.hub.generation()
+    }
+
+    fn refresh(&self, endpoints: &[Arc<EndpointState>], t: u64) {
+        // Read the generation first: an event after this read makes the stored value stale,
+        // which only ever sends picks to the exact O(n) path.
+        let g = self.hub.generation();
+        let full = endpoints.iter().all(|e| e.at_full_weight(t));
+        self.full_at
+            .store(if full { g } else { u64::MAX }, Ordering::Release);
+    }
+}
+
+/// Cumulative configured weights over a tier's members (`hash`, `ip_hash`, `random` map a
+/// number below the total onto the member whose segment contains it, as nginx's walk does).
+#[derive(Debug)]
+pub(crate) struct WeightRanges {
+    ends: Box<[u64]>,
+    total: u64,
+}
+
+impl WeightRanges {
+    fn new(configs: &[Endpoint], members: &[u32]) -> Self {
+        let mut acc = 0u64;
+        let ends = members
+            .iter()
+            .map(|&i| {
+                acc += u64::from(configs[i as usize].weight);
+                acc
+            })
+            .collect();
+        WeightRanges { ends, total: acc }
+    }
+
+    /// Sum of the weights.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Position (in the tier's member list) of the segment holding `x < total`.
+    pub(crate) fn locate(&self, x: u64) -> usize {
+        self.ends.partition_point(|&e| e <= x)
+    }
+}
+
+/// Primaries or backups: member endpoint indexes in config order, with their rotation.
+#[derive(Debug)]
+pub(crate) struct Tier {
+    pub(crate) members: Box<[u32]>,
+    pub(crate) rotation: Rotation,
+    pub(crate) ranges: WeightRanges,
+}
+
+impl Tier {
+    fn new(configs: &[Endpoint], backup: bool) -> Self {
+        let members: Box<[u32]> = (0..configs.len() as u32)
+            .filter(|&i| configs[i as usize].backup == backup)
+            .collect();
+        Tier {
+            rotation: Rotation::new(configs, &members),
+            ranges: WeightRanges::new(configs, &members),
+            members,
+        }
+    }
+}
+
+/// Endpoint data for computing expected shares.
+pub(crate) struct View<'a> {
+    pub(crate) endpoints: &'a [Arc<EndpointState>],
+    pub(crate) t: u64,
+}
+
+/// Writes configured (`effective = false`) or current rotation (`true`) weights of the usable
+/// members of `tier` into `out`.
+pub(crate) fn weight_shares(view: &View<'_>, tier: &Tier, effective: bool, out: &mut [f64]) {
+    for &m in tier.members.iter() {
+        let e = &view.endpoints[m as usize];
+        if e.available(view.t) {
+            out[m as usize] = if effective {
+                e.swrr_weight(view.t) as f64
+            } else {
+                f64::from(e.config().weight)
+            };
+        }
+    }
+}
+
+/// The interface every balancing method implements.
+pub(crate) trait Select {
+    /// Picks and acquires an endpoint of `tier` (`primary` tells primaries from backups;
+    /// methods without backup support use the rotation for backups).
+    fn select<K: RequestKey + ?Sized, R: Rng>(
+        &self,
+        ctx: &mut Ctx<'_, R>,
+        request: &K,
+        tier: &Tier,
+        primary: bool,
+    ) -> Option<usize>;
+
+    /// Writes the unnormalised expected share of each usable member of `tier` into `out`
+    /// (indexed by endpoint); false when shares depend on load.
+    fn shares(&self, view: &View<'_>, tier: &Tier, primary: bool, out: &mut [f64]) -> bool {
+        let _ = primary;
+        weight_shares(view, tier, false, out);
+        true
+    }
+}
+
+/// The configured method with its prepared data.
+#[derive(Debug)]
+enum Method {
+    RoundRobin(round_robin::RoundRobin),
+    Hash(hash::Hash),
+    Ketama(hash::Ketama),
+    IpHash(ip_hash::IpHash),
+    LeastConn(least_conn::LeastConn),
+    Random(random::Random),
+    LeastTime(least_time::LeastTime),
+    Feedback(feedback::Feedback),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $m:ident => $e:expr) => {
+        match $self {
+            Method::RoundRobin($m) => $e,
+            Method::Hash($m) => $e,
+            Method::Ketama($m) => $e,
+            Method::IpHash($m) => $e,
+            Method::LeastConn($m) => $e,
+            Method::Random($m) => $e,
+            Method::LeastTime($m) => $e,
+            Method::Feedback($m) => $e,
+        }
+    };
+}
+
+/// What a [`Pick`] needs to record outcomes without looking back at its balancer.
+#[derive(Debug, Clone, Copy)]
+struct PickParams {
+    /// `least_time`: the timing that feeds the average.
+    measure: Option<Measure>,
+    /// `feedback`: reported values feed the average.
+    feedback: bool,
+    /// EWMA history weight (`factor`).
+    factor: f64,
+}
+
+/// The balancer of one group on one node (one per listener and group). `Send + Sync`; share it
+/// behind an `Arc` or inside the routing snapshot.
+#[derive(Debug)]
+pub struct GroupBalancer {
+    method: Method,
+    endpoints: Box<[Arc<EndpointState>]>,
+    cw: Box<[AtomicI64]>,
+    primary: Tier,
+    backup: Tier,
+    full: FullWeights,
+    rng: rng::SharedRng,
+    params: PickParams,
+    protocol: Protocol,
+}
+
+impl GroupBalancer {
+    /// Builds the balancer of `group` on a `protocol` listener; `now` starts its clock.
+    pub fn new(group: &config::Group, protocol: Protocol, now: Instant) -> Self {
+        let hub = Hub::new(now);
+        let endpoints = group
+            .endpoints
+            .iter()
+            .map(|c| Arc::new(EndpointState::new(c.clone(), Arc::clone(&hub))))
+            .collect();
+        Self::assemble(group, protocol, endpoints, hub, now)
+    }
+
+    /// Rebuilds after a config reload. Endpoints whose address (text as written; the n-th
+    /// occurrence of a repeated one matches the n-th) existed in `previous` keep their run-time
+    /// state: active count, failures, health and admin flags, averages. New endpoints with
+    /// `slow_start` ramp up. `previous` must be this group's balancer.
+    pub fn rebuild(
+        group: &config::Group,
+        protocol: Protocol,
+        previous: &GroupBalancer,
+        now: Instant,
+    ) -> Self {
+        let hub = Arc::clone(&previous.full.hub);
+        let mut endpoints = Vec::with_capacity(group.endpoints.len());
+        for (pos, cfg) in group.endpoints.iter().enumerate() {
+            let nth = group.endpoints[..pos]
+                .iter()
+                .filter(|e| e.address.text == cfg.address.text)
+                .count();
+            let old = previous
+                .endpoints
+                .iter()
+                .filter(|e| e.address().text == cfg.address.text)
+                .nth(nth);
+            let state = match old {
+                Some(old) if old.config() == cfg => Arc::clone(old),
+                Some(old) => Arc::new(old.reconfigured(cfg.clone())),
+                None => {
+                    let fresh = EndpointState::new(cfg.clone(), Arc::clone(&hub));
+                    fresh.start_ramp_at(now);
+                    Arc::new(fresh)
+                }
+            };
+            endpoints.push(state);
+        }
+        Self::assemble(group, protocol, endpoints.into_boxed_slice(), hub, now)
+    }
+
+    fn assemble(
+        group: &config::Group,
+        protocol: Protocol,
+        endpoints: Box<[Arc<EndpointState>]>,
+        hub: Arc<Hub>,
+        now: Instant,
+    ) -> Self {
+        let configs = &group.endpoints;
+        let primary = Tier::new(configs, false);
+        let backup = Tier::new(configs, true);
+        let mut params = PickParams {
+            measure: None,
+            feedback: false,
+            factor: 0.0,
+        };
+        let method = match &group.balance {
+            Balance::RoundRobin => Method::RoundRobin(round_robin::RoundRobin),
+            Balance::Hash {
+                key,
+                consistent: false,
+            } => Method::Hash(hash::Hash::new(key)),
+            Balance::Hash {
+                key,
+                consistent: true,
+            } => Method::Ketama(hash::Ketama::new(key, configs, &primary)),
+            Balance::IpHash => Method::IpHash(ip_hash::IpHash),
+            Balance::LeastConn => Method::LeastConn(least_conn::LeastConn),
+            Balance::Random { two } => Method::Random(random::Random { two: *two }),
+            Balance::LeastTime { measure, factor } => {
+                params.measure = Some(least_time::normalise_measure(*measure, protocol));
+                params.factor = *factor;
+                Method::LeastTime(least_time::LeastTime)
+            }
+            Balance::Feedback {
+                inverse, factor, ..
+            } => {
+                params.feedback = true;
+                params.factor = *factor;
+                Method::Feedback(feedback::Feedback { inverse: *inverse })
+            }
+        };
+        let t = hub.nanos(now);
+        GroupBalancer {
+            method,
+            cw: endpoints.iter().map(|_| AtomicI64::new(0)).collect(),
+            full: FullWeights::new(hub, &endpoints, t),
+            endpoints,
+            primary,
+            backup,
+            rng: rng::SharedRng::new(rng::process_seed()),
+            params,
+            protocol,
+        }
+    }
+
+    /// Restarts the balancer's random stream at `seed` (the simulator and tests use this for
+    /// reproducible `random`, `least_time` and `feedback` picks).
+    pub fn set_seed(&self, seed: u64) {
+        self.rng.reseed(seed);
+    }
+
+    /// Picks an endpoint for `request`; `None` when no endpoint (backups included) can take it
+    /// now — every usable one at `max_conns`, or none usable. The caller then tries the next
+    /// eligible group.
+    pub fn pick<K: RequestKey + ?Sized>(&self, request: &K, now: Instant) -> Option<Pick> {
+        self.pick_excluding(request, &[], now)
+    }
+
+    /// Like [`Self::pick`] but never chooses an endpoint index in `exclude` (the endpoints a
+    /// retried request already tried).
+    pub fn pick_excluding<K: RequestKey + ?Sized>(
+        &self,
+        request: &K,
+        exclude: &[usize],
+        now: Instant,
+    ) -> Option<Pick> {
+        let mut rng = self.rng.handle();
+        self.pick_with(request, exclude, now, &mut rng)
+    }
+
+    /// Like [`Self::pick_excluding`] with the caller's random source.
+    pub fn pick_with<K: RequestKey + ?Sized, R: Rng>(
+        &self,
+        request: &K,
+        exclude: &[usize],
+        now: Instant,
+        rng: &mut R,
+    ) -> Option<Pick> {
+        let mut ctx = Ctx {
+            endpoints: &self.endpoints,
+            cw: &self.cw,
+            t: self.full.hub.nanos(now),
+            exclude,
+            rng,
+            full: &self.full,
+        };
+        let (index, backup) = match dispatch!(&self.method, m => m.select(&mut ctx, request, &self.primary, true))
+        {
+            Some(i) => (i, false),
+            None if self.backup.members.is_empty() => return None,
+            None => (
+                dispatch!(&self.method, m => m.select(&mut ctx, request, &self.backup, false))?,
+                true,
+            ),
+        };
+        Some(Pick {
+            endpoint: Arc::clone(&self.endpoints[index]),
+            index,
+            backup,
+            params: self.params,
+        })
+    }
+
+    /// Expected share of each endpoint (config order, fractions summing to 1) where weights make
+    /// it knowable: `round_robin` (current effective weights), `random`, `ip_hash` and plain
+    /// `hash` (configured weights) over the usable primaries — backups get 0 unless no primary
+    /// is usable, then they share by weight; consistent `hash`: the ring's key space, computed
+    /// arc by arc. `None` for `least_conn`, `least_time` and `feedback` (load-dependent). All
+    /// zeros when no endpoint is usable.
+    ///
+    /// Hash shares are shares of the key space: traffic follows them when keys are spread
+    /// evenly. For plain `hash` with an unusable server they are approximate: nginx's rehash
+    /// rounds are CRC-correlated with the first, so that server's keys do not spread exactly by
+    /// weight (a few points off).
+    pub fn expected_shares(&self, now: Instant) -> Option<Vec<f64>> {
+        let view = View {
+            endpoints: &self.endpoints,
+            t: self.full.hub.nanos(now),
+        };
+        let mut out = vec![0.0; self.endpoints.len()];
+        let usable = |tier: &Tier| {
+            tier.members
+                .iter()
+                .any(|&i| self.endpoints[i as usize].available(view.t))
+        };
+        let tier = if usable(&self.primary) {
+            Some((&self.primary, true))
+        } else if usable(&self.backup) {
+            Some((&self.backup, false))
+        } else {
+            None
+        };
+        let (tier, primary) = tier.unwrap_or((&self.primary, true));
+        if !dispatch!(&self.method, m => m.shares(&view, tier, primary, &mut out)) {
+            return None;
+        }
+        let sum: f64 = out.iter().sum();
+        if sum > 0.0 {
+            out.iter_mut().for_each(|s| *s /= sum);
+        }
+        Some(out)
+    }
+
+    /// Usable endpoints now: enabled, not `down`, not draining, allowed by active and passive
+    /// checks; backups included. The group is healthy while this is at least `min_healthy`.
+    pub fn usable_count(&self, now: Instant) -> usize {
+        let t = self.full.hub.nanos(now);
+        self.endpoints.iter().filter(|e| e.available(t)).count()
+    }
+
+    /// The endpoints in config order: admin and health checks set `enabled` and
+    /// `active_healthy` here; status reads counters.
+    pub fn endpoints(&self) -> &[Arc<EndpointState>] {
+        &self.endpoints
+    }
+
+    /// The method's config name (`round_robin`, `hash`, ...).
+    pub fn method_name(&self) -> &'static str {
+        match &self.method {
+            Method::RoundRobin(_) => "round_robin",
+            Method::Hash(_) | Method::Ketama(_) => "hash",
+            Method::IpHash(_) => "ip_hash",
+            Method::LeastConn(_) => "least_conn",
+            Method::Random(_) => "random",
+            Method::LeastTime(_) => "least_time",
+            Method::Feedback(_) => "feedback",
+        }
+    }
+
+    /// `least_time`: which timing the listener should report through [`Pick::record_timing`].
+    pub fn measure(&self) -> Option<Measure> {
+        self.params.measure
+    }
+
+    /// The listener protocol the balancer was built for.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Length of the precomputed rotation of the primaries (0: the group is too large and
+    /// uneven for a table and always rotates in O(n)). For diagnostics and benchmarks.
+    pub fn rotation_table_len(&self) -> usize {
+        self.primary.rotation.table_len()
+    }
+}
+
+/// A chosen endpoint. Counts one active connection/request on it until dropped, and records
+/// the attempt's outcome. `'static + Send + Sync`: it can move into the task that serves the
+/// connection.
+#[derive(Debug)]
+pub struct Pick {
+    endpoint: Arc<EndpointState>,
+    index: usize,
+    backup: bool,
+    params: PickParams,
+}
+
+impl Pick {
+    /// Index of the endpoint in the group (config order); pass it to
+    /// [`GroupBalancer::pick_excluding`] when retrying.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The endpoint's address as configured.
+    pub fn address(&self) -> &Address {
+        self.endpoint.address()
+    }
+
+    /// The endpoint's state.
+    pub fn endpoint(&self) -> &Arc<EndpointState> {
+        &self.endpoint
+    }
+
+    /// True when no primary could serve and a backup was chosen.
+    pub fn is_backup(&self) -> bool {
+        self.backup
+    }
+
+    /// The attempt succeeded (connected / got an acceptable response). Ends a passive marking
+    /// when this was the probe after `fail_timeout`.
+    pub fn success(&self, now: Instant) {
+        self.endpoint.record_success(self.endpoint.nanos(now));
+    }
+
+    /// The attempt failed (connect error, timeout, unhealthy status): counts towards
+    /// `max_fails` and lowers the effective weight (or steps back the slow-start ramp).
+    pub fn failure(&self, now: Instant) {
+        self.endpoint.record_failure(self.endpoint.nanos(now));
+    }
+
+    /// Reports a timing of this attempt. Listeners may report every timing they have; only the
+    /// one the group's `least_time` measures feeds its average. A timed-out attempt should be
+    /// reported with the time it took to give up, so a hung endpoint's average grows.
+    pub fn record_timing(&self, measure: Measure, elapsed: Duration) {
+        if self.params.measure == Some(measure) {
+            self.endpoint
+                .record_latency(elapsed.as_nanos() as f64, self.params.factor);
+        }
+    }
+
+    /// Reports the value the endpoint sent back (`feedback`); ignored by other methods.
+    pub fn record_feedback(&self, value: f64) {
+        if self.params.feedback {
+            self.endpoint.record_feedback(value, self.params.factor);
+        }
+    }
+}
+
+impl Drop for Pick {
+    fn drop(&mut self) {
+        self.endpoint.release();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests;

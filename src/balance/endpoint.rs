@@ -1,0 +1,619 @@
+//! Per-endpoint run-time state shared by every thread of a node, and the rules that change it:
+//! passive failure marking, effective-weight recovery and the slow-start ramp.
+//!
+//! Everything here is an atomic. The rules are nginx's (`ngx_http_upstream_round_robin.c`),
+//! restated for atomics:
+//!
+//! - a failure stores `accessed = checked = now`, adds one to `fails` and lowers the effective
+//!   weight by `weight / max_fails` (integer division, floored at zero) — or, with `slow_start`,
+//!   steps the endpoint back `slow_start / max_fails` down its ramp instead;
+//! - `fails >= max_fails` with `now - checked <= fail_timeout` marks the endpoint unavailable;
+//!   once `fail_timeout` has passed, exactly one pick (the one that wins the compare-and-swap
+//!   on `checked`) probes it, and everyone else waits another `fail_timeout` for its outcome;
+//! - a success resets `fails` when a pick happened more than `fail_timeout` after the last
+//!   failure (`accessed < checked`), which is what ends a marking;
+//! - every pick that considers an endpoint in the weighted rotation restores one unit of
+//!   effective weight.
+//!
+//! One deliberate difference: a failure arriving more than `fail_timeout` after the previous one
+//! starts a new count at 1, so "`max_fails` failures within `fail_timeout`" (SPEC 4) holds
+//! literally; nginx keeps counting until a success. And nginx never marks the only server of an
+//! upstream; gtd does, because a group whose only endpoint fails must fail over (SPEC 3.3).
+//!
+//! Times are nanoseconds since the balancer lineage's epoch (an injected `Instant`), so tests
+//! drive every transition with instants built from a base, without waiting.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::{Address, Endpoint};
+
+/// Full weight on the slow-start ramp, in thousandths.
+pub(crate) const RAMP_SCALE: u64 = 1000;
+/// The ramp's starting point: 1% of the weight, "near zero" but enough to be picked now and
+/// then, so a cold endpoint warms up instead of waiting for the ramp to grow.
+pub(crate) const RAMP_FLOOR: u64 = 10;
+/// `ramp_start` when no ramp is running.
+const NO_RAMP: i64 = i64::MIN;
+/// An EWMA that has no sample yet (a NaN bit pattern no arithmetic produces here).
+const UNMEASURED: u64 = u64::MAX;
+
+/// State shared by all endpoint states of one balancer lineage (a group across reloads): the
+/// clock epoch and a generation counter bumped whenever some endpoint's weight leaves or
+/// re-enters a ramp or a failure penalty, so the rotation knows when its precomputed table may
+/// no longer describe the effective weights.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    epoch: Instant,
+    generation: AtomicU64,
+}
+
+impl Hub {
+    pub(crate) fn new(epoch: Instant) -> Arc<Self> {
+        Arc::new(Hub {
+            epoch,
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Nanoseconds from the epoch to `now` (0 before it).
+    pub(crate) fn nanos(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The mutable part, shared across config reloads by endpoints with the same address.
+#[derive(Debug)]
+struct Runtime {
+    hub: Arc<Hub>,
+    /// Connections/requests in flight (counted by [`super::Pick`] guards).
+    active: AtomicU32,
+    /// Failures counted towards `max_fails`.
+    fails: AtomicU32,
+    /// Time of the last failure.
+    accessed: AtomicU64,
+    /// Start of the current failure window / time of the last probe.
+    checked: AtomicU64,
+    /// Weight units lost to failures, restored one per pick (nginx's `weight - effective_weight`).
+    deficit: AtomicU32,
+    /// Start of the slow-start ramp (may lie before the epoch after a step back), or `NO_RAMP`.
+    ramp_start: AtomicI64,
+    /// Administratively enabled (admin API; survives reloads).
+    enabled: AtomicBool,
+    /// The active health check's verdict (true until a checker says otherwise).
+    active_healthy: AtomicBool,
+    /// EWMA of response time in nanoseconds (`least_time`), as `f64` bits.
+    latency: AtomicU64,
+    /// EWMA of the reported value (`feedback`), as `f64` bits.
+    feedback: AtomicU64,
+}
+
+/// One endpoint of a group as the balancer sees it: its configuration (fixed for this balancer)
+/// and its run-time state (atomics shared by all threads, kept across reloads for the same
+/// address).
+///
+/// The admin API and health checkers write `enabled` and `active_healthy` here; status and the
+/// simulator read counters. Cloning the `Arc` around it is what a [`super::Pick`] guard holds.
+#[derive(Debug)]
+pub struct EndpointState {
+    config: Endpoint,
+    rt: Arc<Runtime>,
+}
+
+impl EndpointState {
+    /// A fresh endpoint.
+    pub(crate) fn new(config: Endpoint, hub: Arc<Hub>) -> Self {
+        let rt = Runtime {
+            hub,
+            active: AtomicU32::new(0),
+            fails: AtomicU32::new(0),
+            accessed: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            deficit: AtomicU32::new(0),
+            ramp_start: AtomicI64::new(NO_RAMP),
+            enabled: AtomicBool::new(config.enabled),
+            active_healthy: AtomicBool::new(true),
+            latency: AtomicU64::new(UNMEASURED),
+            feedback: AtomicU64::new(UNMEASURED),
+        };
+        EndpointState {
+            config,
+            rt: Arc::new(rt),
+        }
+    }
+
+    /// The same run-time state under a new configuration (a reload changed parameters). An
+    /// `enabled` that changed in the file takes effect; one left alone keeps the admin's choice.
+    pub(crate) fn reconfigured(&self, config: Endpoint) -> Self {
+        if config.enabled != self.config.enabled {
+            self.rt.enabled.store(config.enabled, Ordering::Release);
+        }
+        EndpointState {
+            config,
+            rt: Arc::clone(&self.rt),
+        }
+    }
+
+    /// True when `other` is the same endpoint at run time (its state was carried over by a
+    /// reload), even if its configuration changed.
+    pub fn same_runtime(&self, other: &EndpointState) -> bool {
+        Arc::ptr_eq(&self.rt, &other.rt)
+    }
+
+    /// The configuration this balancer was built with.
+    pub fn config(&self) -> &Endpoint {
+        &self.config
+    }
+
+    /// The endpoint's address as configured.
+    pub fn address(&self) -> &Address {
+        &self.config.address
+    }
+
+    /// Connections/requests in flight.
+    pub fn active(&self) -> u32 {
+        self.rt.active.load(Ordering::Relaxed)
+    }
+
+    /// Recent failures (the count compared with `max_fails`).
+    pub fn fails(&self) -> u32 {
+        self.rt.fails.load(Ordering::Relaxed)
+    }
+
+    /// Administratively enabled.
+    pub fn is_enabled(&self) -> bool {
+        self.rt.enabled.load(Ordering::Acquire)
+    }
+
+    /// Enables or disables the endpoint (admin API). Enabling a disabled endpoint starts its
+    /// slow-start ramp.
+    pub fn set_enabled(&self, enabled: bool, now: Instant) {
+        let was = self.rt.enabled.swap(enabled, Ordering::AcqRel);
+        if enabled && !was {
+            self.start_ramp(self.rt.hub.nanos(now));
+        }
+    }
+
+    /// The active health check's verdict.
+    pub fn is_active_healthy(&self) -> bool {
+        self.rt.active_healthy.load(Ordering::Acquire)
+    }
+
+    /// Records the active health check's verdict. A transition to healthy starts the slow-start
+    /// ramp.
+    pub fn set_active_healthy(&self, healthy: bool, now: Instant) {
+        let was = self.rt.active_healthy.swap(healthy, Ordering::AcqRel);
+        if healthy && !was {
+            self.start_ramp(self.rt.hub.nanos(now));
+        }
+    }
+
+    /// True while passive checks keep the endpoint out (`max_fails` reached within
+    /// `fail_timeout`, or its one probe after `fail_timeout` is still in flight).
+    pub fn is_passively_down(&self, now: Instant) -> bool {
+        !self.passive_allows(self.rt.hub.nanos(now))
+    }
+
+    /// Usable (SPEC 3.3): enabled, not `down`, not draining, allowed by active and passive
+    /// checks. Being at `max_conns` does not make an endpoint unusable.
+    pub fn is_usable(&self, now: Instant) -> bool {
+        self.available(self.rt.hub.nanos(now))
+    }
+
+    /// The weight a weighted rotation currently gives the endpoint: configured weight minus the
+    /// failure penalty, times the slow-start ramp (0.01..=1).
+    pub fn effective_weight(&self, now: Instant) -> f64 {
+        let t = self.rt.hub.nanos(now);
+        self.swrr_weight(t) as f64 / RAMP_SCALE as f64
+    }
+
+    /// The `least_time` average, once measured.
+    pub fn latency(&self) -> Option<Duration> {
+        load_ewma(&self.rt.latency).map(|ns| Duration::from_nanos(ns as u64))
+    }
+
+    /// The `feedback` average, once reported.
+    pub fn feedback(&self) -> Option<f64> {
+        load_ewma(&self.rt.feedback)
+    }
+
+    // ----- crate-internal: the pick path -----
+
+    pub(crate) fn nanos(&self, now: Instant) -> u64 {
+        self.rt.hub.nanos(now)
+    }
+
+    fn marked(&self) -> bool {
+        self.config.max_fails > 0 && self.rt.fails.load(Ordering::Acquire) >= self.config.max_fails
+    }
+
+    fn passive_allows(&self, t: u64) -> bool {
+        !self.marked()
+            || t.saturating_sub(self.rt.checked.load(Ordering::Acquire))
+                > nanos(self.config.fail_timeout)
+    }
+
+    /// May be chosen at `t`, `max_conns` aside.
+    pub(crate) fn available(&self, t: u64) -> bool {
+        !self.config.down
+            && !self.config.drain
+            && self.rt.enabled.load(Ordering::Relaxed)
+            && self.rt.active_healthy.load(Ordering::Relaxed)
+            && self.passive_allows(t)
+    }
+
+    /// Below `max_conns` (always, when unlimited).
+    pub(crate) fn has_room(&self) -> bool {
+        self.config
+            .max_conns
+            .is_none_or(|m| self.rt.active.load(Ordering::Relaxed) < m)
+    }
+
+    /// Counts one more connection if `max_conns` allows and, for a marked endpoint whose
+    /// `fail_timeout` has passed, claims its single probe. False when another thread got there
+    /// first; nothing is counted then.
+    pub(crate) fn try_acquire(&self, t: u64) -> bool {
+        let rt = &self.rt;
+        match self.config.max_conns {
+            Some(max) => {
+                if rt
+                    .active
+                    .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |a| {
+                        (a < max).then_some(a + 1)
+                    })
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            None => {
+                rt.active.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        // nginx: "if (now - peer->checked > peer->fail_timeout) peer->checked = now". For a
+        // marked endpoint this is the probe; the compare-and-swap lets exactly one pick have it.
+        let checked = rt.checked.load(Ordering::Acquire);
+        let window_over = t.saturating_sub(checked) > nanos(self.config.fail_timeout);
+        let probe_won = window_over
+            && rt
+                .checked
+                .compare_exchange(checked, t, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+        if self.marked() && !probe_won {
+            self.release();
+            return false;
+        }
+        true
+    }
+
+    /// Undoes one [`Self::try_acquire`].
+    pub(crate) fn release(&self) {
+        self.rt.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Slow-start position in thousandths of the weight.
+    pub(crate) fn ramp_milli(&self, t: u64) -> u64 {
+        let Some(ss) = self.config.slow_start else {
+            return RAMP_SCALE;
+        };
+        let start = self.rt.ramp_start.load(Ordering::Acquire);
+        if start == NO_RAMP {
+            return RAMP_SCALE;
+        }
+        let ss = i128::from(nanos(ss));
+        let elapsed = i128::from(t) - i128::from(start);
+        if elapsed >= ss || ss == 0 {
+            RAMP_SCALE
+        } else if elapsed <= 0 {
+            RAMP_FLOOR
+        } else {
+            ((elapsed * i128::from(RAMP_SCALE) / ss) as u64).max(RAMP_FLOOR)
+        }
+    }
+
+    /// Weight in the rotation's units (thousandths): `(weight - deficit) * ramp`.
+    pub(crate) fn swrr_weight(&self, t: u64) -> i64 {
+        let w = self
+            .config
+            .weight
+            .saturating_sub(self.rt.deficit.load(Ordering::Relaxed));
+        (u64::from(w) * self.ramp_milli(t)) as i64
+    }
+
+    /// Configured weight times the ramp, in thousandths (`least_conn` compares against it).
+    pub(crate) fn ramped_weight(&self, t: u64) -> u64 {
+        u64::from(self.config.weight) * self.ramp_milli(t)
+    }
+
+    /// A pick considered this endpoint: restore one unit of a failure penalty.
+    pub(crate) fn restore_one(&self) {
+        if self.rt.deficit.load(Ordering::Relaxed) > 0 {
+            let _ = self
+                .rt
+                .deficit
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |d| d.checked_sub(1));
+        }
+    }
+
+    /// No failure penalty and no ramp in progress at `t`.
+    pub(crate) fn at_full_weight(&self, t: u64) -> bool {
+        self.rt.deficit.load(Ordering::Acquire) == 0 && self.ramp_milli(t) == RAMP_SCALE
+    }
+
+    fn start_ramp(&self, t: u64) {
+        if self.config.slow_start.is_some() {
+            self.rt.ramp_start.store(t as i64, Ordering::Release);
+            self.rt.hub.bump();
+        }
+    }
+
+    /// A new endpoint added by a reload warms up like a recovered one.
+    pub(crate) fn start_ramp_at(&self, now: Instant) {
+        self.start_ramp(self.rt.hub.nanos(now));
+    }
+
+    /// A failed attempt (connect error, timeout, unhealthy status) at `t`.
+    pub(crate) fn record_failure(&self, t: u64) {
+        let rt = &self.rt;
+        let cfg = &self.config;
+        let prev = rt.accessed.swap(t, Ordering::AcqRel);
+        rt.checked.store(t, Ordering::Release);
+        let max = cfg.max_fails;
+        if max == 0 {
+            rt.fails.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
+        let window = nanos(cfg.fail_timeout);
+        let _ = rt
+            .fails
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                Some(if f >= max {
+                    f.saturating_add(1)
+                } else if f > 0 && t.saturating_sub(prev) > window {
+                    1
+                } else {
+                    f + 1
+                })
+            });
+        match cfg.slow_start {
+            Some(ss) => {
+                let ss = i64::try_from(nanos(ss)).unwrap_or(i64::MAX);
+                let start = rt.ramp_start.load(Ordering::Acquire);
+                let t = t as i64;
+                let elapsed = if start == NO_RAMP {
+                    ss
+                } else {
+                    t.saturating_sub(start).clamp(0, ss)
+                };
+                let progress = (elapsed - ss / i64::from(max)).max(0);
+                rt.ramp_start.store(t - progress, Ordering::Release);
+            }
+            None => {
+                let step = cfg.weight / max;
+                let _ = rt
+                    .deficit
+                    .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |d| {
+                        Some(d.saturating_add(step).min(cfg.weight))
+                    });
+            }
+        }
+        rt.hub.bump();
+    }
+
+    /// A successful attempt at `t`.
+    pub(crate) fn record_success(&self, t: u64) {
+        let rt = &self.rt;
+        if rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire) {
+            let old = rt.fails.swap(0, Ordering::AcqRel);
+            if self.config.max_fails > 0 && old >= self.config.max_fails {
+                // Recovered from a passive marking.
+                self.start_ramp(t);
+            }
+        }
+    }
+
+    /// Folds a response-time sample (nanoseconds) into the `least_time` EWMA.
+    pub(crate) fn record_latency(&self, sample_ns: f64, factor: f64) {
+        update_ewma(&self.rt.latency, sample_ns.max(1.0), factor);
+    }
+
+    /// Folds a reported value into the `feedback` EWMA.
+    pub(crate) fn record_feedback(&self, value: f64, factor: f64) {
+        if value.is_finite() {
+            update_ewma(&self.rt.feedback, value.max(0.0), factor);
+        }
+    }
+
+    pub(crate) fn latency_ns(&self) -> Option<f64> {
+        load_ewma(&self.rt.latency)
+    }
+
+    pub(crate) fn feedback_value(&self) -> Option<f64> {
+        load_ewma(&self.rt.feedback)
+    }
+}
+
+fn load_ewma(cell: &AtomicU64) -> Option<f64> {
+    let bits = cell.load(Ordering::Relaxed);
+    (bits != UNMEASURED).then(|| f64::from_bits(bits))
+}
+
+/// `avg = factor * avg + (1 - factor) * sample`; the first sample is taken as is.
+fn update_ewma(cell: &AtomicU64, sample: f64, factor: f64) {
+    let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |bits| {
+        let next = if bits == UNMEASURED {
+            sample
+        } else {
+            factor * f64::from_bits(bits) + (1.0 - factor) * sample
+        };
+        Some(next.to_bits())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Host;
+
+    fn endpoint(weight: u32, max_fails: u32, slow_start: Option<Duration>) -> Endpoint {
+        Endpoint {
+            address: Address {
+                text: "127.0.0.1:1".into(),
+                host: Host::Ip([127, 0, 0, 1].into()),
+                port: 1,
+            },
+            weight,
+            max_conns: None,
+            backup: false,
+            down: false,
+            drain: false,
+            enabled: true,
+            slow_start,
+            max_fails,
+            fail_timeout: Duration::from_secs(10),
+        }
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn failures_within_the_window_mark_then_one_probe_then_recovery() {
+        let base = Instant::now();
+        let e = EndpointState::new(endpoint(1, 3, None), Hub::new(base));
+        for s in [1, 2] {
+            assert!(e.try_acquire(s * S));
+            e.record_failure(s * S);
+            e.release();
+            assert!(e.available(s * S), "below max_fails after {s} failures");
+        }
+        assert!(e.try_acquire(3 * S));
+        e.record_failure(3 * S);
+        e.release();
+        assert!(
+            !e.available(3 * S) && !e.available(13 * S),
+            "marked for fail_timeout"
+        );
+        // After fail_timeout one pick probes; others wait.
+        assert!(e.available(13 * S + 1));
+        assert!(e.try_acquire(13 * S + 1));
+        assert!(!e.available(13 * S + 2));
+        assert!(!e.try_acquire(13 * S + 2));
+        e.record_success(14 * S);
+        e.release();
+        assert_eq!(e.fails(), 0);
+        assert!(e.available(14 * S));
+    }
+
+    #[test]
+    fn failed_probe_marks_again() {
+        let base = Instant::now();
+        let e = EndpointState::new(endpoint(1, 1, None), Hub::new(base));
+        e.record_failure(S);
+        assert!(!e.available(5 * S));
+        assert!(e.try_acquire(12 * S));
+        e.record_failure(12 * S);
+        e.release();
+        assert!(!e.available(20 * S));
+        assert!(e.available(22 * S + 1));
+    }
+
+    #[test]
+    fn failures_further_apart_than_the_window_do_not_add_up() {
+        let base = Instant::now();
+        let e = EndpointState::new(endpoint(1, 2, None), Hub::new(base));
+        e.record_failure(S);
+        e.record_failure(30 * S);
+        assert_eq!(e.fails(), 1);
+        assert!(e.available(30 * S));
+        e.record_failure(31 * S);
+        assert!(!e.available(31 * S));
+    }
+
+    #[test]
+    fn max_fails_zero_never_marks() {
+        let e = EndpointState::new(endpoint(4, 0, None), Hub::new(Instant::now()));
+        for i in 0..100 {
+            e.record_failure(i * S / 10);
+        }
+        assert!(e.available(10 * S));
+        assert_eq!(
+            e.swrr_weight(10 * S),
+            4 * RAMP_SCALE as i64,
+            "no weight penalty either"
+        );
+    }
+
+    #[test]
+    fn failure_lowers_weight_by_weight_over_max_fails_and_picks_restore_it() {
+        let e = EndpointState::new(endpoint(10, 3, None), Hub::new(Instant::now()));
+        e.record_failure(S);
+        assert_eq!(e.swrr_weight(S), 7 * RAMP_SCALE as i64);
+        e.record_failure(S);
+        assert_eq!(e.swrr_weight(S), 4 * RAMP_SCALE as i64);
+        for expect in 5..=10 {
+            e.restore_one();
+            assert_eq!(e.swrr_weight(S), expect * RAMP_SCALE as i64);
+        }
+        e.restore_one();
+        assert!(e.at_full_weight(S));
+    }
+
+    #[test]
+    fn slow_start_ramps_linearly_and_a_failure_steps_back() {
+        let base = Instant::now();
+        let e = EndpointState::new(
+            endpoint(1, 4, Some(Duration::from_secs(100))),
+            Hub::new(base),
+        );
+        assert_eq!(e.ramp_milli(0), RAMP_SCALE, "no ramp at start-up");
+        e.set_active_healthy(false, base);
+        e.set_active_healthy(true, base + Duration::from_secs(10));
+        assert_eq!(e.ramp_milli(10 * S), RAMP_FLOOR);
+        assert_eq!(e.ramp_milli(35 * S), 250);
+        assert_eq!(e.ramp_milli(60 * S), 500);
+        assert!(!e.at_full_weight(60 * S));
+        // A failure at 50% steps back a quarter (1/max_fails) of the ramp.
+        e.record_failure(60 * S);
+        assert_eq!(e.ramp_milli(60 * S), 250);
+        assert_eq!(e.ramp_milli(85 * S), 500);
+        assert_eq!(e.ramp_milli(135 * S), RAMP_SCALE);
+        assert!(e.at_full_weight(135 * S));
+    }
+
+    #[test]
+    fn ewma_keeps_factor_of_history() {
+        let e = EndpointState::new(endpoint(1, 1, None), Hub::new(Instant::now()));
+        assert_eq!(e.latency(), None);
+        e.record_latency(100.0, 0.9);
+        e.record_latency(200.0, 0.9);
+        assert!((e.latency_ns().unwrap() - 110.0).abs() < 1e-9);
+        e.record_feedback(5.0, 0.5);
+        e.record_feedback(1.0, 0.5);
+        assert_eq!(e.feedback(), Some(3.0));
+    }
+
+    #[test]
+    fn max_conns_limits_acquire() {
+        let mut cfg = endpoint(1, 1, None);
+        cfg.max_conns = Some(2);
+        let e = EndpointState::new(cfg, Hub::new(Instant::now()));
+        assert!(e.try_acquire(S) && e.try_acquire(S));
+        assert!(!e.has_room() && !e.try_acquire(S));
+        e.release();
+        assert!(e.has_room() && e.try_acquire(S));
+        assert_eq!(e.active(), 2);
+    }
+}

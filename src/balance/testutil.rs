@@ -1,0 +1,52 @@
+//! Builders for unit tests: groups and endpoints constructed directly from the config model.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use crate::config::{Address, Balance, Endpoint, Group, Host};
+
+/// An endpoint `127.0.0.1:port` with nginx's defaults.
+pub(crate) fn ep(port: u16, weight: u32) -> Endpoint {
+    Endpoint {
+        address: Address {
+            text: format!("127.0.0.1:{port}"),
+            host: Host::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            port,
+        },
+        weight,
+        max_conns: None,
+        backup: false,
+        down: false,
+        drain: false,
+        enabled: true,
+        slow_start: None,
+        max_fails: 1,
+        fail_timeout: Duration::from_secs(10),
+    }
+}
+
+/// A group with these endpoints and method.
+pub(crate) fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
+    Group {
+        name: "g".into(),
+        region: "r".into(),
+        ratio: 100.0,
+        priority: None,
+        balance,
+        min_healthy: 1,
+        health_check: None,
+        path_prefix: None,
+        keepalive: 32,
+        tls: None,
+        endpoints,
+    }
+}
+
+/// Endpoints on ports 9000.. with these weights.
+pub(crate) fn weighted(weights: &[u32]) -> Vec<Endpoint> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| ep(9000 + i as u16, w))
+        .collect()
+}
