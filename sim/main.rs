@@ -1,2 +1,150 @@
-//! The `sim` what-if simulator.
-fn main() {}
+//! `sim` — the what-if simulator: prints the traffic split every gtd node will produce.
+//!
+//! It loads the config the nodes load, applies what-ifs (failing groups, measured latencies,
+//! ratio changes, client demand) and asks the library's decision code — the same code the node
+//! runs — what each acceleration region's node would do.
+
+mod engine;
+mod render;
+mod scenario;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+
+use crate::engine::Asks;
+use crate::render::Output;
+use crate::scenario::{RawWhatIf, parse_assignment};
+
+/// Print the traffic split every gtd node will produce, before anyone deploys a change.
+#[derive(Parser, Debug)]
+#[command(name = "sim", version, about, long_about = None)]
+struct Args {
+    /// The config the nodes run.
+    #[arg(long, default_value = "config.toml")]
+    config: PathBuf,
+    /// Region catalogue (overrides the config's `catalog`).
+    #[arg(long)]
+    regions: Option<PathBuf>,
+    /// Scenario file: [demand], [health] down, [latency], [ratios].
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+    /// Only this acceleration region's node.
+    #[arg(long)]
+    region: Option<String>,
+    /// Mark failing: GROUP, LISTENER/GROUP or LISTENER/GROUP/ADDRESS (repeatable).
+    #[arg(long, value_name = "NAME")]
+    down: Vec<String>,
+    /// Measured RTT from a node: REGION/GROUP=MS or REGION/LISTENER/GROUP=MS (repeatable).
+    #[arg(long, value_name = "REGION/GROUP=MS", value_parser = parse_assignment)]
+    latency: Vec<(String, f64)>,
+    /// Ratio override: GROUP=RATIO or LISTENER/GROUP=RATIO (repeatable).
+    #[arg(long, value_name = "LISTENER/GROUP=RATIO", value_parser = parse_assignment)]
+    set: Vec<(String, f64)>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Drive the real selectors N times per region and print observed beside expected.
+    #[arg(long, value_name = "N")]
+    verify: Option<u64>,
+    /// Show before/after shares against this (older) config.
+    #[arg(long, value_name = "OTHER_CONFIG")]
+    compare: Option<PathBuf>,
+    /// Where does this client go (source-ip affinity and the group's method)?
+    #[arg(long, value_name = "IP")]
+    client: Option<IpAddr>,
+    /// The request key for `hash` methods (e.g. a URI), with --client.
+    #[arg(long, value_name = "STRING", requires = "client")]
+    key: Option<String>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sim: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(path: &std::path::Path, regions: Option<&std::path::Path>) -> Result<gtd::config::Config> {
+    gtd::config::load(path, regions).map_err(|errors| {
+        let n = errors.0.len();
+        anyhow::anyhow!(
+            "{errors}\n{n} error{} in {}",
+            if n == 1 { "" } else { "s" },
+            path.display()
+        )
+    })
+}
+
+fn run(args: &Args) -> Result<String> {
+    let config = load(&args.config, args.regions.as_deref())?;
+    let mut raw = match &args.scenario {
+        Some(path) => RawWhatIf::from_file(path)?,
+        None => RawWhatIf::default(),
+    };
+    raw.extend(RawWhatIf {
+        down: args.down.clone(),
+        latency: args.latency.clone(),
+        ratios: args.set.clone(),
+        demand: Vec::new(),
+    });
+    let what_if = raw.resolve(&config)?;
+    let asks = Asks {
+        region: args.region.clone(),
+        verify: args.verify,
+        client: args.client,
+        key: args.key.clone(),
+    };
+    let mut reports = engine::evaluate(&config, &what_if, &asks)?;
+
+    if let Some(old_path) = &args.compare {
+        let old = load(old_path, args.regions.as_deref()).context("--compare")?;
+        // The same what-ifs, minus ratio overrides (a name may not exist in the old config).
+        let old_what_if = RawWhatIf {
+            ratios: Vec::new(),
+            ..raw.clone()
+        }
+        .resolve(&old)
+        .context("--compare")?;
+        let before = engine::evaluate(
+            &old,
+            &old_what_if,
+            &Asks {
+                region: args.region.clone(),
+                ..Asks::default()
+            },
+        )?;
+        engine::attach_before(&mut reports, &before);
+    }
+
+    let totals =
+        (!what_if.demand.is_empty()).then(|| engine::totals(&config, &reports, &what_if.demand));
+    let output = Output {
+        reports: &reports,
+        totals: totals.as_deref(),
+        client: args.client.map(|ip| (ip.to_string(), args.key.clone())),
+        compare: args.compare.is_some(),
+    };
+    Ok(match args.format {
+        Format::Table => render::table(&output),
+        Format::Json => render::json(&output),
+        Format::Csv => render::csv(&output),
+    })
+}

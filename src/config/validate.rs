@@ -583,6 +583,14 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     }
 
     let groups = groups(ctx, env, t, protocol, &regions);
+    if groups.len() > crate::split::MAX_GROUPS {
+        let msg = format!(
+            "{} groups; a listener holds at most {}",
+            groups.len(),
+            crate::split::MAX_GROUPS
+        );
+        ctx.error(t.at, &t.path, &msg);
+    }
     let mut routes = Vec::new();
     if only_for(ctx, t, "route", http, HTTP) {
         routes = self::routes(ctx, t, &groups);

@@ -1,0 +1,520 @@
+//! Computes what every node would do, by calling the library's decision code — the same
+//! `split` (priority, cascade, failover, group choice) and `balance` (endpoint choice, usable
+//! endpoints) that the `gtd` node runs. Nothing here re-implements a decision.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use gtd::balance::{GroupBalancer, RequestKey};
+use gtd::config::{Affinity, Balance, Config, Listener};
+use gtd::split::{self, GroupFacts, Mode, Plan, Policy, RttSource};
+
+use crate::scenario::WhatIf;
+
+/// One listener seen from every region asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct ListenerReport {
+    pub(crate) name: String,
+    pub(crate) protocol: &'static str,
+    pub(crate) port: u16,
+    pub(crate) failover: &'static str,
+    pub(crate) fail_open: bool,
+    pub(crate) affinity: &'static str,
+    pub(crate) regions: Vec<RegionReport>,
+}
+
+/// One listener on one acceleration region's node.
+#[derive(Debug, Clone)]
+pub(crate) struct RegionReport {
+    pub(crate) region: String,
+    pub(crate) mode: Mode,
+    /// Groups in priority order.
+    pub(crate) groups: Vec<GroupRow>,
+    /// `--verify N`: decisions driven and the largest |observed - expected|, points.
+    pub(crate) verify: Option<(u64, f64)>,
+    /// `--client`: the group and endpoint chosen for that client.
+    pub(crate) route: Option<Route>,
+}
+
+/// Where `--client` goes.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) group: Option<String>,
+    pub(crate) endpoint: Option<String>,
+    /// Why the endpoint is not given (a method the client does not determine).
+    pub(crate) note: Option<&'static str>,
+}
+
+/// One group's line.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupRow {
+    pub(crate) name: String,
+    pub(crate) group_region: String,
+    /// 1-based rank.
+    pub(crate) priority: usize,
+    pub(crate) rtt_ms: f64,
+    pub(crate) rtt_source: RttSource,
+    pub(crate) ratio: f64,
+    pub(crate) healthy: bool,
+    pub(crate) first_pass: f64,
+    pub(crate) leftover: f64,
+    pub(crate) share: f64,
+    pub(crate) method: &'static str,
+    pub(crate) observed: Option<f64>,
+    pub(crate) share_before: Option<f64>,
+    pub(crate) endpoints: Vec<EndpointRow>,
+}
+
+/// One endpoint's line.
+#[derive(Debug, Clone)]
+pub(crate) struct EndpointRow {
+    pub(crate) address: String,
+    pub(crate) weight: u32,
+    /// `up`, `backup`, `down`, `disabled`, `drain` or `failing` (health checks fail).
+    pub(crate) state: &'static str,
+    /// Percent of the region's traffic; `None` when load-dependent.
+    pub(crate) share: Option<f64>,
+    pub(crate) observed: Option<f64>,
+}
+
+/// Demand-weighted load of a group (endpoint `None`) or an endpoint, summed over regions.
+#[derive(Debug, Clone)]
+pub(crate) struct Total {
+    pub(crate) listener: String,
+    pub(crate) group: String,
+    pub(crate) endpoint: Option<String>,
+    /// `None` when an endpoint's share is load-dependent.
+    pub(crate) load: Option<f64>,
+}
+
+/// Options that add columns.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Asks {
+    pub(crate) region: Option<String>,
+    pub(crate) verify: Option<u64>,
+    pub(crate) client: Option<IpAddr>,
+    pub(crate) key: Option<String>,
+}
+
+/// The simulated instant: balancers are built at `now` and asked at `now`, so time-based
+/// state (slow start, passive failures) is at its configured starting point.
+fn now() -> Instant {
+    Instant::now()
+}
+
+/// Evaluates every listener of `config` under `what_if`.
+pub(crate) fn evaluate(
+    config: &Config,
+    what_if: &WhatIf,
+    asks: &Asks,
+) -> anyhow::Result<Vec<ListenerReport>> {
+    if let Some(region) = &asks.region
+        && !config.listeners.iter().any(|l| l.regions.contains(region))
+    {
+        let served: std::collections::BTreeSet<&str> = config
+            .listeners
+            .iter()
+            .flat_map(|l| l.regions.iter().map(String::as_str))
+            .collect();
+        anyhow::bail!(
+            "--region {region}: no listener is served from that region (acceleration regions: {})",
+            served.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let now = now();
+    let mut out = Vec::new();
+    for (li, listener) in config.listeners.iter().enumerate() {
+        let mut regions = Vec::new();
+        for region in &listener.regions {
+            if asks.region.as_ref().is_some_and(|r| r != region) {
+                continue;
+            }
+            regions.push(evaluate_region(
+                config, li, listener, region, what_if, asks, now,
+            ));
+        }
+        if regions.is_empty() {
+            continue;
+        }
+        out.push(ListenerReport {
+            name: listener.name.clone(),
+            protocol: listener.protocol.as_str(),
+            port: listener.port,
+            failover: listener.failover.as_str(),
+            fail_open: listener.fail_open,
+            affinity: match listener.affinity {
+                Affinity::None => "none",
+                Affinity::SourceIp => "source-ip",
+            },
+            regions,
+        });
+    }
+    Ok(out)
+}
+
+/// Builds one group's balancer with the what-if's failing endpoints applied.
+fn balancers(listener: &Listener, li: usize, what_if: &WhatIf, now: Instant) -> Vec<GroupBalancer> {
+    listener
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, group)| {
+            let b = GroupBalancer::new(group, listener.protocol, now);
+            // Reproducible picks for `random`, `least_time` and `feedback` (--verify).
+            b.set_seed(0x6774_6473_696d);
+            for t in what_if
+                .down
+                .iter()
+                .filter(|t| t.listener == li && t.group == gi)
+            {
+                for (ei, state) in b.endpoints().iter().enumerate() {
+                    if t.endpoint.is_none_or(|e| e == ei) {
+                        state.set_active_healthy(false, now);
+                    }
+                }
+            }
+            b
+        })
+        .collect()
+}
+
+fn ratio_of(listener: &Listener, li: usize, gi: usize, what_if: &WhatIf) -> f64 {
+    what_if
+        .ratios
+        .get(&(li, gi))
+        .copied()
+        .unwrap_or(listener.groups[gi].ratio)
+}
+
+/// The plan and balancers a node in `region` would run.
+fn node_state(
+    config: &Config,
+    li: usize,
+    listener: &Listener,
+    region: &str,
+    what_if: &WhatIf,
+    affinity: Affinity,
+    now: Instant,
+) -> (split::Ranking, Vec<GroupBalancer>, Plan) {
+    let ranking = split::rank(listener, &config.catalog, region, |gi| {
+        what_if.latency.get(&(region.to_owned(), li, gi)).copied()
+    });
+    let balancers = balancers(listener, li, what_if, now);
+    let facts: Vec<GroupFacts> = listener
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| GroupFacts {
+            ratio: ratio_of(listener, li, gi, what_if),
+            healthy: balancers[gi].usable_count(now) >= g.min_healthy as usize,
+        })
+        .collect();
+    let policy = Policy {
+        failover: listener.failover,
+        fail_open: listener.fail_open,
+    };
+    let plan = Plan::new(
+        &ranking.order,
+        &facts,
+        policy,
+        affinity,
+        listener.groups.iter().map(|g| g.name.as_str()),
+    );
+    (ranking, balancers, plan)
+}
+
+fn evaluate_region(
+    config: &Config,
+    li: usize,
+    listener: &Listener,
+    region: &str,
+    what_if: &WhatIf,
+    asks: &Asks,
+    now: Instant,
+) -> RegionReport {
+    let (ranking, balancers, plan) = node_state(
+        config,
+        li,
+        listener,
+        region,
+        what_if,
+        listener.affinity,
+        now,
+    );
+    let mut groups: Vec<GroupRow> = ranking
+        .order
+        .iter()
+        .enumerate()
+        .map(|(pos, &gi)| {
+            let g = &listener.groups[gi];
+            let share = plan.shares[gi];
+            let fractions = balancers[gi].expected_shares(now);
+            let endpoints = g
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(ei, e)| EndpointRow {
+                    address: e.address.text.clone(),
+                    weight: e.weight,
+                    state: endpoint_state(&balancers[gi], ei, e, now),
+                    share: fractions.as_ref().map(|f| f[ei] * share.total),
+                    observed: None,
+                })
+                .collect();
+            GroupRow {
+                name: g.name.clone(),
+                group_region: g.region.clone(),
+                priority: pos + 1,
+                rtt_ms: ranking.rtt_ms[gi],
+                rtt_source: ranking.source[gi],
+                ratio: ratio_of(listener, li, gi, what_if),
+                healthy: balancers[gi].usable_count(now) >= g.min_healthy as usize,
+                first_pass: share.first_pass,
+                leftover: share.leftover,
+                share: share.total,
+                method: g.balance.name(),
+                observed: None,
+                share_before: None,
+                endpoints,
+            }
+        })
+        .collect();
+
+    let verify = asks.verify.map(|n| {
+        // A fresh node: new rotation, new balancer state, then N decisions.
+        let (ranking, balancers, plan) = node_state(
+            config,
+            li,
+            listener,
+            region,
+            what_if,
+            listener.affinity,
+            now,
+        );
+        let max = verify(
+            listener,
+            &ranking.order,
+            &balancers,
+            &plan,
+            n,
+            &mut groups,
+            now,
+        );
+        (n, max)
+    });
+
+    let route = asks.client.map(|ip| {
+        let (_, balancers, plan) = node_state(
+            config,
+            li,
+            listener,
+            region,
+            what_if,
+            Affinity::SourceIp,
+            now,
+        );
+        let key = SimRequest {
+            ip,
+            key: asks.key.clone(),
+        };
+        let Some(gi) = plan.choose(ip) else {
+            return Route {
+                group: None,
+                endpoint: None,
+                note: Some("no route"),
+            };
+        };
+        let g = &listener.groups[gi];
+        let client_decides = matches!(g.balance, Balance::Hash { .. } | Balance::IpHash);
+        let endpoint = client_decides
+            .then(|| {
+                balancers[gi]
+                    .pick(&key, now)
+                    .map(|p| p.address().text.clone())
+            })
+            .flatten();
+        let note = (!client_decides).then_some("the method does not map clients to endpoints");
+        Route {
+            group: Some(g.name.clone()),
+            endpoint,
+            note,
+        }
+    });
+
+    RegionReport {
+        region: region.to_owned(),
+        mode: plan.mode,
+        groups,
+        verify,
+        route,
+    }
+}
+
+fn endpoint_state(
+    b: &GroupBalancer,
+    ei: usize,
+    e: &gtd::config::Endpoint,
+    now: Instant,
+) -> &'static str {
+    if !e.enabled {
+        "disabled"
+    } else if e.down {
+        "down"
+    } else if e.drain {
+        "drain"
+    } else if !b.endpoints()[ei].is_usable(now) {
+        "failing"
+    } else if e.backup {
+        "backup"
+    } else {
+        "up"
+    }
+}
+
+/// Drives `n` real decisions (group, then endpoint) and fills `observed`; returns the largest
+/// deviation from the expected share, in points, over groups and knowable endpoints.
+fn verify(
+    listener: &Listener,
+    order: &[usize],
+    balancers: &[GroupBalancer],
+    plan: &Plan,
+    n: u64,
+    groups: &mut [GroupRow],
+    now: Instant,
+) -> f64 {
+    let mut group_hits = vec![0_u64; listener.groups.len()];
+    let mut endpoint_hits: Vec<Vec<u64>> = listener
+        .groups
+        .iter()
+        .map(|g| vec![0; g.endpoints.len()])
+        .collect();
+    for serial in 0..n {
+        let ip = synthetic_client(serial);
+        let Some(gi) = plan.choose(ip) else { continue };
+        group_hits[gi] += 1;
+        let request = SimRequest {
+            ip,
+            key: Some(format!("/verify/{serial}")),
+        };
+        if let Some(pick) = balancers[gi].pick(&request, now) {
+            endpoint_hits[gi][pick.index()] += 1;
+        }
+    }
+    let pct = |hits: u64| {
+        if n == 0 {
+            0.0
+        } else {
+            hits as f64 * 100.0 / n as f64
+        }
+    };
+    let mut max_dev = 0.0_f64;
+    for (row, &gi) in groups.iter_mut().zip(order) {
+        let observed = pct(group_hits[gi]);
+        max_dev = max_dev.max((observed - row.share).abs());
+        row.observed = Some(observed);
+        for (ei, e) in row.endpoints.iter_mut().enumerate() {
+            let observed = pct(endpoint_hits[gi][ei]);
+            if let Some(expected) = e.share {
+                max_dev = max_dev.max((observed - expected).abs());
+            }
+            e.observed = Some(observed);
+        }
+    }
+    max_dev
+}
+
+/// The `serial`-th synthetic client of `--verify`: addresses spread over 10.0.0.0/8.
+fn synthetic_client(serial: u64) -> IpAddr {
+    // A fixed odd multiplier walks the /8 without repeating for 2^24 clients.
+    let x = (serial.wrapping_mul(0x9E3779B1) & 0x00FF_FFFF) as u32;
+    IpAddr::V4(Ipv4Addr::from(0x0A00_0000 | x))
+}
+
+/// A request as the simulator presents it to a balancer: the client address, and either the
+/// `--key` given or a distinct key per decision, used for every key variable (`$request_uri`,
+/// `$http_*`, `$cookie_*`).
+struct SimRequest {
+    ip: IpAddr,
+    key: Option<String>,
+}
+
+impl SimRequest {
+    fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
+impl RequestKey for SimRequest {
+    fn remote_ip(&self) -> IpAddr {
+        self.ip
+    }
+    fn request_uri(&self) -> Option<&str> {
+        self.key()
+    }
+    fn header(&self, _name: &str) -> Option<&str> {
+        self.key()
+    }
+    fn cookie(&self, _name: &str) -> Option<&str> {
+        self.key()
+    }
+}
+
+/// Applies `--compare`: each group's share under `before` (0 when the group is new there).
+pub(crate) fn attach_before(after: &mut [ListenerReport], before: &[ListenerReport]) {
+    for l in after {
+        let old_l = before.iter().find(|o| o.name == l.name);
+        for r in &mut l.regions {
+            let old_r = old_l.and_then(|o| o.regions.iter().find(|x| x.region == r.region));
+            for g in &mut r.groups {
+                let old = old_r
+                    .and_then(|o| o.groups.iter().find(|x| x.name == g.name))
+                    .map_or(0.0, |x| x.share);
+                g.share_before = Some(old);
+            }
+        }
+    }
+}
+
+/// Demand-weighted totals over regions, listener by listener, groups in config order.
+pub(crate) fn totals(
+    config: &Config,
+    reports: &[ListenerReport],
+    demand: &std::collections::BTreeMap<String, f64>,
+) -> Vec<Total> {
+    let mut out = Vec::new();
+    for l in reports {
+        let Some(listener) = config.listeners.iter().find(|x| x.name == l.name) else {
+            continue;
+        };
+        for g in &listener.groups {
+            let rows = l.regions.iter().filter_map(|r| {
+                let amount = demand.get(&r.region).copied().unwrap_or(0.0);
+                r.groups
+                    .iter()
+                    .find(|x| x.name == g.name)
+                    .map(|row| (amount, row))
+            });
+            let rows: Vec<(f64, &GroupRow)> = rows.collect();
+            let load = rows.iter().map(|(a, row)| a * row.share / 100.0).sum();
+            out.push(Total {
+                listener: l.name.clone(),
+                group: g.name.clone(),
+                endpoint: None,
+                load: Some(load),
+            });
+            for (ei, e) in g.endpoints.iter().enumerate() {
+                let load = rows
+                    .iter()
+                    .map(|(a, row)| row.endpoints[ei].share.map(|s| a * s / 100.0))
+                    .try_fold(0.0, |acc, x| x.map(|v| acc + v));
+                out.push(Total {
+                    listener: l.name.clone(),
+                    group: g.name.clone(),
+                    endpoint: Some(e.address.text.clone()),
+                    load,
+                });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,427 @@
+//! Output: the terminal table, the JSON contract of SPEC 8, and CSV.
+
+use std::fmt::Write as _;
+
+use gtd::split::Mode;
+use serde_json::{Value, json};
+
+use crate::engine::{GroupRow, ListenerReport, RegionReport, Total};
+
+/// Everything one run prints.
+pub(crate) struct Output<'a> {
+    pub(crate) reports: &'a [ListenerReport],
+    pub(crate) totals: Option<&'a [Total]>,
+    pub(crate) client: Option<(String, Option<String>)>,
+    pub(crate) compare: bool,
+}
+
+// ---------------------------------------------------------------- table
+
+/// A column's alignment.
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// A minimal aligned-columns table.
+struct Table {
+    aligns: Vec<Align>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[(&str, Align)]) -> Table {
+        Table {
+            aligns: header.iter().map(|(_, a)| *a).collect(),
+            rows: vec![header.iter().map(|(h, _)| (*h).to_owned()).collect()],
+        }
+    }
+
+    fn push(&mut self, row: Vec<String>) {
+        debug_assert_eq!(row.len(), self.aligns.len());
+        self.rows.push(row);
+    }
+
+    fn render(&self, indent: &str, out: &mut String) {
+        let widths: Vec<usize> = (0..self.aligns.len())
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in &self.rows {
+            let mut line = String::from(indent);
+            for (c, cell) in row.iter().enumerate() {
+                if c > 0 {
+                    line.push_str("  ");
+                }
+                let pad = widths[c] - cell.chars().count();
+                match self.aligns[c] {
+                    Align::Left => {
+                        line.push_str(cell);
+                        line.extend(std::iter::repeat_n(' ', pad));
+                    }
+                    Align::Right => {
+                        line.extend(std::iter::repeat_n(' ', pad));
+                        line.push_str(cell);
+                    }
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+fn ratio(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn mode_line(r: &RegionReport, failover: &str) -> String {
+    let top_unhealthy = r
+        .groups
+        .iter()
+        .find(|g| g.ratio > 0.0)
+        .filter(|g| !g.healthy)
+        .map(|g| g.name.as_str());
+    let taker = r
+        .groups
+        .iter()
+        .find(|g| g.share > 0.0)
+        .map(|g| g.name.as_str());
+    match r.mode {
+        Mode::Cascade => "mode cascade".to_owned(),
+        Mode::Failover => format!(
+            "mode FAILOVER — {} is unhealthy; {}",
+            top_unhealthy.unwrap_or("the top group"),
+            if failover == "next-priority" {
+                format!(
+                    "{} takes all traffic, ratios ignored (next-priority)",
+                    taker.unwrap_or("?")
+                )
+            } else {
+                "the cascade runs over the healthy groups (recompute)".to_owned()
+            }
+        ),
+        Mode::FailOpen => {
+            "mode FAIL-OPEN — no group is healthy; routing as if all were (fail_open = true)"
+                .to_owned()
+        }
+        Mode::NoRoute => {
+            "mode NO-ROUTE — no group can take traffic: TCP closed, UDP dropped, HTTP 503"
+                .to_owned()
+        }
+    }
+}
+
+/// The human table.
+pub(crate) fn table(o: &Output<'_>) -> String {
+    let mut out = String::new();
+    let verify = o
+        .reports
+        .iter()
+        .any(|l| l.regions.iter().any(|r| r.verify.is_some()));
+    for (li, l) in o.reports.iter().enumerate() {
+        if li > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "listener {} — {} :{} · failover {} · fail_open {} · affinity {}",
+            l.name,
+            l.protocol,
+            l.port,
+            l.failover,
+            if l.fail_open { "on" } else { "off" },
+            l.affinity
+        );
+        for r in &l.regions {
+            let _ = writeln!(out, "\n  node {} · {}", r.region, mode_line(r, l.failover));
+            let mut header = vec![
+                ("#", Align::Right),
+                ("group", Align::Left),
+                ("region", Align::Left),
+                ("rtt ms", Align::Right),
+                ("ratio", Align::Right),
+                ("health", Align::Left),
+                ("first pass", Align::Right),
+                ("", Align::Left),
+                ("leftover", Align::Right),
+                ("", Align::Left),
+                ("share %", Align::Right),
+            ];
+            if verify {
+                header.push(("observed", Align::Right));
+            }
+            if o.compare {
+                header.push(("before", Align::Right));
+                header.push(("delta", Align::Right));
+            }
+            header.push(("method", Align::Left));
+            let mut t = Table::new(&header);
+            for g in &r.groups {
+                t.push(group_cells(g, verify, o.compare));
+                for e in &g.endpoints {
+                    let mut row = vec![
+                        String::new(),
+                        format!("  {}", e.address),
+                        format!("w{} {}", e.weight, e.state),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        e.share.map_or_else(|| "load-dependent".to_owned(), pct),
+                    ];
+                    if verify {
+                        row.push(e.observed.map(pct).unwrap_or_default());
+                    }
+                    if o.compare {
+                        row.push(String::new());
+                        row.push(String::new());
+                    }
+                    row.push(String::new());
+                    t.push(row);
+                }
+            }
+            t.render("  ", &mut out);
+            if let Some((n, max)) = r.verify {
+                let _ = writeln!(
+                    out,
+                    "  verify: {n} decisions through the real selectors; largest deviation {max:.2} points"
+                );
+            }
+            if let (Some(route), Some((ip, key))) = (&r.route, &o.client) {
+                let who = match key {
+                    Some(k) => format!("client {ip} key {k:?}"),
+                    None => format!("client {ip}"),
+                };
+                let _ = match (&route.group, &route.endpoint, route.note) {
+                    (None, _, _) => writeln!(out, "  {who} → no route"),
+                    (Some(g), Some(e), _) => writeln!(out, "  {who} → group {g}, endpoint {e}"),
+                    (Some(g), None, note) => {
+                        writeln!(
+                            out,
+                            "  {who} → group {g} (endpoint: {})",
+                            note.unwrap_or("none usable")
+                        )
+                    }
+                };
+            }
+        }
+    }
+    if let Some(totals) = o.totals {
+        out.push_str("\ndemand-weighted load, summed over regions (scenario [demand])\n");
+        let mut t = Table::new(&[
+            ("listener", Align::Left),
+            ("group", Align::Left),
+            ("endpoint", Align::Left),
+            ("load", Align::Right),
+        ]);
+        for row in totals {
+            t.push(vec![
+                row.listener.clone(),
+                row.group.clone(),
+                row.endpoint.clone().unwrap_or_default(),
+                row.load.map_or_else(|| "load-dependent".to_owned(), pct),
+            ]);
+        }
+        t.render("  ", &mut out);
+    }
+    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (SPEC 3.2)\n");
+    out
+}
+
+fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
+    let mut row = vec![
+        g.priority.to_string(),
+        g.name.clone(),
+        g.group_region.clone(),
+        format!("{:.2} {}", g.rtt_ms, &g.rtt_source.as_str()[..3]),
+        ratio(g.ratio),
+        (if g.healthy { "healthy" } else { "UNHEALTHY" }).to_owned(),
+        pct(g.first_pass),
+        "+".to_owned(),
+        pct(g.leftover),
+        "=".to_owned(),
+        pct(g.share),
+    ];
+    if verify {
+        row.push(g.observed.map(pct).unwrap_or_default());
+    }
+    if compare {
+        let before = g.share_before.unwrap_or(0.0);
+        row.push(pct(before));
+        row.push(format!("{:+.2}", g.share - before));
+    }
+    row.push(g.method.to_owned());
+    row
+}
+
+// ---------------------------------------------------------------- JSON
+
+/// The SPEC 8 JSON document.
+pub(crate) fn json(o: &Output<'_>) -> String {
+    let listeners: Vec<Value> = o
+        .reports
+        .iter()
+        .map(|l| {
+            let regions: Vec<Value> = l
+                .regions
+                .iter()
+                .map(|r| region_json(r, o.compare))
+                .collect();
+            json!({"listener": l.name, "protocol": l.protocol, "port": l.port, "regions": regions})
+        })
+        .collect();
+    let mut doc = json!({ "listeners": listeners });
+    if let Some(totals) = o.totals {
+        doc["totals"] = totals
+            .iter()
+            .map(|t| json!({"listener": t.listener, "group": t.group, "endpoint": t.endpoint, "load": t.load}))
+            .collect();
+    }
+    let mut s = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+    s.push('\n');
+    s
+}
+
+fn region_json(r: &RegionReport, compare: bool) -> Value {
+    let groups: Vec<Value> = r
+        .groups
+        .iter()
+        .map(|g| {
+            let endpoints: Vec<Value> = g
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let mut v = json!({"address": e.address, "share": e.share, "weight": e.weight, "state": e.state});
+                    if let Some(obs) = e.observed {
+                        v["observed"] = json!(obs);
+                    }
+                    v
+                })
+                .collect();
+            let mut v = json!({
+                "name": g.name, "priority": g.priority, "rtt_ms": g.rtt_ms, "rtt_source": g.rtt_source.as_str(),
+                "region": g.group_region, "ratio": g.ratio, "healthy": g.healthy,
+                "first_pass": g.first_pass, "leftover": g.leftover, "share": g.share,
+                "method": g.method, "endpoints": endpoints,
+            });
+            if let Some(obs) = g.observed {
+                v["observed"] = json!(obs);
+            }
+            if compare {
+                let before = g.share_before.unwrap_or(0.0);
+                v["share_before"] = json!(before);
+                v["delta"] = json!(g.share - before);
+            }
+            v
+        })
+        .collect();
+    let mut v = json!({"region": r.region, "mode": r.mode.as_str(), "groups": groups});
+    if let Some((n, max)) = r.verify {
+        v["decisions"] = json!(n);
+        v["max_deviation"] = json!(max);
+    }
+    if let Some(route) = &r.route {
+        v["route"] = json!({"group": route.group, "endpoint": route.endpoint});
+    }
+    v
+}
+
+// ---------------------------------------------------------------- CSV
+
+/// One row per group and per endpoint (`kind`), plus `total` rows for demand.
+pub(crate) fn csv(o: &Output<'_>) -> String {
+    let mut out = String::from(
+        "kind,listener,region,mode,priority,group,group_region,rtt_ms,rtt_source,ratio,healthy,first_pass,leftover,share,endpoint,weight,state,observed,share_before,delta,load\n",
+    );
+    let f = |x: f64| format!("{x:.6}");
+    let opt = |x: Option<f64>| x.map(f).unwrap_or_default();
+    for l in o.reports {
+        for r in &l.regions {
+            for g in &r.groups {
+                let (before, delta) = if o.compare {
+                    let b = g.share_before.unwrap_or(0.0);
+                    (f(b), f(g.share - b))
+                } else {
+                    (String::new(), String::new())
+                };
+                let _ = writeln!(
+                    out,
+                    "group,{},{},{},{},{},{},{},{},{},{},{},{},{},,,,{},{},{},",
+                    l.name,
+                    r.region,
+                    r.mode.as_str(),
+                    g.priority,
+                    g.name,
+                    g.group_region,
+                    f(g.rtt_ms),
+                    g.rtt_source.as_str(),
+                    f(g.ratio),
+                    g.healthy,
+                    f(g.first_pass),
+                    f(g.leftover),
+                    f(g.share),
+                    opt(g.observed),
+                    before,
+                    delta
+                );
+                for e in &g.endpoints {
+                    let _ = writeln!(
+                        out,
+                        "endpoint,{},{},{},{},{},{},,,,,,,{},{},{},{},{},,,",
+                        l.name,
+                        r.region,
+                        r.mode.as_str(),
+                        g.priority,
+                        g.name,
+                        g.group_region,
+                        opt(e.share),
+                        csv_field(&e.address),
+                        e.weight,
+                        e.state,
+                        opt(e.observed)
+                    );
+                }
+            }
+        }
+    }
+    if let Some(totals) = o.totals {
+        for t in totals {
+            let _ = writeln!(
+                out,
+                "total,{},,,,{},,,,,,,,,{},,,,,,{}",
+                t.listener,
+                t.group,
+                t.endpoint.as_deref().map(csv_field).unwrap_or_default(),
+                opt(t.load)
+            );
+        }
+    }
+    out
+}
+
+/// Quotes a field that contains a comma or a quote.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}

@@ -1,0 +1,224 @@
+//! What-if inputs: scenario files and command-line overrides, resolved against the config.
+//!
+//! Names follow SPEC 8: `GROUP` is that group in every listener that has it, `LISTENER/GROUP`
+//! one listener's, `LISTENER/GROUP/ADDRESS` one endpoint (`--down` only). A name that matches
+//! nothing is an error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use gtd::config::Config;
+
+/// A group or an endpoint of the config, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Target {
+    pub(crate) listener: usize,
+    pub(crate) group: usize,
+    /// `None`: the whole group.
+    pub(crate) endpoint: Option<usize>,
+}
+
+/// Everything that changes the picture besides the config itself.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WhatIf {
+    /// Groups or endpoints failing their health checks.
+    pub(crate) down: Vec<Target>,
+    /// Measured RTT per (node region, listener, group), ms.
+    pub(crate) latency: BTreeMap<(String, usize, usize), f64>,
+    /// Ratio overrides per (listener, group).
+    pub(crate) ratios: BTreeMap<(usize, usize), f64>,
+    /// Client demand per acceleration region.
+    pub(crate) demand: BTreeMap<String, f64>,
+}
+
+/// The raw, unresolved form (from a scenario file or flags).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RawWhatIf {
+    pub(crate) down: Vec<String>,
+    /// `REGION/GROUP` or `REGION/LISTENER/GROUP` → ms.
+    pub(crate) latency: Vec<(String, f64)>,
+    /// `GROUP` or `LISTENER/GROUP` → percent.
+    pub(crate) ratios: Vec<(String, f64)>,
+    pub(crate) demand: Vec<(String, f64)>,
+}
+
+impl RawWhatIf {
+    /// Reads a scenario file: `[demand]`, `[health] down = [...]`, `[latency]`, `[ratios]`.
+    pub(crate) fn from_file(path: &Path) -> Result<RawWhatIf> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading scenario {}", path.display()))?;
+        let doc: toml::Table = toml::from_str(&text).map_err(|e| {
+            let (line, col) = e
+                .span()
+                .map_or((0, 0), |s| gtd::config::position(&text, s.start));
+            anyhow!("{}:{line}:{col}: {}", path.display(), e.message())
+        })?;
+        let mut raw = RawWhatIf::default();
+        let at = |key: &str| format!("{}: [{key}]", path.display());
+        for (key, value) in &doc {
+            match key.as_str() {
+                "demand" => raw.demand = numbers(value, &at("demand"))?,
+                "latency" => raw.latency = numbers(value, &at("latency"))?,
+                "ratios" => raw.ratios = numbers(value, &at("ratios"))?,
+                "health" => {
+                    let table = value
+                        .as_table()
+                        .ok_or_else(|| anyhow!("{}: expected a table", at("health")))?;
+                    for (k, v) in table {
+                        if k != "down" {
+                            bail!("{}: unknown key {k:?} (expected \"down\")", at("health"));
+                        }
+                        let list = v.as_array().ok_or_else(|| {
+                            anyhow!("{}: down must be a list of names", at("health"))
+                        })?;
+                        for item in list {
+                            let name = item
+                                .as_str()
+                                .ok_or_else(|| anyhow!("{}: down must list names", at("health")))?;
+                            raw.down.push(name.to_owned());
+                        }
+                    }
+                }
+                "description" => {}
+                other => bail!(
+                    "{}: unknown table [{other}] (expected demand, health, latency, ratios or description)",
+                    path.display()
+                ),
+            }
+        }
+        Ok(raw)
+    }
+
+    /// Adds the command line's flags after the scenario's entries (later entries win).
+    pub(crate) fn extend(&mut self, other: RawWhatIf) {
+        self.down.extend(other.down);
+        self.latency.extend(other.latency);
+        self.ratios.extend(other.ratios);
+        self.demand.extend(other.demand);
+    }
+
+    /// Resolves every name against `config`.
+    pub(crate) fn resolve(&self, config: &Config) -> Result<WhatIf> {
+        let mut out = WhatIf::default();
+        for name in &self.down {
+            out.down.extend(
+                resolve_targets(config, name, true).with_context(|| format!("--down {name}"))?,
+            );
+        }
+        for (key, ms) in &self.latency {
+            if !(ms.is_finite() && *ms >= 0.0) {
+                bail!("latency {key}={ms}: expected milliseconds >= 0");
+            }
+            let (region, group) = key.split_once('/').ok_or_else(|| {
+                anyhow!("latency {key:?}: expected REGION/GROUP or REGION/LISTENER/GROUP")
+            })?;
+            check_region(config, region).with_context(|| format!("latency {key}"))?;
+            for t in
+                resolve_targets(config, group, false).with_context(|| format!("latency {key}"))?
+            {
+                out.latency
+                    .insert((region.to_owned(), t.listener, t.group), *ms);
+            }
+        }
+        for (key, ratio) in &self.ratios {
+            if !(0.0..=100.0).contains(ratio) {
+                bail!("ratio {key}={ratio} is out of range 0..=100");
+            }
+            for t in resolve_targets(config, key, false).with_context(|| format!("ratio {key}"))? {
+                out.ratios.insert((t.listener, t.group), *ratio);
+            }
+        }
+        for (region, amount) in &self.demand {
+            check_region(config, region).with_context(|| format!("demand {region}"))?;
+            if !(amount.is_finite() && *amount >= 0.0) {
+                bail!("demand {region}={amount}: expected an amount >= 0");
+            }
+            out.demand.insert(region.clone(), *amount);
+        }
+        out.down.sort();
+        out.down.dedup();
+        Ok(out)
+    }
+}
+
+/// Parses `NAME=NUMBER` from a flag.
+pub(crate) fn parse_assignment(s: &str) -> Result<(String, f64), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=NUMBER, got {s:?}"))?;
+    let number = value
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{value:?} is not a number"))?;
+    Ok((name.trim().to_owned(), number))
+}
+
+fn numbers(value: &toml::Value, at: &str) -> Result<Vec<(String, f64)>> {
+    let table = value
+        .as_table()
+        .ok_or_else(|| anyhow!("{at}: expected a table"))?;
+    table
+        .iter()
+        .map(|(k, v)| {
+            let n = match v {
+                toml::Value::Integer(i) => *i as f64,
+                toml::Value::Float(f) => *f,
+                _ => bail!("{at}: {k:?} must be a number"),
+            };
+            Ok((k.clone(), n))
+        })
+        .collect()
+}
+
+fn check_region(config: &Config, region: &str) -> Result<()> {
+    if config.catalog.get(region).is_none() {
+        bail!("unknown region {region:?} (not in the catalogue)");
+    }
+    Ok(())
+}
+
+/// Resolves `GROUP`, `LISTENER/GROUP` or (with `endpoints`) `LISTENER/GROUP/ADDRESS`.
+fn resolve_targets(config: &Config, name: &str, endpoints: bool) -> Result<Vec<Target>> {
+    let parts: Vec<&str> = name.splitn(3, '/').collect();
+    let mut found = Vec::new();
+    for (li, l) in config.listeners.iter().enumerate() {
+        for (gi, g) in l.groups.iter().enumerate() {
+            match parts.as_slice() {
+                [group] if g.name == *group => found.push(Target {
+                    listener: li,
+                    group: gi,
+                    endpoint: None,
+                }),
+                [listener, group] if l.name == *listener && g.name == *group => {
+                    found.push(Target {
+                        listener: li,
+                        group: gi,
+                        endpoint: None,
+                    })
+                }
+                [listener, group, address]
+                    if endpoints && l.name == *listener && g.name == *group =>
+                {
+                    if let Some(ei) = g.endpoints.iter().position(|e| e.address.text == *address) {
+                        found.push(Target {
+                            listener: li,
+                            group: gi,
+                            endpoint: Some(ei),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if found.is_empty() {
+        let form = if endpoints {
+            "GROUP, LISTENER/GROUP or LISTENER/GROUP/ADDRESS"
+        } else {
+            "GROUP or LISTENER/GROUP"
+        };
+        bail!("{name:?} matches no group or endpoint of the config (expected {form})");
+    }
+    Ok(found)
+}

@@ -1,0 +1,526 @@
+//! The `sim` binary as a user runs it: shipped config and scenarios, every worked example of
+//! SPEC 3.2 from both acceleration regions, failover modes, fail-open, overrides, formats, and
+//! golden files of the table and JSON for the shipped config (`GTD_BLESS=1` rewrites them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `sim` from the repository root; returns stdout, panics with stderr on failure.
+fn sim(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run sim");
+    assert!(
+        out.status.success(),
+        "sim {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Runs `sim` expecting failure; returns stderr.
+fn sim_err(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run sim");
+    assert!(!out.status.success(), "sim {args:?} should fail");
+    String::from_utf8(out.stderr).expect("utf-8")
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json"]);
+    serde_json::from_str(&sim(&all)).expect("valid JSON")
+}
+
+/// `(group name → share)` for one listener seen from one region, plus the mode.
+fn shares(doc: &Value, listener: &str, region: &str) -> (String, Vec<(String, f64)>) {
+    let l = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == listener)
+        .expect("listener");
+    let r = l["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["region"] == region)
+        .expect("region");
+    let groups = r["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["share"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    (r["mode"].as_str().unwrap().to_owned(), groups)
+}
+
+fn scenario(name: &str) -> Value {
+    json(&["--scenario", &format!("sim/scenarios/{name}.toml")])
+}
+
+fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
+    pairs.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect()
+}
+
+#[test]
+fn worked_examples_from_both_regions() {
+    /// (scenario, shares from cn-beijing, shares from cn-shanghai)
+    type Case<'a> = (&'a str, &'a [(&'a str, f64)], &'a [(&'a str, f64)]);
+    let cases: &[Case] = &[
+        (
+            "spec-100-100",
+            &[("beijing", 100.0), ("shanghai", 0.0)],
+            &[("shanghai", 100.0), ("beijing", 0.0)],
+        ),
+        (
+            "spec-50-100",
+            &[("beijing", 50.0), ("shanghai", 50.0)],
+            &[("shanghai", 100.0), ("beijing", 0.0)],
+        ),
+        (
+            "spec-30-100",
+            &[("beijing", 30.0), ("shanghai", 70.0)],
+            &[("shanghai", 100.0), ("beijing", 0.0)],
+        ),
+        (
+            "spec-50-50",
+            &[("beijing", 62.5), ("shanghai", 37.5)],
+            &[("shanghai", 62.5), ("beijing", 37.5)],
+        ),
+        (
+            "rollout-1-percent",
+            &[("beijing", 100.0), ("shanghai", 0.0)],
+            &[("shanghai", 1.0), ("beijing", 99.0)],
+        ),
+        (
+            "rollout-100-percent",
+            &[("beijing", 100.0), ("shanghai", 0.0)],
+            &[("shanghai", 100.0), ("beijing", 0.0)],
+        ),
+        (
+            "decommission-1-percent",
+            &[("beijing", 100.0), ("shanghai", 0.0)],
+            &[("shanghai", 1.0), ("beijing", 99.0)],
+        ),
+        (
+            "decommission-0-percent",
+            &[("beijing", 100.0), ("shanghai", 0.0)],
+            &[("shanghai", 0.0), ("beijing", 100.0)],
+        ),
+        (
+            "rollout-1-percent-beijing-50",
+            &[("beijing", 74.75), ("shanghai", 25.25)],
+            &[("shanghai", 25.75), ("beijing", 74.25)],
+        ),
+    ];
+    for (name, beijing, shanghai) in cases {
+        let doc = scenario(name);
+        assert_eq!(
+            shares(&doc, "web", "cn-beijing"),
+            ("cascade".into(), s(beijing)),
+            "{name} from cn-beijing"
+        );
+        assert_eq!(
+            shares(&doc, "web", "cn-shanghai"),
+            ("cascade".into(), s(shanghai)),
+            "{name} from cn-shanghai"
+        );
+    }
+}
+
+#[test]
+fn health_failover_scenario_sends_everything_to_shanghai() {
+    let doc = scenario("health-failover");
+    assert_eq!(
+        shares(&doc, "web", "cn-beijing"),
+        (
+            "failover".into(),
+            s(&[("beijing", 0.0), ("shanghai", 100.0)])
+        )
+    );
+    // From Shanghai the top group is shanghai itself, healthy: a plain cascade over the one
+    // eligible group (50 + leftover 50), not a failover.
+    assert_eq!(
+        shares(&doc, "web", "cn-shanghai"),
+        (
+            "cascade".into(),
+            s(&[("shanghai", 100.0), ("beijing", 0.0)])
+        )
+    );
+}
+
+#[test]
+fn first_pass_and_leftover_are_reported() {
+    let doc = json(&[]);
+    let g = &doc["listeners"][0]["regions"][0]["groups"][0];
+    assert_eq!(g["name"], "beijing");
+    assert_eq!(
+        (
+            g["first_pass"].as_f64(),
+            g["leftover"].as_f64(),
+            g["share"].as_f64()
+        ),
+        (Some(50.0), Some(12.5), Some(62.5))
+    );
+    assert_eq!(g["priority"], 1);
+    assert_eq!(g["healthy"], true);
+    // Endpoint shares by weight: 2:1 of 62.5.
+    let e = g["endpoints"].as_array().unwrap();
+    assert_eq!(e[0]["share"].as_f64().unwrap(), 62.5 * 2.0 / 3.0);
+    assert_eq!(e[1]["share"].as_f64().unwrap(), 62.5 / 3.0);
+}
+
+#[test]
+fn golden_table_and_json_for_the_shipped_config() {
+    for (args, file) in [
+        (&[][..], "sim-table.txt"),
+        (&["--format", "json"][..], "sim.json"),
+    ] {
+        let got = sim(args);
+        let path = root().join("tests/golden").join(file);
+        if std::env::var_os("GTD_BLESS").is_some() {
+            std::fs::write(&path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            got,
+            want,
+            "sim {args:?} differs from {} (GTD_BLESS=1 to accept)",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn output_is_deterministic() {
+    assert_eq!(sim(&["--verify", "2000"]), sim(&["--verify", "2000"]));
+    assert_eq!(sim(&["--format", "csv"]), sim(&["--format", "csv"]));
+}
+
+/// Writes a catalogue and config into a temp dir; returns the config path.
+fn custom(dir: &Path, listener_extra: &str, groups: &str) -> PathBuf {
+    std::fs::write(
+        dir.join("catalog.toml"),
+        r#"
+route_factor = 1.5
+[[region]]
+id = "r-a"
+name = "A"
+lat = 0.0
+lon = 0.0
+[[region]]
+id = "r-b"
+name = "B"
+lat = 0.0
+lon = 10.0
+[[region]]
+id = "r-c"
+name = "C"
+lat = 0.0
+lon = 20.0
+[[region]]
+id = "r-d"
+name = "D"
+lat = 0.0
+lon = 30.0
+[[region]]
+id = "r-e"
+name = "E"
+lat = 0.0
+lon = 40.0
+[rtt]
+"r-a/r-e" = 2.0
+"#,
+    )
+    .unwrap();
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "catalog = \"catalog.toml\"\n[[listener]]\nname = \"l\"\nprotocol = \"tcp\"\nport = 7000\nregions = [\"r-a\"]\n{listener_extra}\n{groups}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn group(name: &str, region: &str, ratio: &str, port: u16) -> String {
+    format!(
+        "[[listener.group]]\nname = \"{name}\"\nregion = \"{region}\"\nratio = {ratio}\n[[listener.group.endpoint]]\naddress = \"127.0.0.1:{port}\"\n"
+    )
+}
+
+fn five_groups(dir: &Path, extra: &str) -> PathBuf {
+    // Distances from r-a: a 0, b 10°, c 20°, d 30°, but e has a measured 2 ms override → rank 2.
+    let groups = [
+        group("ga", "r-a", "40", 9001),
+        group("gb", "r-b", "12.5", 9002),
+        group("gc", "r-c", "0", 9003),
+        group("gd", "r-d", "33.3", 9004),
+        group("ge", "r-e", "50", 9005),
+    ]
+    .concat();
+    custom(dir, extra, &groups)
+}
+
+fn order_and_shares(doc: &Value) -> (String, Vec<(String, f64)>) {
+    shares(doc, "l", "r-a")
+}
+
+#[test]
+fn five_groups_with_decimals_zero_and_a_catalogue_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    let doc = json(&["--config", cfg.to_str().unwrap()]);
+    // Order: ga (1 ms), ge (2 ms override), gb, gc, gd. Eligible: ga, ge, gb, gd (gc ratio 0).
+    // Walk: ga 40; ge 50% of 60 = 30; gb 12.5% of 30 = 3.75; gd 33.3% of 26.25 = 8.74125;
+    // leftover 17.50875 / 4 = 4.3771875 each.
+    let r = 100.0_f64;
+    let ga = r * 40.0 / 100.0;
+    let r = r - ga;
+    let ge = r * 50.0 / 100.0;
+    let r = r - ge;
+    let gb = r * 12.5 / 100.0;
+    let r = r - gb;
+    let gd = r * 33.3 / 100.0;
+    let left = (r - gd) / 4.0;
+    assert_eq!(
+        order_and_shares(&doc),
+        (
+            "cascade".into(),
+            s(&[
+                ("ga", ga + left),
+                ("ge", ge + left),
+                ("gb", gb + left),
+                ("gc", 0.0),
+                ("gd", gd + left)
+            ])
+        )
+    );
+}
+
+#[test]
+fn middle_group_down_and_both_failover_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    // A middle group down is skipped by the cascade without failover.
+    let cfg = five_groups(dir.path(), "");
+    let doc = json(&["--config", cfg.to_str().unwrap(), "--down", "ge"]);
+    let (mode, got) = order_and_shares(&doc);
+    assert_eq!(mode, "cascade");
+    let left = (100.0 - 40.0 - 7.5 - (52.5 * 33.3 / 100.0)) / 3.0;
+    assert_eq!(got[1], ("ge".into(), 0.0));
+    assert!((got[0].1 - (40.0 + left)).abs() < 1e-9);
+
+    // Top down, next-priority: the next healthy group with ratio > 0 takes everything.
+    let doc = json(&["--config", cfg.to_str().unwrap(), "--down", "l/ga"]);
+    assert_eq!(
+        order_and_shares(&doc),
+        (
+            "failover".into(),
+            s(&[
+                ("ga", 0.0),
+                ("ge", 100.0),
+                ("gb", 0.0),
+                ("gc", 0.0),
+                ("gd", 0.0)
+            ])
+        )
+    );
+
+    // Top down, recompute: the cascade over the healthy rest (ge 50; gb 6.25; gd 14.568...).
+    let cfg = five_groups(dir.path(), "failover = \"recompute\"");
+    let doc = json(&["--config", cfg.to_str().unwrap(), "--down", "l/ga"]);
+    let (mode, got) = order_and_shares(&doc);
+    assert_eq!(mode, "failover");
+    let ge = 50.0;
+    let gb = 50.0 * 12.5 / 100.0;
+    let gd = (50.0 - gb) * 33.3 / 100.0;
+    let left = (50.0 - gb - gd) / 3.0;
+    assert_eq!(
+        got,
+        s(&[
+            ("ga", 0.0),
+            ("ge", ge + left),
+            ("gb", gb + left),
+            ("gc", 0.0),
+            ("gd", gd + left)
+        ])
+    );
+}
+
+#[test]
+fn fail_open_and_no_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    let all = [
+        "--down", "ga", "--down", "gb", "--down", "gc", "--down", "gd", "--down", "ge",
+    ];
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(all);
+    let (mode, got) = order_and_shares(&json(&args));
+    assert_eq!(mode, "no-route");
+    assert!(got.iter().all(|(_, v)| *v == 0.0));
+
+    let cfg = five_groups(dir.path(), "fail_open = true");
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend(all);
+    let (mode, got) = order_and_shares(&json(&args));
+    assert_eq!(mode, "fail-open");
+    let sum: f64 = got.iter().map(|(_, v)| v).sum();
+    assert!((sum - 100.0).abs() < 1e-9);
+    assert_eq!(
+        got[3],
+        ("gc".into(), 0.0),
+        "ratio 0 stays at 0 in fail-open"
+    );
+}
+
+#[test]
+fn latency_and_ratio_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    // Measured: gd is now the closest group from r-a.
+    let doc = json(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--latency",
+        "r-a/gd=0.5",
+        "--set",
+        "l/gd=100",
+    ]);
+    let (_, got) = order_and_shares(&doc);
+    assert_eq!(got[0], ("gd".into(), 100.0));
+    let g = &doc["listeners"][0]["regions"][0]["groups"][0];
+    assert_eq!(
+        (g["rtt_ms"].as_f64(), g["rtt_source"].as_str()),
+        (Some(0.5), Some("measured"))
+    );
+    // Unknown names are errors.
+    let err = sim_err(&["--config", cfg.to_str().unwrap(), "--set", "nosuch=5"]);
+    assert!(err.contains("\"nosuch\" matches no group"), "{err}");
+    let err = sim_err(&["--config", cfg.to_str().unwrap(), "--set", "ga=150"]);
+    assert!(err.contains("out of range"), "{err}");
+}
+
+#[test]
+fn verify_drives_the_real_selectors() {
+    let doc = json(&["--verify", "8000"]);
+    for l in doc["listeners"].as_array().unwrap() {
+        for r in l["regions"].as_array().unwrap() {
+            assert_eq!(r["decisions"], 8000);
+            let max = r["max_deviation"].as_f64().unwrap();
+            // Rotation and round robin are exact to within a decision or two; source-ip
+            // affinity and hashing are statistical over 8000 synthetic clients.
+            let bound = if l["listener"] == "web" { 0.05 } else { 3.0 };
+            assert!(
+                max < bound,
+                "{} {}: max deviation {max}",
+                l["listener"],
+                r["region"]
+            );
+            for g in r["groups"].as_array().unwrap() {
+                assert!(g["observed"].is_number());
+            }
+        }
+    }
+}
+
+#[test]
+fn compare_shows_before_and_delta() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.toml");
+    let text = std::fs::read_to_string(root().join("config.toml"))
+        .unwrap()
+        .replace(
+            "catalog = \"regions/catalog.toml\"",
+            &format!(
+                "catalog = \"{}\"",
+                root().join("regions/catalog.toml").display()
+            ),
+        );
+    // The old config had web/beijing at 100.
+    let old_text = text.replacen("ratio = 50", "ratio = 100", 1);
+    std::fs::write(&old, old_text).unwrap();
+    let doc = json(&["--compare", old.to_str().unwrap()]);
+    let g = &doc["listeners"][0]["regions"][0]["groups"][0];
+    assert_eq!(
+        (
+            g["share_before"].as_f64(),
+            g["share"].as_f64(),
+            g["delta"].as_f64()
+        ),
+        (Some(100.0), Some(62.5), Some(-37.5))
+    );
+}
+
+#[test]
+fn demand_totals() {
+    let doc = scenario("demand");
+    let totals = doc["totals"].as_array().unwrap();
+    let web_beijing = totals
+        .iter()
+        .find(|t| t["listener"] == "web" && t["group"] == "beijing" && t["endpoint"].is_null())
+        .unwrap();
+    // 12000 × 62.5% + 8000 × 37.5%.
+    assert_eq!(
+        web_beijing["load"].as_f64(),
+        Some(12000.0 * 0.625 + 8000.0 * 0.375)
+    );
+    let table = sim(&["--scenario", "sim/scenarios/demand.toml"]);
+    assert!(table.contains("demand-weighted load"), "{table}");
+}
+
+#[test]
+fn csv_has_a_row_per_group_and_endpoint() {
+    let csv = sim(&["--format", "csv", "--region", "cn-beijing"]);
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == header.len()));
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let web_bj = rows
+        .iter()
+        .find(|r| r[0] == "group" && r[1] == "web" && r[col("group")] == "beijing")
+        .unwrap();
+    assert_eq!(web_bj[col("share")], "62.500000");
+    assert!(
+        rows.iter()
+            .all(|r| r[col("region")] == "cn-beijing" || r[0] == "total")
+    );
+}
+
+#[test]
+fn client_route() {
+    let doc = json(&["--client", "203.0.113.9"]);
+    for l in doc["listeners"].as_array().unwrap() {
+        for r in l["regions"].as_array().unwrap() {
+            assert!(r["route"]["group"].is_string(), "{r}");
+        }
+    }
+    // The UDP listener hashes $remote_addr: the endpoint is known and stable.
+    let voice = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == "voice")
+        .unwrap();
+    assert!(voice["regions"][0]["route"]["endpoint"].is_string());
+    assert_eq!(json(&["--client", "203.0.113.9"]), doc);
+}
