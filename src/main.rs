@@ -1,8 +1,10 @@
 //! The `gtd` node binary.
 //!
-//! `gtd check [--config F] [--regions R]` validates a config and its region catalogue: every
-//! error on stderr as `FILE:LINE:COL: path: message` and exit status 1, or a summary on stdout
-//! and exit status 0.
+//! - `gtd run [--config F] --region ID [--bind IP]` runs the listener node of one acceleration
+//!   region until SIGTERM (drain) — SIGHUP reloads the config.
+//! - `gtd check [--config F] [--regions R]` validates a config and its region catalogue: every
+//!   error on stderr as `FILE:LINE:COL: path: message` and exit status 1, or a summary on stdout
+//!   and exit status 0.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -21,6 +23,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the listener node of one acceleration region: serves every listener that lists it.
+    Run {
+        /// The config file (re-read on SIGHUP and POST /reload).
+        #[arg(long, short, default_value = "config.toml")]
+        config: PathBuf,
+        /// The region catalogue to use instead of the config's `catalog = ...`.
+        #[arg(long)]
+        regions: Option<PathBuf>,
+        /// This node's acceleration region (an id from the catalogue).
+        #[arg(long)]
+        region: String,
+        /// Address the listeners bind to.
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: std::net::IpAddr,
+        /// Admin server address, overriding `[admin] bind`.
+        #[arg(long)]
+        admin: Option<std::net::SocketAddr>,
+    },
     /// Validate a config file and its region catalogue; print every error, or a summary.
     Check {
         /// The config file.
@@ -35,7 +55,42 @@ enum Command {
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::Check { config, regions } => check(config, regions),
+        Command::Run {
+            config,
+            regions,
+            region,
+            bind,
+            admin,
+        } => run(gtd::node::Options {
+            config,
+            regions,
+            region,
+            bind,
+            admin_bind: admin,
+        }),
     }
+}
+
+fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        match gtd::node::Node::start(options).await {
+            Ok(node) => {
+                node.run_until_signal().await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("gtd: {e:#}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    })
 }
 
 fn check(config: PathBuf, regions: Option<PathBuf>) -> anyhow::Result<ExitCode> {

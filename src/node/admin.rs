@@ -1,0 +1,212 @@
+//! The admin server (SPEC 7): `/status`, `/metrics`, `/healthz`, endpoint enable/disable and
+//! `/reload`. Mutating calls need `Authorization: Bearer TOKEN` when `[admin] token` is set.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+
+type Body = Full<Bytes>;
+
+/// Serves the admin API on `socket` until `stop`.
+pub(crate) async fn serve(node: Arc<Inner>, socket: TcpListener, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            () = stop.cancelled() => return,
+            r = socket.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let node = node.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let node = node.clone();
+                async move { Ok::<_, Infallible>(handle(&node, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = conn => if let Err(e) = r { tracing::debug!(error = %e, "admin connection"); },
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .expect("static response parts")
+}
+
+fn json_reply(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut text = serde_json::to_string_pretty(v).expect("JSON of plain values");
+    text.push('\n');
+    reply(status, "application/json", text)
+}
+
+fn authorized(node: &Inner, req: &Request<Incoming>) -> bool {
+    let Some(token) = node.snapshot.load().config.admin.token.clone() else {
+        return true;
+    };
+    req.headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+}
+
+/// Compares without an early exit, so response timing does not reveal the token's prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match (req.method(), seg.as_slice()) {
+        (&Method::GET, ["healthz"]) => reply(StatusCode::OK, "text/plain", "ok\n"),
+        (&Method::GET, ["metrics"]) => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            node.registry.render(),
+        ),
+        (&Method::GET, ["status"]) => json_reply(StatusCode::OK, &status(node)),
+        (&Method::POST, _) if !authorized(node, &req) => json_reply(
+            StatusCode::UNAUTHORIZED,
+            &json!({"error": "this call needs Authorization: Bearer <[admin] token>"}),
+        ),
+        (&Method::POST, ["reload"]) => match node.reload().await {
+            Ok(()) => json_reply(StatusCode::OK, &json!({"result": "ok"})),
+            Err(e) => json_reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({"result": "error", "error": e}),
+            ),
+        },
+        (
+            &Method::POST,
+            [
+                "endpoints",
+                listener,
+                group,
+                address,
+                action @ ("enable" | "disable"),
+            ],
+        ) => match node.set_enabled(listener, group, address, *action == "enable") {
+            Ok(()) => json_reply(
+                StatusCode::OK,
+                &json!({"listener": listener, "group": group, "endpoint": address, "enabled": *action == "enable"}),
+            ),
+            Err(e) => json_reply(StatusCode::NOT_FOUND, &json!({"error": e})),
+        },
+        (_, ["healthz" | "metrics" | "status" | "reload"]) | (_, ["endpoints", ..]) => json_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"error": "method not allowed"}),
+        ),
+        _ => json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "POST /reload",
+                "POST /endpoints/{listener}/{group}/{address}/enable|disable"]}),
+        ),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(hi << 4 | lo);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `/status` document (SPEC 7).
+fn status(node: &Inner) -> Value {
+    let snap = node.snapshot.load();
+    let now = Instant::now();
+    let listeners: Vec<Value> = snap
+        .listeners
+        .iter()
+        .map(|l| {
+            let planned = l.planned.load();
+            let groups: Vec<Value> = planned
+                .ranking
+                .order
+                .iter()
+                .enumerate()
+                .map(|(pos, &gi)| {
+                    let g = &l.groups[gi];
+                    let cfg = &l.cfg.groups[gi];
+                    let share = planned.plan.shares[gi];
+                    let endpoints: Vec<Value> = g
+                        .balancer
+                        .endpoints()
+                        .iter()
+                        .zip(&cfg.endpoints)
+                        .map(|(state, e)| {
+                            json!({
+                                "address": e.address.text, "healthy": state.is_usable(now), "enabled": state.is_enabled(),
+                                "active": state.active(), "weight": e.weight, "fails": state.fails(),
+                                "backup": e.backup, "down": e.down, "drain": e.drain,
+                            })
+                        })
+                        .collect();
+                    json!({
+                        "name": g.name, "region": cfg.region, "priority": pos + 1,
+                        "rtt_ms": planned.ranking.rtt_ms[gi], "rtt_source": planned.ranking.source[gi].as_str(),
+                        "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
+                        "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
+                        "method": cfg.balance.name(), "endpoints": endpoints,
+                    })
+                })
+                .collect();
+            json!({
+                "name": l.cfg.name, "protocol": l.cfg.protocol.as_str(), "port": l.cfg.port,
+                "mode": planned.plan.mode.as_str(), "groups": groups,
+            })
+        })
+        .collect();
+    json!({
+        "node": {
+            "region": node.region, "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": node.started.elapsed().as_secs(), "config": snap.config.source.display().to_string(),
+        },
+        "listeners": listeners,
+    })
+}

@@ -1,0 +1,410 @@
+//! The listener node (`gtd run`): serves every listener that lists its acceleration region.
+//!
+//! Data flow: [`Node::start`] loads the config, builds a [`state::Snapshot`] and binds every
+//! listener's socket; accept loops (`tcp.rs`) and receive loops (`udp.rs`) load the snapshot
+//! per connection/flow (lock-free) and ask `split` and `balance` for decisions through
+//! [`route::Router`]. The planner re-reads group health every 250 ms (and at once after admin
+//! toggles and passive failures) and swaps in a new plan when a fact changed. Reload (SIGHUP,
+//! `POST /reload`) builds and validates a whole new snapshot, binds new ports, then swaps it in;
+//! a bad config keeps the running one. SIGTERM stops accepting and drains.
+
+pub mod admin;
+pub mod metrics;
+pub mod proxy_protocol;
+pub mod relay;
+pub mod route;
+pub mod state;
+pub mod tcp;
+pub mod udp;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use arc_swap::ArcSwap;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{self, Config, Protocol};
+
+use self::metrics::Registry;
+use self::state::Snapshot;
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The config file (re-read on reload).
+    pub config: PathBuf,
+    /// Region catalogue override.
+    pub regions: Option<PathBuf>,
+    /// This node's acceleration region.
+    pub region: String,
+    /// Address the listeners bind to.
+    pub bind: IpAddr,
+    /// Admin bind override (tests, demo); else `[admin] bind`.
+    pub admin_bind: Option<SocketAddr>,
+}
+
+/// A running node.
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+/// A bound listener socket and the token that stops its loop.
+struct Bound {
+    addr: SocketAddr,
+    stop: CancellationToken,
+}
+
+/// State shared by the node's tasks.
+pub(crate) struct Inner {
+    opts: Options,
+    region: String,
+    pub(crate) snapshot: ArcSwap<Snapshot>,
+    pub(crate) registry: Registry,
+    /// Connection and flow tasks (drained on shutdown).
+    pub(crate) tracker: TaskTracker,
+    started: Instant,
+    /// Bound sockets by (udp, port); the lock serialises reloads (never taken by decisions).
+    bound: Mutex<BTreeMap<(bool, u16), Bound>>,
+    /// Stops accept loops, the planner and the admin server.
+    stop: CancellationToken,
+    admin_addr: SocketAddr,
+    reloads_ok: ::metrics::Counter,
+    reloads_err: ::metrics::Counter,
+}
+
+fn load(opts: &Options) -> Result<Config> {
+    let config = config::load(&opts.config, opts.regions.as_deref()).map_err(|errors| {
+        let n = errors.0.len();
+        anyhow!(
+            "{errors}\n{n} error{} in {}",
+            if n == 1 { "" } else { "s" },
+            opts.config.display()
+        )
+    })?;
+    if config.catalog.get(&opts.region).is_none() {
+        bail!("--region {}: not in the region catalogue", opts.region);
+    }
+    if !config
+        .listeners
+        .iter()
+        .any(|l| l.regions.contains(&opts.region))
+    {
+        let served: std::collections::BTreeSet<&str> = config
+            .listeners
+            .iter()
+            .flat_map(|l| l.regions.iter().map(String::as_str))
+            .collect();
+        bail!(
+            "--region {}: no listener lists this region (listeners are served from: {})",
+            opts.region,
+            served.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(config)
+}
+
+impl Node {
+    /// Loads the config, binds every socket and starts serving. Fails (binding nothing) on a bad
+    /// config or a port that cannot be bound.
+    pub async fn start(opts: Options) -> Result<Node> {
+        let config = Arc::new(load(&opts)?);
+        let registry = Registry::new();
+        let now = Instant::now();
+        let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now);
+        let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
+        let admin = TcpListener::bind(admin_bind)
+            .await
+            .with_context(|| format!("binding the admin server on {admin_bind}"))?;
+        let admin_addr = admin.local_addr()?;
+        let inner = Arc::new(Inner {
+            region: opts.region.clone(),
+            opts,
+            snapshot: ArcSwap::from_pointee(snapshot),
+            reloads_ok: registry.counter(&metrics::CONFIG_RELOADS_TOTAL, &["ok"]),
+            reloads_err: registry.counter(&metrics::CONFIG_RELOADS_TOTAL, &["error"]),
+            registry,
+            tracker: TaskTracker::new(),
+            started: now,
+            bound: Mutex::new(BTreeMap::new()),
+            stop: CancellationToken::new(),
+            admin_addr,
+        });
+        {
+            let mut bound = inner.bound.lock().await;
+            let wanted = wanted_ports(&inner.snapshot.load());
+            let fresh = bind_all(inner.opts.bind, &wanted, &bound).await?;
+            start_loops(&inner, fresh, &mut bound);
+        }
+        tokio::spawn(admin::serve(inner.clone(), admin, inner.stop.clone()));
+        tokio::spawn(planner(inner.clone()));
+        tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
+        Ok(Node { inner })
+    }
+
+    /// The admin server's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.inner.admin_addr
+    }
+
+    /// Every bound listener socket: (listener name, address).
+    pub async fn listener_addrs(&self) -> Vec<(String, SocketAddr)> {
+        let bound = self.inner.bound.lock().await;
+        let snap = self.inner.snapshot.load();
+        snap.listeners
+            .iter()
+            .filter_map(|l| {
+                let udp = l.cfg.protocol == Protocol::Udp;
+                bound
+                    .get(&(udp, l.cfg.port))
+                    .map(|b| (l.cfg.name.clone(), b.addr))
+            })
+            .collect()
+    }
+
+    /// Reloads the config file (as SIGHUP does).
+    pub async fn reload(&self) -> std::result::Result<(), String> {
+        self.inner.reload().await
+    }
+
+    /// Stops accepting, lets open connections finish for up to the longest `drain_timeout`,
+    /// then closes what is left.
+    pub async fn shutdown(self) {
+        let drain = self
+            .inner
+            .snapshot
+            .load()
+            .listeners
+            .iter()
+            .map(|l| l.cfg.drain_timeout)
+            .max()
+            .unwrap_or_default();
+        self.inner.stop.cancel();
+        {
+            let mut bound = self.inner.bound.lock().await;
+            for (_, b) in std::mem::take(&mut *bound) {
+                b.stop.cancel();
+            }
+        }
+        self.inner.tracker.close();
+        let open = self.inner.tracker.len();
+        if open > 0 {
+            tracing::info!(open, drain_s = drain.as_secs_f64(), "draining connections");
+        }
+        if tokio::time::timeout(drain, self.inner.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.inner.tracker.len(),
+                "drain timeout: closing remaining connections"
+            );
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads.
+    pub async fn run_until_signal(self) -> Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => {
+                    if let Err(e) = self.reload().await {
+                        tracing::error!("reload failed, keeping the running config:\n{e}");
+                    }
+                }
+            }
+        }
+        tracing::info!("stopping");
+        self.shutdown().await;
+        Ok(())
+    }
+}
+
+impl Inner {
+    pub(crate) fn source_ip(&self) -> Option<IpAddr> {
+        self.snapshot.load().config.node.source_ip
+    }
+
+    /// Build and validate the new state, bind new ports, then swap; else keep the old.
+    pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
+        let mut bound = self.bound.lock().await;
+        let result = async {
+            let config = Arc::new(load(&self.opts).map_err(|e| format!("{e:#}"))?);
+            let old = self.snapshot.load_full();
+            let next = Snapshot::build(
+                config,
+                &self.region,
+                Some(&old),
+                &self.registry,
+                Instant::now(),
+            );
+            let wanted = wanted_ports(&next);
+            let fresh = bind_all(self.opts.bind, &wanted, &bound)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            self.snapshot.store(Arc::new(next));
+            // Ports no longer configured stop accepting; their open connections carry on.
+            let gone: Vec<(bool, u16)> = bound
+                .keys()
+                .filter(|k| !wanted.contains(k))
+                .copied()
+                .collect();
+            for key in gone {
+                if let Some(b) = bound.remove(&key) {
+                    b.stop.cancel();
+                }
+            }
+            start_loops(self, fresh, &mut bound);
+            Ok(())
+        }
+        .await;
+        match &result {
+            Ok(()) => {
+                self.reloads_ok.increment(1);
+                tracing::info!(config = %self.opts.config.display(), "config reloaded");
+            }
+            Err(e) => {
+                self.reloads_err.increment(1);
+                tracing::error!("reload rejected, the running config stays:\n{e}");
+            }
+        }
+        result
+    }
+
+    /// Enables or disables one endpoint at run time (survives reloads until changed again).
+    pub(crate) fn set_enabled(
+        &self,
+        listener: &str,
+        group: &str,
+        address: &str,
+        enabled: bool,
+    ) -> std::result::Result<(), String> {
+        let snap = self.snapshot.load();
+        let l = snap
+            .listener(listener)
+            .ok_or_else(|| format!("no listener {listener:?} on this node"))?;
+        let gi = l
+            .groups
+            .iter()
+            .position(|g| g.name == group)
+            .ok_or_else(|| format!("no group {group:?} in listener {listener:?}"))?;
+        let ei = l.cfg.groups[gi]
+            .endpoints
+            .iter()
+            .position(|e| e.address.text == address)
+            .ok_or_else(|| format!("no endpoint {address:?} in group {group:?}"))?;
+        l.groups[gi].balancer.endpoints()[ei].set_enabled(enabled, Instant::now());
+        tracing::info!(
+            listener,
+            group,
+            endpoint = address,
+            enabled,
+            "endpoint toggled"
+        );
+        l.replan(Instant::now());
+        Ok(())
+    }
+}
+
+/// (udp, port) of every listener in the snapshot.
+fn wanted_ports(snap: &Snapshot) -> Vec<(bool, u16)> {
+    snap.listeners
+        .iter()
+        .map(|l| (l.cfg.protocol == Protocol::Udp, l.cfg.port))
+        .collect()
+}
+
+/// A socket bound for a port that had none.
+enum Fresh {
+    Tcp(u16, TcpListener),
+    Udp(u16, UdpSocket),
+}
+
+/// Binds every wanted port not bound yet; all or nothing.
+async fn bind_all(
+    ip: IpAddr,
+    wanted: &[(bool, u16)],
+    bound: &BTreeMap<(bool, u16), Bound>,
+) -> Result<Vec<Fresh>> {
+    let mut fresh = Vec::new();
+    for &(udp, port) in wanted {
+        if bound.contains_key(&(udp, port)) {
+            continue;
+        }
+        let addr = SocketAddr::new(ip, port);
+        if udp {
+            let s = UdpSocket::bind(addr)
+                .await
+                .with_context(|| format!("binding udp {addr}"))?;
+            fresh.push(Fresh::Udp(port, s));
+        } else {
+            let s = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding tcp {addr}"))?;
+            fresh.push(Fresh::Tcp(port, s));
+        }
+    }
+    Ok(fresh)
+}
+
+fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool, u16), Bound>) {
+    for f in fresh {
+        let stop = inner.stop.child_token();
+        match f {
+            Fresh::Tcp(port, socket) => {
+                let addr = socket.local_addr().expect("bound socket has an address");
+                bound.insert(
+                    (false, port),
+                    Bound {
+                        addr,
+                        stop: stop.clone(),
+                    },
+                );
+                tokio::spawn(tcp::accept_loop(inner.clone(), socket, port, stop));
+            }
+            Fresh::Udp(port, socket) => {
+                let addr = socket.local_addr().expect("bound socket has an address");
+                bound.insert(
+                    (true, port),
+                    Bound {
+                        addr,
+                        stop: stop.clone(),
+                    },
+                );
+                tokio::spawn(udp::udp_loop(inner.clone(), Arc::new(socket), port, stop));
+            }
+        }
+    }
+}
+
+/// Re-reads group health every 250 ms and keeps the metrics exporter tidy.
+async fn planner(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n = 0_u64;
+    loop {
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        for l in &inner.snapshot.load().listeners {
+            l.replan(now);
+        }
+        n += 1;
+        if n.is_multiple_of(20) {
+            inner.registry.upkeep();
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Relaying bytes both ways between two TCP connections until both directions are done or
+//! the connection sits idle for too long.
+//!
+//! On Linux the bytes never enter user space: each direction moves them socket → pipe → socket
+//! with splice(2) (through rustix: no hand-written unsafe). Elsewhere a buffered copy does the
+//! same job. Half-close is honoured: when one side finishes sending, the other side's write
+//! half is shut down and the opposite direction carries on.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use metrics::Counter;
+use tokio::net::TcpStream;
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Both directions reached end of stream.
+    Closed,
+    /// Nothing moved for the idle timeout.
+    Idle,
+}
+
+/// What a finished relay reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Relayed {
+    /// Why it ended.
+    pub ended: Ended,
+    /// Time from the start of the relay to the endpoint's first byte, if it sent any.
+    pub first_byte: Option<Duration>,
+    /// Time from the start of the relay to its end.
+    pub last_byte: Duration,
+}
+
+/// Last time bytes moved, in ms since `origin`, and when the endpoint's first byte arrived.
+struct Activity {
+    origin: Instant,
+    last_ms: AtomicU64,
+    /// Nanoseconds from `origin` to the first downstream byte + 1 (0: none yet).
+    first_down_ns: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            first_down_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn first_down(&self) {
+        if self.first_down_ns.load(Ordering::Relaxed) == 0 {
+            let ns = self.origin.elapsed().as_nanos() as u64 + 1;
+            let _ =
+                self.first_down_ns
+                    .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn touch(&self) {
+        let ms = self.origin.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let now = self.origin.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// Relays `client` ⇄ `upstream`; counts bytes into `up` (client → upstream) and `down`.
+pub async fn relay(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    idle: Duration,
+    up: &Counter,
+    down: &Counter,
+) -> io::Result<Relayed> {
+    let activity = Activity::new();
+    let both = async {
+        let (a, b) = tokio::join!(
+            one_way(client, upstream, up, &activity, false),
+            one_way(upstream, client, down, &activity, true)
+        );
+        a.and(b)
+    };
+    let watch = async {
+        loop {
+            let left = idle.saturating_sub(activity.idle_for());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.max(Duration::from_millis(10))).await;
+        }
+    };
+    let ended = tokio::select! {
+        r = both => r.map(|()| Ended::Closed)?,
+        () = watch => Ended::Idle,
+    };
+    let first = activity.first_down_ns.load(Ordering::Relaxed);
+    Ok(Relayed {
+        ended,
+        first_byte: (first > 0).then(|| Duration::from_nanos(first - 1)),
+        last_byte: activity.origin.elapsed(),
+    })
+}
+
+#[cfg(target_os = "linux")]
+async fn one_way(
+    src: &TcpStream,
+    dst: &TcpStream,
+    counter: &Counter,
+    activity: &Activity,
+    downstream: bool,
+) -> io::Result<()> {
+    use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
+    use tokio::io::Interest;
+
+    /// Bytes moved per splice call: the default pipe capacity.
+    const CHUNK: usize = 64 * 1024;
+    let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+    let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+    loop {
+        // Socket → pipe. The pipe is empty here, so EAGAIN can only mean "socket not readable".
+        let n = src
+            .async_io(Interest::READABLE, || {
+                Ok(splice(src, None, &pipe_w, None, CHUNK, flags)?)
+            })
+            .await?;
+        if n == 0 {
+            let _ = rustix::net::shutdown(dst, rustix::net::Shutdown::Write);
+            return Ok(());
+        }
+        activity.touch();
+        if downstream {
+            activity.first_down();
+        }
+        // Pipe → socket, until the pipe is empty again.
+        let mut left = n;
+        while left > 0 {
+            let m = dst
+                .async_io(Interest::WRITABLE, || {
+                    Ok(splice(&pipe_r, None, dst, None, left, flags)?)
+                })
+                .await?;
+            left -= m;
+        }
+        counter.increment(n as u64);
+        activity.touch();
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn one_way(
+    src: &TcpStream,
+    dst: &TcpStream,
+    counter: &Counter,
+    activity: &Activity,
+    downstream: bool,
+) -> io::Result<()> {
+    let mut buf = vec![0_u8; 64 * 1024];
+    loop {
+        src.readable().await?;
+        let n = match src.try_read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            let _ = rustix::net::shutdown(dst, rustix::net::Shutdown::Write);
+            return Ok(());
+        }
+        activity.touch();
+        if downstream {
+            activity.first_down();
+        }
+        let mut off = 0;
+        while off < n {
+            dst.writable().await?;
+            match dst.try_write(&buf[off..n]) {
+                Ok(m) => off += m,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        counter.increment(n as u64);
+        activity.touch();
+    }
+}

@@ -1,0 +1,85 @@
+//! The sequence of attempts for one connection or request (SPEC 4, retries): the chosen group's
+//! balancer first, then the group's other usable endpoints, then the highest-priority eligible
+//! group not yet tried. Shared by every protocol; allocation-free.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use arc_swap::Guard;
+use std::sync::Arc;
+
+use crate::balance::{Pick, RequestKey};
+
+use super::state::{ListenerRt, Planned};
+
+/// Most endpoints remembered as tried within one group (`tries` is at most 10).
+const MAX_EXCLUDED: usize = 16;
+
+/// One attempt: the group (config index) and the endpoint picked, with its accounting guard.
+#[derive(Debug)]
+pub struct Attempt {
+    /// Group, config index.
+    pub group: usize,
+    /// The endpoint and its guard (counts the connection until dropped).
+    pub pick: Pick,
+}
+
+/// Walks the attempts of one connection/request.
+pub struct Router<'a> {
+    listener: &'a ListenerRt,
+    planned: Guard<Arc<Planned>>,
+    client: IpAddr,
+    current: Option<usize>,
+    tried_groups: u64,
+    excluded: [usize; MAX_EXCLUDED],
+    n_excluded: usize,
+    started: bool,
+}
+
+impl<'a> Router<'a> {
+    /// A router for a decision about `client`, on the listener's current plan.
+    pub fn new(listener: &'a ListenerRt, client: IpAddr) -> Router<'a> {
+        Router {
+            listener,
+            planned: listener.planned.load(),
+            client,
+            current: None,
+            tried_groups: 0,
+            excluded: [0; MAX_EXCLUDED],
+            n_excluded: 0,
+            started: false,
+        }
+    }
+
+    /// The next endpoint to try, or `None` when no eligible group has a usable endpoint left.
+    pub fn next(&mut self, request: &impl RequestKey, now: Instant) -> Option<Attempt> {
+        loop {
+            let group = match self.current {
+                Some(g) => g,
+                None if !self.started => {
+                    self.started = true;
+                    self.planned.plan.choose(self.client)?
+                }
+                None => {
+                    let tried = self.tried_groups;
+                    self.planned.plan.fallback(|g| tried & (1 << g) != 0)?
+                }
+            };
+            self.current = Some(group);
+            let balancer = &self.listener.groups[group].balancer;
+            if let Some(pick) =
+                balancer.pick_excluding(request, &self.excluded[..self.n_excluded], now)
+            {
+                if self.n_excluded < MAX_EXCLUDED {
+                    self.excluded[self.n_excluded] = pick.index();
+                    self.n_excluded += 1;
+                }
+                return Some(Attempt { group, pick });
+            }
+            // This group has nothing left for us: move to the next eligible one.
+            self.tried_groups |= 1 << group;
+            self.n_excluded = 0;
+            self.current = None;
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The routing snapshot: config + catalogue + per-endpoint state, read lock-free by every
+//! decision. Writers (reload, the planner, the admin API) build new values and swap them in.
+//!
+//! Two levels of swapping:
+//! - [`Snapshot`] (whole config) is replaced on reload; balancers are rebuilt with
+//!   `GroupBalancer::rebuild` so unchanged endpoints keep their counters and health;
+//! - each listener's [`Planned`] (priority order + facts + the split's `Plan`) is replaced by
+//!   the planner when a fact changes (an endpoint disabled, marked failed, recovered), so the
+//!   rotation restarts from the new shares and the next decision sees them.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use metrics::{Counter, Gauge, Histogram};
+
+use crate::balance::GroupBalancer;
+use crate::config::{Config, Listener};
+use crate::split::{self, GroupFacts, Mode, Plan, Policy, Ranking};
+
+use super::metrics::{self as m, Registry};
+
+/// The whole routing state of a node at one config version.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The config it was built from.
+    pub config: Arc<Config>,
+    /// Listeners this node serves (those listing its region), config order.
+    pub listeners: Vec<Arc<ListenerRt>>,
+}
+
+impl Snapshot {
+    /// The listener on `port` of this transport (`udp` or not).
+    pub fn listener_on(&self, port: u16, udp: bool) -> Option<&Arc<ListenerRt>> {
+        self.listeners
+            .iter()
+            .find(|l| l.cfg.port == port && (l.cfg.protocol == crate::config::Protocol::Udp) == udp)
+    }
+
+    /// The listener named `name`.
+    pub fn listener(&self, name: &str) -> Option<&Arc<ListenerRt>> {
+        self.listeners.iter().find(|l| l.cfg.name == name)
+    }
+}
+
+/// One listener's runtime state.
+#[derive(Debug)]
+pub struct ListenerRt {
+    /// Its config.
+    pub cfg: Listener,
+    /// Groups, config order.
+    pub groups: Vec<GroupRt>,
+    /// The current plan (replaced when facts change).
+    pub planned: ArcSwap<Planned>,
+    /// Metric handles.
+    pub metrics: ListenerMetrics,
+    /// Open client connections (shared with the listener's previous versions across reloads,
+    /// so `max_connections` counts connections accepted under an older config too).
+    pub active: Arc<AtomicUsize>,
+}
+
+/// A plan with the facts and ranking it was computed from.
+#[derive(Debug)]
+pub struct Planned {
+    /// Priority order and the RTTs behind it.
+    pub ranking: Ranking,
+    /// Ratio and health per group (config index).
+    pub facts: Vec<GroupFacts>,
+    /// The split and the group chooser.
+    pub plan: Plan,
+}
+
+/// One group's runtime state.
+#[derive(Debug)]
+pub struct GroupRt {
+    /// Group name.
+    pub name: String,
+    /// Endpoint choice and per-endpoint state (shared by all threads).
+    pub balancer: Arc<GroupBalancer>,
+    /// `min_healthy` from the config.
+    pub min_healthy: usize,
+    /// Metric handles per endpoint (config order).
+    pub endpoints: Vec<EndpointMetrics>,
+    /// Connect time histogram.
+    pub connect_seconds: Histogram,
+    share: Gauge,
+    healthy: Gauge,
+    rtt: Gauge,
+}
+
+/// Per-listener metric handles.
+#[derive(Debug)]
+pub struct ListenerMetrics {
+    /// Open client connections.
+    pub connections_active: Gauge,
+    /// Decisions with no route.
+    pub no_route: Counter,
+    /// Bytes client → endpoint.
+    pub bytes_up: Counter,
+    /// Bytes endpoint → client.
+    pub bytes_down: Counter,
+    /// Attempts after a failed one.
+    pub retries: Counter,
+    /// UDP flows in the table.
+    pub udp_flows: Gauge,
+    /// UDP flows evicted when full.
+    pub udp_evicted: Counter,
+    /// Entries into failover.
+    pub failovers: Counter,
+}
+
+/// Per-endpoint metric handles.
+#[derive(Debug)]
+pub struct EndpointMetrics {
+    /// Connections/flows handed to it.
+    pub connections: Counter,
+    /// Failed attempts.
+    pub failures: Counter,
+    /// Usable now (gauge kept by the planner).
+    pub healthy: Gauge,
+}
+
+impl Snapshot {
+    /// Builds the snapshot for a node in `region`. With `previous`, groups and endpoints that
+    /// still exist keep their balancer state (counters, failures, health, admin toggles).
+    pub fn build(
+        config: Arc<Config>,
+        region: &str,
+        previous: Option<&Snapshot>,
+        registry: &Registry,
+        now: Instant,
+    ) -> Snapshot {
+        let listeners = config
+            .listeners
+            .iter()
+            .filter(|l| l.regions.iter().any(|r| r == region))
+            .map(|l| {
+                let old = previous.and_then(|p| p.listener(&l.name));
+                Arc::new(ListenerRt::build(
+                    l,
+                    old.map(|o| o.as_ref()),
+                    registry,
+                    &config,
+                    region,
+                    now,
+                ))
+            })
+            .collect();
+        Snapshot { config, listeners }
+    }
+}
+
+impl ListenerRt {
+    fn build(
+        l: &Listener,
+        old: Option<&ListenerRt>,
+        registry: &Registry,
+        config: &Config,
+        region: &str,
+        now: Instant,
+    ) -> ListenerRt {
+        let name = l.name.as_str();
+        let groups: Vec<GroupRt> = l
+            .groups
+            .iter()
+            .map(|g| {
+                let previous = old.and_then(|o| o.groups.iter().find(|x| x.name == g.name));
+                let balancer = match previous {
+                    Some(p) if old.is_some_and(|o| o.cfg.protocol == l.protocol) => {
+                        GroupBalancer::rebuild(g, l.protocol, &p.balancer, now)
+                    }
+                    _ => GroupBalancer::new(g, l.protocol, now),
+                };
+                let gname = g.name.as_str();
+                GroupRt {
+                    name: g.name.clone(),
+                    balancer: Arc::new(balancer),
+                    min_healthy: g.min_healthy as usize,
+                    endpoints: g
+                        .endpoints
+                        .iter()
+                        .map(|e| {
+                            let labels = [name, gname, e.address.text.as_str()];
+                            EndpointMetrics {
+                                connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
+                                failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
+                                healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
+                            }
+                        })
+                        .collect(),
+                    connect_seconds: registry.histogram(&m::CONNECT_SECONDS, &[name, gname]),
+                    share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
+                    healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
+                    rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
+                }
+            })
+            .collect();
+        let metrics = ListenerMetrics {
+            connections_active: registry.gauge(&m::CONNECTIONS_ACTIVE, &[name]),
+            no_route: registry.counter(&m::NO_ROUTE_TOTAL, &[name]),
+            bytes_up: registry.counter(&m::BYTES_TOTAL, &[name, "upstream"]),
+            bytes_down: registry.counter(&m::BYTES_TOTAL, &[name, "downstream"]),
+            retries: registry.counter(&m::RETRIES_TOTAL, &[name]),
+            udp_flows: registry.gauge(&m::UDP_FLOWS_ACTIVE, &[name]),
+            udp_evicted: registry.counter(&m::UDP_FLOWS_EVICTED_TOTAL, &[name]),
+            failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
+        };
+        let ranking = split::rank(l, &config.catalog, region, |_| None);
+        let facts = facts(l, &groups, now);
+        let planned = planned(l, ranking, facts);
+        let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
+        let rt = ListenerRt {
+            cfg: l.clone(),
+            groups,
+            planned: ArcSwap::from_pointee(planned),
+            metrics,
+            active,
+        };
+        rt.publish(now);
+        rt
+    }
+
+    /// Re-reads the facts (health of every group); when they changed, installs a new plan.
+    /// Returns true when it did. Cheap when nothing changed; called by the planner tick, after
+    /// admin toggles and after passive failures.
+    pub fn replan(&self, now: Instant) -> bool {
+        let current = self.planned.load();
+        let facts = facts(&self.cfg, &self.groups, now);
+        if facts == current.facts {
+            self.publish_endpoints(now);
+            return false;
+        }
+        let was = current.plan.mode;
+        let next = planned(&self.cfg, current.ranking.clone(), facts);
+        if next.plan.mode == Mode::Failover && was != Mode::Failover {
+            self.metrics.failovers.increment(1);
+        }
+        tracing::info!(
+            listener = %self.cfg.name,
+            mode = next.plan.mode.as_str(),
+            shares = ?self.groups.iter().zip(&next.plan.shares).map(|(g, s)| (g.name.as_str(), s.total)).collect::<Vec<_>>(),
+            "split changed"
+        );
+        self.planned.store(Arc::new(next));
+        self.publish(now);
+        true
+    }
+
+    /// Updates the group and endpoint gauges from the current plan.
+    fn publish(&self, now: Instant) {
+        let p = self.planned.load();
+        for (i, g) in self.groups.iter().enumerate() {
+            g.share.set(p.plan.shares[i].total);
+            g.healthy.set(if p.facts[i].healthy { 1.0 } else { 0.0 });
+            g.rtt.set(p.ranking.rtt_ms[i] / 1000.0);
+        }
+        self.publish_endpoints(now);
+    }
+
+    fn publish_endpoints(&self, now: Instant) {
+        for g in &self.groups {
+            for (state, metrics) in g.balancer.endpoints().iter().zip(&g.endpoints) {
+                metrics
+                    .healthy
+                    .set(if state.is_usable(now) { 1.0 } else { 0.0 });
+            }
+        }
+    }
+
+    /// The client's group for a new connection/flow/request (config index), or `None`.
+    pub fn choose(&self, client: IpAddr) -> Option<usize> {
+        self.planned.load().plan.choose(client)
+    }
+}
+
+fn facts(l: &Listener, groups: &[GroupRt], now: Instant) -> Vec<GroupFacts> {
+    l.groups
+        .iter()
+        .zip(groups)
+        .map(|(g, rt)| GroupFacts {
+            ratio: g.ratio,
+            healthy: rt.balancer.usable_count(now) >= rt.min_healthy,
+        })
+        .collect()
+}
+
+fn planned(l: &Listener, ranking: Ranking, facts: Vec<GroupFacts>) -> Planned {
+    let policy = Policy {
+        failover: l.failover,
+        fail_open: l.fail_open,
+    };
+    let plan = Plan::new(
+        &ranking.order,
+        &facts,
+        policy,
+        l.affinity,
+        l.groups.iter().map(|g| g.name.as_str()),
+    );
+    Planned {
+        ranking,
+        facts,
+        plan,
+    }
+}

@@ -1,0 +1,275 @@
+//! UDP listeners: a flow table (client address → connected upstream socket) owned by the
+//! receive loop, so looking a flow up takes no lock. Each flow has a task relaying replies back
+//! to the client from the listener's socket. Flows expire when idle and the table is bounded
+//! (the oldest idle flow is evicted). A flow whose endpoint becomes unusable moves to another
+//! endpoint (or group) on its next datagram.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::net::UdpSocket;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::balance::Pick;
+use crate::config::Host;
+
+use super::Inner;
+use super::route::Router;
+use super::state::ListenerRt;
+use super::tcp::StreamKey;
+
+/// Largest datagram relayed.
+const MAX_DATAGRAM: usize = 64 * 1024;
+
+struct Flow {
+    upstream: Arc<UdpSocket>,
+    pick: Arc<Pick>,
+    group: usize,
+    listener: Arc<ListenerRt>,
+    /// Last activity, ms since the loop's origin (written by both directions).
+    last: Arc<AtomicU64>,
+    replies: JoinHandle<()>,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.replies.abort();
+    }
+}
+
+fn ms_since(origin: Instant) -> u64 {
+    origin.elapsed().as_millis() as u64
+}
+
+/// Receives on `socket` until `stop`, relaying datagrams through per-client flows.
+pub(crate) async fn udp_loop(
+    node: Arc<Inner>,
+    socket: Arc<UdpSocket>,
+    port: u16,
+    stop: CancellationToken,
+) {
+    let origin = Instant::now();
+    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    let mut buf = vec![0_u8; MAX_DATAGRAM];
+    let mut sweep = tokio::time::interval(Duration::from_millis(250));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let received = tokio::select! {
+            () = stop.cancelled() => break,
+            _ = sweep.tick() => {
+                expire(&node, port, &mut flows, origin);
+                continue;
+            }
+            r = socket.recv_from(&mut buf) => r,
+        };
+        let (n, client) = match received {
+            Ok(x) => x,
+            Err(e) => {
+                // ICMP errors reported on the listening socket, buffer errors: never fatal.
+                tracing::debug!(port, error = %e, "udp receive failed");
+                continue;
+            }
+        };
+        let snapshot = node.snapshot.load();
+        let Some(l) = snapshot.listener_on(port, true) else {
+            continue;
+        };
+        let now = Instant::now();
+
+        let keep = flows
+            .get_mut(&client)
+            .is_some_and(|f| still_good(f, l, now));
+        if !keep {
+            flows.remove(&client);
+            if flows.len() >= l.cfg.udp_max_flows {
+                evict_oldest(&mut flows);
+                l.metrics.udp_evicted.increment(1);
+            }
+            match open_flow(&node, l, &socket, client, origin).await {
+                Some(flow) => {
+                    flows.insert(client, flow);
+                }
+                None => {
+                    l.metrics.no_route.increment(1);
+                    l.metrics.udp_flows.set(flows.len() as f64);
+                    continue;
+                }
+            }
+            l.metrics.udp_flows.set(flows.len() as f64);
+        }
+        let flow = flows.get(&client).expect("flow present");
+        flow.last.store(ms_since(origin), Ordering::Relaxed);
+        match flow.upstream.send(&buf[..n]).await {
+            Ok(_) => l.metrics.bytes_up.increment(n as u64),
+            Err(e) => {
+                // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
+                // the flow moves on the next datagram once the endpoint is marked.
+                tracing::debug!(%client, error = %e, "udp send to endpoint failed");
+                flow.pick.failure(Instant::now());
+                l.groups[flow.group].endpoints[flow.pick.index()]
+                    .failures
+                    .increment(1);
+                l.replan(Instant::now());
+            }
+        }
+    }
+    flows.clear();
+}
+
+/// True when the flow may keep its endpoint: usable, and still in the running config.
+fn still_good(flow: &mut Flow, l: &Arc<ListenerRt>, now: Instant) -> bool {
+    if !Arc::ptr_eq(&flow.listener, l) {
+        // A reload: keep the flow only if its endpoint survived (same state object).
+        let survived = l.groups.iter().enumerate().find_map(|(gi, g)| {
+            g.balancer
+                .endpoints()
+                .iter()
+                .any(|e| Arc::ptr_eq(e, flow.pick.endpoint()))
+                .then_some(gi)
+        });
+        match survived {
+            Some(gi) => {
+                flow.group = gi;
+                flow.listener = l.clone();
+            }
+            None => return false,
+        }
+    }
+    flow.pick.endpoint().is_usable(now)
+}
+
+fn evict_oldest(flows: &mut HashMap<SocketAddr, Flow>) {
+    if let Some(oldest) = flows
+        .iter()
+        .min_by_key(|(_, f)| f.last.load(Ordering::Relaxed))
+        .map(|(k, _)| *k)
+    {
+        flows.remove(&oldest);
+    }
+}
+
+fn expire(node: &Inner, port: u16, flows: &mut HashMap<SocketAddr, Flow>, origin: Instant) {
+    let snapshot = node.snapshot.load();
+    let Some(l) = snapshot.listener_on(port, true) else {
+        flows.clear();
+        return;
+    };
+    let idle_ms = l.cfg.idle_timeout.as_millis() as u64;
+    let now = ms_since(origin);
+    let before = flows.len();
+    flows.retain(|_, f| now.saturating_sub(f.last.load(Ordering::Relaxed)) < idle_ms);
+    if flows.len() != before {
+        l.metrics.udp_flows.set(flows.len() as f64);
+    }
+}
+
+/// Chooses group and endpoint for a new flow and connects a socket to it (trying others on
+/// failure, as TCP does).
+async fn open_flow(
+    node: &Inner,
+    l: &Arc<ListenerRt>,
+    listen: &Arc<UdpSocket>,
+    client: SocketAddr,
+    origin: Instant,
+) -> Option<Flow> {
+    let key = StreamKey(client.ip());
+    let mut router = Router::new(l, client.ip());
+    let mut attempts = 0;
+    while attempts < l.cfg.tries.max(1) {
+        let attempt = router.next(&key, Instant::now())?;
+        attempts += 1;
+        match connect_udp(attempt.pick.address(), node.source_ip()).await {
+            Ok(upstream) => {
+                let upstream = Arc::new(upstream);
+                let last = Arc::new(AtomicU64::new(ms_since(origin)));
+                let pick = Arc::new(attempt.pick);
+                l.groups[attempt.group].endpoints[pick.index()]
+                    .connections
+                    .increment(1);
+                let replies = tokio::spawn(replies(
+                    upstream.clone(),
+                    listen.clone(),
+                    client,
+                    last.clone(),
+                    origin,
+                    l.clone(),
+                    pick.clone(),
+                ));
+                return Some(Flow {
+                    upstream,
+                    pick,
+                    group: attempt.group,
+                    listener: l.clone(),
+                    last,
+                    replies,
+                });
+            }
+            Err(e) => {
+                tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
+                attempt.pick.failure(Instant::now());
+            }
+        }
+    }
+    None
+}
+
+async fn connect_udp(
+    address: &crate::config::Address,
+    source: Option<IpAddr>,
+) -> io::Result<UdpSocket> {
+    let target = match &address.host {
+        Host::Ip(ip) => SocketAddr::new(*ip, address.port),
+        Host::Name(name) => tokio::net::lookup_host((name.as_str(), address.port))
+            .await?
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
+            })?,
+    };
+    let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+        Some(ip) => SocketAddr::new(ip, 0),
+        None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
+        None => SocketAddr::from(([0_u16; 8], 0)),
+    };
+    let socket = UdpSocket::bind(local).await?;
+    socket.connect(target).await?;
+    Ok(socket)
+}
+
+/// Relays the endpoint's datagrams back to the client from the listener's socket.
+async fn replies(
+    upstream: Arc<UdpSocket>,
+    listen: Arc<UdpSocket>,
+    client: SocketAddr,
+    last: Arc<AtomicU64>,
+    origin: Instant,
+    l: Arc<ListenerRt>,
+    pick: Arc<Pick>,
+) {
+    let mut buf = vec![0_u8; MAX_DATAGRAM];
+    loop {
+        match upstream.recv(&mut buf).await {
+            Ok(n) => {
+                last.store(ms_since(origin), Ordering::Relaxed);
+                if listen.send_to(&buf[..n], client).await.is_ok() {
+                    l.metrics.bytes_down.increment(n as u64);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                pick.failure(Instant::now());
+                l.replan(Instant::now());
+                // Keep listening: the flow moves when the loop sees the endpoint unusable.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => {
+                tracing::debug!(%client, error = %e, "udp receive from endpoint failed");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,943 @@
+//! The node against real sockets on loopback: TCP and UDP through `gtd` to backends that name
+//! themselves, compared with what `sim` expects for the same config; retries, no-route,
+//! half-close, a 1 GB stream, UDP flows, reload under load, bad reloads, SIGTERM draining.
+//!
+//! Every backend, node and process a test starts is stopped by its own handle. Waits are for
+//! events (with generous bounds), never fixed sleeps standing in for them.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream, UdpSocket as StdUdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gtd::node::{Node, Options};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinHandle;
+
+// ------------------------------------------------------------------ helpers
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A port the OS says is free right now (bound and released).
+fn free_port(udp: bool) -> u16 {
+    if udp {
+        StdUdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+/// Backend tasks, aborted on drop.
+struct Backends(Vec<JoinHandle<()>>);
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// A TCP backend: writes its name and a newline, then echoes until EOF, then writes "bye".
+async fn tcp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let name = name.to_owned();
+    let handle = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = socket.accept().await else {
+                return;
+            };
+            let name = name.clone();
+            tokio::spawn(async move {
+                if s.write_all(format!("{name}\n").as_bytes()).await.is_err() {
+                    return;
+                }
+                let mut buf = vec![0_u8; 64 * 1024];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = s.write_all(b"bye").await;
+            });
+        }
+    });
+    (addr, handle)
+}
+
+/// A UDP backend: answers every datagram with "NAME:" + the datagram.
+async fn udp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let name = name.to_owned();
+    let handle = tokio::spawn(async move {
+        let mut buf = vec![0_u8; 65536];
+        loop {
+            let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+                return;
+            };
+            let mut reply = format!("{name}:").into_bytes();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = socket.send_to(&reply, from).await;
+        }
+    });
+    (addr, handle)
+}
+
+/// Writes a config for one listener served from cn-beijing (catalogue: the shipped one).
+fn write_config(dir: &Path, listener: &str) -> PathBuf {
+    let catalog = root().join("regions/catalog.toml");
+    let admin = free_port(false);
+    let text = format!(
+        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{admin}\"\n{listener}",
+        catalog.display().to_string()
+    );
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn group(
+    name: &str,
+    region: &str,
+    ratio: f64,
+    extra: &str,
+    endpoints: &[(SocketAddr, u32)],
+) -> String {
+    let mut s = format!(
+        "[[listener.group]]\nname = \"{name}\"\nregion = \"{region}\"\nratio = {ratio}\n{extra}\n"
+    );
+    for (addr, weight) in endpoints {
+        s.push_str(&format!(
+            "[[listener.group.endpoint]]\naddress = \"{addr}\"\nweight = {weight}\n"
+        ));
+    }
+    s
+}
+
+async fn start(config: &Path) -> Node {
+    Node::start(Options {
+        config: config.to_owned(),
+        regions: None,
+        region: "cn-beijing".into(),
+        bind: "127.0.0.1".parse().unwrap(),
+        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+    })
+    .await
+    .expect("node starts")
+}
+
+async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
+    node.listener_addrs()
+        .await
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .expect("listener bound")
+        .1
+}
+
+/// Plain HTTP/1.0 against the admin server; returns (status, body).
+fn admin(node: &Node, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of a Prometheus series (summed over lines that contain every fragment).
+fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
+    let (_, body) = admin(node, "GET", "/metrics", None);
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| fragments.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits (bounded) until `cond` holds.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Connects through the node and returns the backend's name line.
+async fn tcp_name(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let mut name = Vec::new();
+    let mut byte = [0_u8; 1];
+    loop {
+        let n = s.read(&mut byte).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before the name",
+            ));
+        }
+        if byte[0] == b'\n' {
+            break;
+        }
+        name.push(byte[0]);
+    }
+    Ok(String::from_utf8(name).unwrap())
+}
+
+/// `sim --format json --region cn-beijing` on `config`: (group → share, endpoint → share).
+fn sim_expectation(
+    config: &Path,
+    listener: &str,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--region",
+            "cn-beijing",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == listener)
+        .unwrap();
+    let mut groups = BTreeMap::new();
+    let mut endpoints = BTreeMap::new();
+    for g in l["regions"][0]["groups"].as_array().unwrap() {
+        groups.insert(
+            g["name"].as_str().unwrap().to_owned(),
+            g["share"].as_f64().unwrap(),
+        );
+        for e in g["endpoints"].as_array().unwrap() {
+            endpoints.insert(
+                e["address"].as_str().unwrap().to_owned(),
+                e["share"].as_f64().unwrap(),
+            );
+        }
+    }
+    (groups, endpoints)
+}
+
+// ------------------------------------------------------------------ TCP
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_split_across_groups_and_endpoints_matches_sim() {
+    let (a1, h1) = tcp_backend("bj-1").await;
+    let (a2, h2) = tcp_backend("bj-2").await;
+    let (a3, h3) = tcp_backend("sh-1").await;
+    let (a4, h4) = tcp_backend("sh-2").await;
+    let _b = Backends(vec![h1, h2, h3, h4]);
+    let names: BTreeMap<SocketAddr, &str> =
+        [(a1, "bj-1"), (a2, "bj-2"), (a3, "sh-1"), (a4, "sh-2")].into();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\", \"cn-shanghai\"]\n{}{}",
+            group("beijing", "cn-beijing", 50.0, "", &[(a1, 3), (a2, 1)]),
+            group("shanghai", "cn-shanghai", 50.0, "", &[(a3, 1), (a4, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let (want_groups, want_endpoints) = sim_expectation(&cfg, "t");
+    assert_eq!(want_groups["beijing"], 62.5);
+
+    const N: usize = 5000;
+    let counts = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let next = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (counts, next) = (counts.clone(), next.clone());
+        clients.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < N as u64 {
+                let name = tcp_name(addr).await.expect("connection through gtd");
+                *counts.lock().unwrap().entry(name).or_default() += 1;
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let counts = counts.lock().unwrap().clone();
+    assert_eq!(counts.values().sum::<usize>(), N);
+    // Stated tolerance: the rotation and round robin are deterministic, so each observed share
+    // is within 0.5 points of sim's expectation (concurrency only reorders decisions).
+    for (addr, name) in &names {
+        let observed = *counts.get(*name).unwrap_or(&0) as f64 * 100.0 / N as f64;
+        let expected = want_endpoints[&addr.to_string()];
+        assert!(
+            (observed - expected).abs() < 0.5,
+            "{name}: observed {observed:.2}% expected {expected:.2}%"
+        );
+    }
+    let bj = (counts["bj-1"] + counts["bj-2"]) as f64 * 100.0 / N as f64;
+    assert!((bj - want_groups["beijing"]).abs() < 0.5, "beijing {bj}");
+    assert_eq!(
+        metric(&node, "gtd_connections_total", &["group=\"beijing\""]) as usize,
+        counts["bj-1"] + counts["bj-2"]
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_endpoint_is_retried_elsewhere() {
+    let (alive, h) = tcp_backend("alive").await;
+    let _b = Backends(vec![h]);
+    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let (sh, h2) = tcp_backend("shanghai").await;
+    let _b2 = Backends(vec![h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}{}",
+            group(
+                "beijing",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(refused, 1), (alive, 1)]
+            ),
+            group("shanghai", "cn-shanghai", 100.0, "", &[(sh, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    for _ in 0..20 {
+        assert_eq!(tcp_name(addr).await.unwrap(), "alive");
+    }
+    assert!(
+        metric(
+            &node,
+            "gtd_connect_failures_total",
+            &[&format!("endpoint=\"{refused}\"")]
+        ) >= 1.0
+    );
+    assert!(metric(&node, "gtd_retries_total", &[]) >= 1.0);
+
+    // Now the whole group refuses: the retry crosses to the next group.
+    let (_, body) = admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/beijing/{alive}/disable"),
+        None,
+    );
+    assert!(body.contains("\"enabled\": false"), "{body}");
+    // With only the refused endpoint left the group stays "healthy" until marked; the attempt
+    // fails over to shanghai either way.
+    for _ in 0..5 {
+        assert_eq!(tcp_name(addr).await.unwrap(), "shanghai");
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_route_closes_at_once_and_is_counted() {
+    let (a, h) = tcp_backend("only").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
+            group("beijing", "cn-beijing", 100.0, "", &[(a, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    assert_eq!(tcp_name(addr).await.unwrap(), "only");
+    let (status, _) = admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/beijing/{a}/disable"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let (_, status_json) = admin(&node, "GET", "/status", None);
+    let doc: Value = serde_json::from_str(&status_json).unwrap();
+    assert_eq!(doc["listeners"][0]["mode"], "no-route");
+    assert!(tcp_name(addr).await.is_err(), "closed without a backend");
+    until("no-route counted", || {
+        metric(&node, "gtd_no_route_total", &[]) >= 1.0
+    })
+    .await;
+    // Enabled again: traffic flows on the next decision.
+    admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/beijing/{a}/enable"),
+        None,
+    );
+    assert_eq!(tcp_name(addr).await.unwrap(), "only");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_is_honoured() {
+    let (a, h) = tcp_backend("echo").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
+            group("beijing", "cn-beijing", 100.0, "", &[(a, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"hello half close").await.unwrap();
+    s.shutdown().await.unwrap(); // our write half only
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    // The backend saw our EOF (it only says "bye" after it), yet its answer still reached us.
+    assert_eq!(String::from_utf8(got).unwrap(), "echo\nhello half closebye");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gigabyte_is_relayed_intact() {
+    // A sink that reads everything, then answers with the byte count and a checksum.
+    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sink_addr = sink.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        let (mut s, _) = sink.accept().await.unwrap();
+        let mut buf = vec![0_u8; 256 * 1024];
+        let (mut total, mut sum) = (0_u64, Checksum::default());
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            sum.update(&buf[..n]);
+            total += n as u64;
+        }
+        s.write_all(format!("{total} {}", sum.finish()).as_bytes())
+            .await
+            .unwrap();
+    });
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
+            group("beijing", "cn-beijing", 100.0, "", &[(sink_addr, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    const TOTAL: u64 = 1 << 30;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A pattern that differs per offset, so a dropped or repeated chunk changes the checksum.
+    let chunk: Vec<u8> = (0..(1 << 20))
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let (mut sent, mut sum) = (0_u64, Checksum::default());
+    while sent < TOTAL {
+        sum.update(&chunk);
+        s.write_all(&chunk).await.unwrap();
+        sent += chunk.len() as u64;
+    }
+    let sum = sum.finish();
+    s.shutdown().await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(300), s.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer, format!("{TOTAL} {sum}"));
+    node.shutdown().await;
+}
+
+/// A position-dependent checksum that does not depend on how the stream was cut into reads.
+#[derive(Default)]
+struct Checksum {
+    sum: u64,
+    words: u64,
+    pending: Vec<u8>,
+}
+
+impl Checksum {
+    fn update(&mut self, mut data: &[u8]) {
+        if !self.pending.is_empty() {
+            let take = (8 - self.pending.len()).min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.pending.len() == 8 {
+                let w: [u8; 8] = self.pending[..].try_into().unwrap();
+                self.word(w);
+                self.pending.clear();
+            }
+        }
+        let mut chunks = data.chunks_exact(8);
+        for w in &mut chunks {
+            self.word(w.try_into().unwrap());
+        }
+        self.pending.extend_from_slice(chunks.remainder());
+    }
+
+    fn word(&mut self, w: [u8; 8]) {
+        let pos = self.words;
+        self.sum = self
+            .sum
+            .wrapping_add(u64::from_le_bytes(w).rotate_left((pos % 63) as u32) ^ pos);
+        self.words += 1;
+    }
+
+    fn finish(mut self) -> u64 {
+        let tail = std::mem::take(&mut self.pending);
+        let mut w = [0_u8; 8];
+        w[..tail.len()].copy_from_slice(&tail);
+        self.word(w);
+        self.sum
+    }
+}
+
+// ------------------------------------------------------------------ UDP
+
+fn udp_listener(port: u16, extra: &str, groups: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"u\"\nprotocol = \"udp\"\nport = {port}\nregions = [\"cn-beijing\", \"cn-shanghai\"]\n{extra}\n{groups}"
+    )
+}
+
+/// Sends one datagram from `socket` and returns the backend's name.
+async fn udp_name(socket: &UdpSocket, to: SocketAddr) -> String {
+    socket.send_to(b"ping", to).await.unwrap();
+    let mut buf = [0_u8; 2048];
+    let (n, from) = tokio::time::timeout(Duration::from_secs(30), socket.recv_from(&mut buf))
+        .await
+        .expect("a reply")
+        .unwrap();
+    assert_eq!(from, to, "replies come from the listener's address");
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    text.split_once(':').unwrap().0.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_flows_split_matches_sim_with_eviction() {
+    let (a1, h1) = udp_backend("bj-1").await;
+    let (a2, h2) = udp_backend("bj-2").await;
+    let (a3, h3) = udp_backend("sh-1").await;
+    let _b = Backends(vec![h1, h2, h3]);
+    let names: BTreeMap<SocketAddr, &str> = [(a1, "bj-1"), (a2, "bj-2"), (a3, "sh-1")].into();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let cfg = write_config(
+        dir.path(),
+        &udp_listener(
+            port,
+            "udp_max_flows = 300",
+            &format!(
+                "{}{}",
+                group("beijing", "cn-beijing", 30.0, "", &[(a1, 1), (a2, 1)]),
+                group("shanghai", "cn-shanghai", 100.0, "", &[(a3, 1)])
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "u").await;
+    let (_, want) = sim_expectation(&cfg, "u");
+    const N: usize = 5000;
+    let mut counts = BTreeMap::<String, usize>::new();
+    for _ in 0..N {
+        let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        *counts.entry(udp_name(&s, addr).await).or_default() += 1;
+    }
+    for (addr, name) in &names {
+        let observed = *counts.get(*name).unwrap_or(&0) as f64 * 100.0 / N as f64;
+        let expected = want[&addr.to_string()];
+        assert!(
+            (observed - expected).abs() < 0.5,
+            "{name}: observed {observed:.2}% expected {expected:.2}%"
+        );
+    }
+    // The table never held more than 300 flows: the rest were evicted, oldest idle first.
+    let (active, evicted) = (
+        metric(&node, "gtd_udp_flows_active", &[]),
+        metric(&node, "gtd_udp_flows_evicted_total", &[]),
+    );
+    // Every flow opened is either still in the (full) table or was evicted. (The OS may hand
+    // a closed client's port to a later client: that one continues the old flow.)
+    let opened = metric(&node, "gtd_connections_total", &[]);
+    assert_eq!(active, 300.0, "flows in the table");
+    assert_eq!(evicted, opened - active, "evicted flows");
+    assert!(opened > (N as f64) * 0.9, "{opened} flows opened");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_flows_stick_expire_and_move_on_disable() {
+    let (a1, h1) = udp_backend("one").await;
+    let (a2, h2) = udp_backend("two").await;
+    let _b = Backends(vec![h1, h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let cfg = write_config(
+        dir.path(),
+        &udp_listener(
+            port,
+            "idle_timeout = \"1s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(a1, 1), (a2, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "u").await;
+    // Sticky: one client, many datagrams, one endpoint.
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let first = udp_name(&client, addr).await;
+    for _ in 0..20 {
+        assert_eq!(udp_name(&client, addr).await, first);
+    }
+    assert_eq!(metric(&node, "gtd_udp_flows_active", &[]), 1.0);
+    // Disabling its endpoint moves the flow on its next datagram.
+    let first_addr = if first == "one" { a1 } else { a2 };
+    admin(
+        &node,
+        "POST",
+        &format!("/endpoints/u/g/{first_addr}/disable"),
+        None,
+    );
+    let moved = udp_name(&client, addr).await;
+    assert_ne!(moved, first);
+    for _ in 0..5 {
+        assert_eq!(udp_name(&client, addr).await, moved);
+    }
+    // Idle expiry (1 s): the flow leaves the table by itself.
+    until("the idle flow to expire", || {
+        metric(&node, "gtd_udp_flows_active", &[]) == 0.0
+    })
+    .await;
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ reload and lifecycle
+
+fn tcp_two_groups(port: u16, a: SocketAddr, b: SocketAddr, ratio_a: f64) -> String {
+    format!(
+        "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}{}",
+        group("beijing", "cn-beijing", ratio_a, "", &[(a, 1)]),
+        group("shanghai", "cn-shanghai", 100.0, "", &[(b, 1)]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
+    let (a, h1) = tcp_backend("bj").await;
+    let (b, h2) = tcp_backend("sh").await;
+    let _b = Backends(vec![h1, h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(dir.path(), &tcp_two_groups(port, a, b, 100.0));
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+
+    // A long-lived connection opened before the reloads must survive them.
+    let mut long = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut line = [0_u8; 3];
+    long.read_exact(&mut line).await.unwrap();
+    assert_eq!(&line, b"bj\n");
+
+    // Continuous load from two clients while the config changes underneath.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for _ in 0..2 {
+        let (stop, failures, done) = (stop.clone(), failures.clone(), done.clone());
+        load.push(tokio::spawn(async move {
+            // Bounded: stops when told, and never runs past 20 000 connections.
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                match tcp_name(addr).await {
+                    Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let cfg_text = std::fs::read_to_string(&cfg).unwrap();
+    for ratio in [50.0, 0.0, 100.0, 30.0] {
+        let before = done.load(Ordering::Relaxed);
+        until("some traffic", || {
+            done.load(Ordering::Relaxed) > before + 50
+        })
+        .await;
+        std::fs::write(
+            &cfg,
+            cfg_text.replacen("ratio = 100\n", &format!("ratio = {ratio}\n"), 1),
+        )
+        .unwrap();
+        let (status, body) = admin(&node, "POST", "/reload", None);
+        assert_eq!(status, 200, "{body}");
+    }
+    // A broken config: rejected with file:line:col, the running one stays.
+    std::fs::write(&cfg, cfg_text.replacen("ratio = 100\n", "ratio = 150\n", 1)).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 422);
+    assert!(body.contains("ratio 150 is out of range 0..=100"), "{body}");
+    assert!(body.contains("config.toml:"), "{body}");
+    let before = done.load(Ordering::Relaxed);
+    until("traffic after the bad reload", || {
+        done.load(Ordering::Relaxed) > before + 50
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "connections failed during reloads"
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"ok\""]),
+        4.0
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"error\""]),
+        1.0
+    );
+    // The last good config (beijing at 30) is what runs: from cn-beijing 30 / 70.
+    let (_, status_json) = admin(&node, "GET", "/status", None);
+    let doc: Value = serde_json::from_str(&status_json).unwrap();
+    assert_eq!(doc["listeners"][0]["groups"][0]["share"], 30.0);
+
+    // The long-lived connection still relays.
+    long.write_all(b"still here").await.unwrap();
+    let mut echo = [0_u8; 10];
+    long.read_exact(&mut echo).await.unwrap();
+    assert_eq!(&echo, b"still here");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_status_metrics_and_token() {
+    let (a, h) = tcp_backend("x").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(dir.path(), &tcp_two_groups(port, a, a, 50.0));
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[admin]\n", "[admin]\ntoken = \"s3cret\"\n");
+    std::fs::write(&cfg, text).unwrap();
+    let node = start(&cfg).await;
+    let (status, body) = admin(&node, "GET", "/healthz", None);
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let (_, body) = admin(&node, "GET", "/status", None);
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["node"]["region"], "cn-beijing");
+    let l = &doc["listeners"][0];
+    assert_eq!(
+        (
+            l["name"].as_str(),
+            l["protocol"].as_str(),
+            l["mode"].as_str()
+        ),
+        (Some("t"), Some("tcp"), Some("cascade"))
+    );
+    let g = &l["groups"][0];
+    for key in [
+        "name",
+        "priority",
+        "rtt_ms",
+        "rtt_source",
+        "ratio",
+        "healthy",
+        "share",
+        "endpoints",
+    ] {
+        assert!(!g[key].is_null(), "group key {key}");
+    }
+    // beijing 50 first, shanghai 100 takes the rest: 50 / 50.
+    assert_eq!(
+        (g["share"].as_f64(), g["rtt_source"].as_str()),
+        (Some(50.0), Some("estimated"))
+    );
+    for key in ["address", "healthy", "enabled", "active", "weight", "fails"] {
+        assert!(!g["endpoints"][0][key].is_null(), "endpoint key {key}");
+    }
+    // POSTs need the token.
+    let (status, _) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 401);
+    let (status, _) = admin(&node, "POST", "/reload", Some("wrong"));
+    assert_eq!(status, 401);
+    let (status, _) = admin(&node, "POST", "/reload", Some("s3cret"));
+    assert_eq!(status, 200);
+    let (status, _) = admin(
+        &node,
+        "POST",
+        "/endpoints/t/nosuch/1.2.3.4:5/disable",
+        Some("s3cret"),
+    );
+    assert_eq!(status, 404);
+    // Every metric of the code's table is exposed, with its description.
+    let (_, body) = admin(&node, "GET", "/metrics", None);
+    for name in [
+        "gtd_group_share",
+        "gtd_group_healthy",
+        "gtd_endpoint_healthy",
+        "gtd_config_reloads_total",
+        "gtd_connections_active",
+    ] {
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "{name} in\n{body}"
+        );
+    }
+    node.shutdown().await;
+}
+
+#[test]
+fn sigterm_drains_open_connections() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, h) = rt.block_on(tcp_backend("x"));
+    let _b = rt.enter();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\ndrain_timeout = \"60s\"\n{}",
+            group("g", "cn-beijing", 100.0, "", &[(a, 1)])
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gtd"))
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--region",
+            "cn-beijing",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut conn = loop {
+        match StdTcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("gtd did not start: {e}");
+            }
+        }
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut name = [0_u8; 2];
+    conn.read_exact(&mut name).unwrap();
+    assert_eq!(&name, b"x\n");
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // New connections are refused once the listener closes…
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while StdTcpStream::connect(addr).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "listener still accepting after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // …while the open connection keeps working and the process waits for it.
+    conn.write_all(b"ping").unwrap();
+    let mut echo = [0_u8; 4];
+    conn.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"ping");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited before the connection closed"
+    );
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gtd did not exit after the last connection closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+    h.abort();
+}
