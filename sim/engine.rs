@@ -41,8 +41,9 @@ pub(crate) struct RegionReport {
 pub(crate) struct Route {
     pub(crate) group: Option<String>,
     pub(crate) endpoint: Option<String>,
-    /// Why the endpoint is not given (a method the client does not determine).
-    pub(crate) note: Option<&'static str>,
+    /// What decided the endpoint: `client` (hash/ip_hash: this client always lands there) or
+    /// `rotation` (the method does not map clients: the pick a fresh node would make next).
+    pub(crate) endpoint_by: &'static str,
 }
 
 /// One group's line.
@@ -321,23 +322,18 @@ fn evaluate_region(
             return Route {
                 group: None,
                 endpoint: None,
-                note: Some("no route"),
+                endpoint_by: "none",
             };
         };
         let g = &listener.groups[gi];
         let client_decides = matches!(g.balance, Balance::Hash { .. } | Balance::IpHash);
-        let endpoint = client_decides
-            .then(|| {
-                balancers[gi]
-                    .pick(&key, now)
-                    .map(|p| p.address().text.clone())
-            })
-            .flatten();
-        let note = (!client_decides).then_some("the method does not map clients to endpoints");
+        let endpoint = balancers[gi]
+            .pick(&key, now)
+            .map(|p| p.address().text.clone());
         Route {
             group: Some(g.name.clone()),
             endpoint,
-            note,
+            endpoint_by: if client_decides { "client" } else { "rotation" },
         }
     });
 

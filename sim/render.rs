@@ -210,15 +210,17 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                     Some(k) => format!("client {ip} key {k:?}"),
                     None => format!("client {ip}"),
                 };
-                let _ = match (&route.group, &route.endpoint, route.note) {
-                    (None, _, _) => writeln!(out, "  {who} → no route"),
-                    (Some(g), Some(e), _) => writeln!(out, "  {who} → group {g}, endpoint {e}"),
-                    (Some(g), None, note) => {
-                        writeln!(
-                            out,
-                            "  {who} → group {g} (endpoint: {})",
-                            note.unwrap_or("none usable")
-                        )
+                let _ = match (&route.group, &route.endpoint) {
+                    (None, _) => writeln!(out, "  {who} → no route"),
+                    (Some(g), Some(e)) if route.endpoint_by == "client" => {
+                        writeln!(out, "  {who} → group {g}, endpoint {e}")
+                    }
+                    (Some(g), Some(e)) => writeln!(
+                        out,
+                        "  {who} → group {g}, endpoint {e} (next in the rotation on a fresh node: the method does not map clients to endpoints)"
+                    ),
+                    (Some(g), None) => {
+                        writeln!(out, "  {who} → group {g}, no usable endpoint")
                     }
                 };
             }
@@ -339,7 +341,7 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
         v["max_deviation"] = json!(max);
     }
     if let Some(route) = &r.route {
-        v["route"] = json!({"group": route.group, "endpoint": route.endpoint});
+        v["route"] = json!({"group": route.group, "endpoint": route.endpoint, "endpoint_by": route.endpoint_by});
     }
     v
 }

@@ -512,6 +512,7 @@ fn client_route() {
     for l in doc["listeners"].as_array().unwrap() {
         for r in l["regions"].as_array().unwrap() {
             assert!(r["route"]["group"].is_string(), "{r}");
+            assert!(r["route"]["endpoint"].is_string(), "{r}");
         }
     }
     // The UDP listener hashes $remote_addr: the endpoint is known and stable.
@@ -521,6 +522,13 @@ fn client_route() {
         .iter()
         .find(|l| l["listener"] == "voice")
         .unwrap();
-    assert!(voice["regions"][0]["route"]["endpoint"].is_string());
+    assert_eq!(voice["regions"][0]["route"]["endpoint_by"], "client");
+    let web = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == "web")
+        .unwrap();
+    assert_eq!(web["regions"][0]["route"]["endpoint_by"], "rotation");
     assert_eq!(json(&["--client", "203.0.113.9"]), doc);
 }
