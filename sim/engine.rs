@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
 use gtd::config::{Affinity, Balance, Config, Listener};
-use gtd::split::{self, GroupFacts, Mode, Plan, Policy, RttSource};
+use gtd::split::{self, GroupFacts, Mode, Plan, RttSource};
 
 use crate::scenario::WhatIf;
 
@@ -210,17 +210,7 @@ fn node_state(
             healthy: balancers[gi].usable_count(now) >= g.min_healthy as usize,
         })
         .collect();
-    let policy = Policy {
-        failover: listener.failover,
-        fail_open: listener.fail_open,
-    };
-    let plan = Plan::new(
-        &ranking.order,
-        &facts,
-        policy,
-        affinity,
-        listener.groups.iter().map(|g| g.name.as_str()),
-    );
+    let plan = Plan::for_listener(listener, &ranking.order, &facts, affinity);
     (ranking, balancers, plan)
 }
 

@@ -119,6 +119,14 @@ fn write_config(dir: &Path, listener: &str) -> PathBuf {
     path
 }
 
+/// A tcp listener "t" served from cn-beijing, with `extra` settings and `groups`.
+fn tcp_listener(port: u16, extra: &str, groups: &[String]) -> String {
+    format!(
+        "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{extra}\n{}",
+        groups.concat()
+    )
+}
+
 fn group(
     name: &str,
     region: &str,
@@ -284,10 +292,13 @@ async fn tcp_split_across_groups_and_endpoints_matches_sim() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\", \"cn-shanghai\"]\n{}{}",
-            group("beijing", "cn-beijing", 50.0, "", &[(a1, 3), (a2, 1)]),
-            group("shanghai", "cn-shanghai", 50.0, "", &[(a3, 1), (a4, 1)]),
+        &tcp_listener(
+            port,
+            "",
+            &[
+                group("beijing", "cn-beijing", 50.0, "", &[(a1, 3), (a2, 1)]),
+                group("shanghai", "cn-shanghai", 50.0, "", &[(a3, 1), (a4, 1)]),
+            ],
         ),
     );
     let node = start(&cfg).await;
@@ -343,16 +354,19 @@ async fn refused_endpoint_is_retried_elsewhere() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}{}",
-            group(
-                "beijing",
-                "cn-beijing",
-                100.0,
-                "",
-                &[(refused, 1), (alive, 1)]
-            ),
-            group("shanghai", "cn-shanghai", 100.0, "", &[(sh, 1)]),
+        &tcp_listener(
+            port,
+            "",
+            &[
+                group(
+                    "beijing",
+                    "cn-beijing",
+                    100.0,
+                    "",
+                    &[(refused, 1), (alive, 1)],
+                ),
+                group("shanghai", "cn-shanghai", 100.0, "", &[(sh, 1)]),
+            ],
         ),
     );
     let node = start(&cfg).await;
@@ -393,9 +407,10 @@ async fn no_route_closes_at_once_and_is_counted() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
-            group("beijing", "cn-beijing", 100.0, "", &[(a, 1)]),
+        &tcp_listener(
+            port,
+            "",
+            &[group("beijing", "cn-beijing", 100.0, "", &[(a, 1)])],
         ),
     );
     let node = start(&cfg).await;
@@ -435,9 +450,10 @@ async fn half_close_is_honoured() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
-            group("beijing", "cn-beijing", 100.0, "", &[(a, 1)]),
+        &tcp_listener(
+            port,
+            "",
+            &[group("beijing", "cn-beijing", 100.0, "", &[(a, 1)])],
         ),
     );
     let node = start(&cfg).await;
@@ -481,9 +497,10 @@ async fn one_gigabyte_is_relayed_intact() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
-            group("beijing", "cn-beijing", 100.0, "", &[(sink_addr, 1)]),
+        &tcp_listener(
+            port,
+            "",
+            &[group("beijing", "cn-beijing", 100.0, "", &[(sink_addr, 1)])],
         ),
     );
     let node = start(&cfg).await;
@@ -863,9 +880,10 @@ fn sigterm_drains_open_connections() {
     let port = free_port(false);
     let cfg = write_config(
         dir.path(),
-        &format!(
-            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\ndrain_timeout = \"60s\"\n{}",
-            group("g", "cn-beijing", 100.0, "", &[(a, 1)])
+        &tcp_listener(
+            port,
+            "drain_timeout = \"60s\"",
+            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
         ),
     );
     let mut child = Command::new(env!("CARGO_BIN_EXE_gtd"))

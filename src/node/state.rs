@@ -18,7 +18,7 @@ use metrics::{Counter, Gauge, Histogram};
 
 use crate::balance::GroupBalancer;
 use crate::config::{Config, Listener};
-use crate::split::{self, GroupFacts, Mode, Plan, Policy, Ranking};
+use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
 use super::metrics::{self as m, Registry};
 
@@ -287,17 +287,7 @@ fn facts(l: &Listener, groups: &[GroupRt], now: Instant) -> Vec<GroupFacts> {
 }
 
 fn planned(l: &Listener, ranking: Ranking, facts: Vec<GroupFacts>) -> Planned {
-    let policy = Policy {
-        failover: l.failover,
-        fail_open: l.fail_open,
-    };
-    let plan = Plan::new(
-        &ranking.order,
-        &facts,
-        policy,
-        l.affinity,
-        l.groups.iter().map(|g| g.name.as_str()),
-    );
+    let plan = Plan::for_listener(l, &ranking.order, &facts, l.affinity);
     Planned {
         ranking,
         facts,

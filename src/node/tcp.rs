@@ -174,6 +174,19 @@ async fn serve(
     }
 }
 
+/// The socket address of an endpoint: its IP, or the first address its name resolves to.
+pub(crate) async fn resolve(address: &Address) -> io::Result<SocketAddr> {
+    match &address.host {
+        Host::Ip(ip) => Ok(SocketAddr::new(*ip, address.port)),
+        Host::Name(name) => tokio::net::lookup_host((name.as_str(), address.port))
+            .await?
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
+            }),
+    }
+}
+
 /// Connects to an endpoint within `timeout`, from `source` when set.
 pub(crate) async fn connect(
     address: &Address,
@@ -181,15 +194,7 @@ pub(crate) async fn connect(
     timeout: Duration,
 ) -> io::Result<TcpStream> {
     let attempt = async {
-        let target = match &address.host {
-            Host::Ip(ip) => SocketAddr::new(*ip, address.port),
-            Host::Name(name) => tokio::net::lookup_host((name.as_str(), address.port))
-                .await?
-                .next()
-                .ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
-                })?,
-        };
+        let target = resolve(address).await?;
         let socket = if target.is_ipv4() {
             TcpSocket::new_v4()?
         } else {

@@ -16,7 +16,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::balance::Pick;
-use crate::config::Host;
 
 use super::Inner;
 use super::route::Router;
@@ -222,15 +221,7 @@ async fn connect_udp(
     address: &crate::config::Address,
     source: Option<IpAddr>,
 ) -> io::Result<UdpSocket> {
-    let target = match &address.host {
-        Host::Ip(ip) => SocketAddr::new(*ip, address.port),
-        Host::Name(name) => tokio::net::lookup_host((name.as_str(), address.port))
-            .await?
-            .next()
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
-            })?,
-    };
+    let target = super::tcp::resolve(address).await?;
     let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
         Some(ip) => SocketAddr::new(ip, 0),
         None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),

@@ -135,6 +135,28 @@ impl Plan {
         }
     }
 
+    /// The plan of `listener` (its failover rule, fail-open and group names) for the priority
+    /// `order` and the facts per group (config index), with `affinity` (the listener's own, or
+    /// source-ip when `sim --client` asks where a client goes).
+    pub fn for_listener(
+        listener: &Listener,
+        order: &[usize],
+        facts: &[GroupFacts],
+        affinity: Affinity,
+    ) -> Plan {
+        let policy = Policy {
+            failover: listener.failover,
+            fail_open: listener.fail_open,
+        };
+        Plan::new(
+            order,
+            facts,
+            policy,
+            affinity,
+            listener.groups.iter().map(|g| g.name.as_str()),
+        )
+    }
+
     /// The group (config index) for one new connection, flow or request from `client`; `None`
     /// when the listener has no route. Lock-free and allocation-free.
     pub fn choose(&self, client: IpAddr) -> Option<usize> {
