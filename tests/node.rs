@@ -669,6 +669,15 @@ async fn udp_flows_stick_expire_and_move_on_disable() {
         assert_eq!(udp_name(&client, addr).await, first);
     }
     assert_eq!(metric(&node, "gtd_udp_flows_active", &[]), 1.0);
+    // Datagrams up to 64 KiB pass whole, both ways.
+    let big = vec![b'x'; 60_000];
+    client.send_to(&big, addr).await.unwrap();
+    let mut buf = vec![0_u8; 65_536];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(30), client.recv_from(&mut buf))
+        .await
+        .expect("a reply")
+        .unwrap();
+    assert_eq!(n, first.len() + 1 + big.len());
     // Disabling its endpoint moves the flow on its next datagram.
     let first_addr = if first == "one" { a1 } else { a2 };
     admin(
@@ -781,15 +790,47 @@ async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
         1.0
     );
     // The last good config (beijing at 30) is what runs: from cn-beijing 30 / 70.
-    let (_, status_json) = admin(&node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&status_json).unwrap();
-    assert_eq!(doc["listeners"][0]["groups"][0]["share"], 30.0);
+    let share = |node: &Node| {
+        let (_, text) = admin(node, "GET", "/status", None);
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        (
+            doc["listeners"][0]["groups"][0]["share"].as_f64().unwrap(),
+            doc,
+        )
+    };
+    assert_eq!(share(&node).0, 30.0);
+    // An endpoint disabled through the admin API stays disabled across a reload: shanghai's only
+    // endpoint off makes shanghai unhealthy, so beijing takes everything, before and after.
+    let (status, _) = admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/shanghai/{b}/disable"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(share(&node).0, 100.0);
+    std::fs::write(&cfg, cfg_text.replacen("ratio = 100\n", "ratio = 30\n", 1)).unwrap();
+    assert_eq!(admin(&node, "POST", "/reload", None).0, 200);
+    let (after, doc) = share(&node);
+    assert_eq!(after, 100.0);
+    assert_eq!(
+        doc["listeners"][0]["groups"][1]["endpoints"][0]["enabled"],
+        false
+    );
+    admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/shanghai/{b}/enable"),
+        None,
+    );
+    assert_eq!(share(&node).0, 30.0);
 
     // The long-lived connection still relays.
     long.write_all(b"still here").await.unwrap();
     let mut echo = [0_u8; 10];
     long.read_exact(&mut echo).await.unwrap();
     assert_eq!(&echo, b"still here");
+    drop(long);
     node.shutdown().await;
 }
 
@@ -958,4 +999,44 @@ fn sigterm_drains_open_connections() {
     };
     assert!(status.success(), "exit status {status}");
     h.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_v2_tells_the_endpoint_who_the_client_is() {
+    // A backend that reads the 28-byte v2 header (IPv4) and answers with the source it names.
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = socket.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        let (mut s, _) = socket.accept().await.unwrap();
+        let mut header = [0_u8; 28];
+        s.read_exact(&mut header).await.unwrap();
+        assert_eq!(&header[..12], b"\r\n\r\n\0\r\nQUIT\n");
+        let ip = std::net::Ipv4Addr::new(header[16], header[17], header[18], header[19]);
+        let port = u16::from_be_bytes([header[24], header[25]]);
+        s.write_all(format!("{ip}:{port}\n").as_bytes())
+            .await
+            .unwrap();
+    });
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &tcp_listener(
+            port,
+            "proxy_protocol = \"v2\"",
+            &[group("g", "cn-beijing", 100.0, "", &[(backend, 1)])],
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let me = client.local_addr().unwrap();
+    let mut reader = tokio::io::BufReader::new(client);
+    let mut line = String::new();
+    tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line)
+        .await
+        .unwrap();
+    assert_eq!(line.trim(), me.to_string());
+    node.shutdown().await;
 }
