@@ -248,8 +248,13 @@ impl EndpointState {
 
     /// May be chosen at `t`, `max_conns` aside.
     pub(crate) fn available(&self, t: u64) -> bool {
+        !self.config.drain && self.serving(t)
+    }
+
+    /// May serve at `t` a client already bound to it (sticky): like [`Self::available`] but a
+    /// draining endpoint still serves its bound clients.
+    pub(crate) fn serving(&self, t: u64) -> bool {
         !self.config.down
-            && !self.config.drain
             && self.rt.enabled.load(Ordering::Relaxed)
             && self.rt.active_healthy.load(Ordering::Relaxed)
             && self.passive_allows(t)

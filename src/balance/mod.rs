@@ -446,6 +446,20 @@ impl GroupBalancer {
         })
     }
 
+    /// Acquires the endpoint at `index` for a client pinned to it (a sticky cookie): allowed
+    /// while it is usable *or draining* — a draining endpoint finishes what is bound to it —
+    /// and below `max_conns`. `None` otherwise; the caller then picks normally.
+    pub fn pick_sticky(&self, index: usize, now: Instant) -> Option<Pick> {
+        let e = self.endpoints.get(index)?;
+        let t = self.full.hub.nanos(now);
+        (e.serving(t) && e.has_room() && e.try_acquire(t)).then(|| Pick {
+            endpoint: Arc::clone(e),
+            index,
+            backup: e.config().backup,
+            params: self.params,
+        })
+    }
+
     /// Expected share of each endpoint (config order, fractions summing to 1) where weights make
     /// it knowable: `round_robin` (current effective weights), `random`, `ip_hash` and plain
     /// `hash` (configured weights) over the usable primaries — backups get 0 unless no primary

@@ -72,6 +72,8 @@ fn steady_state_uses_the_table_and_a_penalty_switches_to_nginx_arithmetic() {
         );
     }
     assert_eq!(b.endpoints()[0].effective_weight(t0), 10.0);
+    // The next pick notices that every weight is full and goes back to the table.
+    pick_index(&b, t0);
     assert!(
         b.full.known_full(),
         "back to the table once every weight is full"
@@ -92,6 +94,22 @@ fn slow_start_keeps_the_exact_path_until_the_ramp_ends() {
     let after = t0 + Duration::from_secs(101);
     pick_index(&b, after);
     assert!(b.full.known_full(), "the ramp ended");
+}
+
+#[test]
+fn least_conn_returns_to_the_table_after_a_penalty() {
+    let t0 = Instant::now();
+    let mut eps = weighted(&[4, 4]);
+    eps[0].max_fails = 2;
+    let b = GroupBalancer::new(&group(Balance::LeastConn, eps), Protocol::Http, t0);
+    let req = StaticRequest::from_ip([192, 0, 2, 1].into());
+    b.pick_excluding(&req, &[1], t0).unwrap().failure(t0);
+    assert!(!b.full.known_full());
+    for _ in 0..3 {
+        pick_index(&b, t0);
+    }
+    pick_index(&b, t0);
+    assert!(b.full.known_full(), "least_conn ties use the table again");
 }
 
 #[test]
