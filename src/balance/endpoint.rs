@@ -421,7 +421,10 @@ impl EndpointState {
     /// A successful attempt at `t`.
     pub(crate) fn record_success(&self, t: u64) {
         let rt = &self.rt;
-        if rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire) {
+        // The common case, nothing to reset, costs two loads and no write.
+        if rt.fails.load(Ordering::Relaxed) > 0
+            && rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire)
+        {
             let old = rt.fails.swap(0, Ordering::AcqRel);
             if self.config.max_fails > 0 && old >= self.config.max_fails {
                 // Recovered from a passive marking.
