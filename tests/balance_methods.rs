@@ -457,6 +457,7 @@ fn feedback_shares_by_reported_value_and_weight() {
             "inverse={inverse} {c:?}"
         );
         assert_eq!(b.expected_shares(t0), None);
+        assert_eq!(b.feedback_header(), Some("x-capacity"));
     }
 }
 

@@ -392,3 +392,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sticky_clients_keep_a_draining_endpoint_but_not_a_disabled_or_full_one() {
+    let t0 = Instant::now();
+    let mut eps = weighted(&[1, 1, 1]);
+    eps[0].drain = true;
+    eps[1].max_conns = Some(1);
+    let b = rr(eps, t0);
+    assert!(
+        picks(&b, 10, t0)[0] == 0,
+        "no new traffic to a draining endpoint"
+    );
+    let bound = b
+        .pick_sticky(0, t0)
+        .expect("a draining endpoint serves its bound clients");
+    assert_eq!((bound.index(), bound.endpoint().active()), (0, 1));
+    let one = b.pick_sticky(1, t0).unwrap();
+    assert!(
+        b.pick_sticky(1, t0).is_none(),
+        "max_conns applies to sticky clients too"
+    );
+    drop(one);
+    b.endpoints()[2].set_enabled(false, t0);
+    assert!(
+        b.pick_sticky(2, t0).is_none(),
+        "a disabled endpoint loses its sticky clients"
+    );
+    assert!(b.pick_sticky(7, t0).is_none());
+}

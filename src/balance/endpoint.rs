@@ -248,8 +248,13 @@ impl EndpointState {
 
     /// May be chosen at `t`, `max_conns` aside.
     pub(crate) fn available(&self, t: u64) -> bool {
+        !self.config.drain && self.serving(t)
+    }
+
+    /// May serve at `t` a client already bound to it (sticky): like [`Self::available`] but a
+    /// draining endpoint still serves its bound clients.
+    pub(crate) fn serving(&self, t: u64) -> bool {
         !self.config.down
-            && !self.config.drain
             && self.rt.enabled.load(Ordering::Relaxed)
             && self.rt.active_healthy.load(Ordering::Relaxed)
             && self.passive_allows(t)
@@ -416,7 +421,10 @@ impl EndpointState {
     /// A successful attempt at `t`.
     pub(crate) fn record_success(&self, t: u64) {
         let rt = &self.rt;
-        if rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire) {
+        // The common case, nothing to reset, costs two loads and no write.
+        if rt.fails.load(Ordering::Relaxed) > 0
+            && rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire)
+        {
             let old = rt.fails.swap(0, Ordering::AcqRel);
             if self.config.max_fails > 0 && old >= self.config.max_fails {
                 // Recovered from a passive marking.

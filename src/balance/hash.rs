@@ -165,7 +165,8 @@ impl Ketama {
         for (&m, &id) in primaries.members.iter().zip(&name_of) {
             let c = &configs[m as usize];
             points.extend(
-                server_points(&c.address.text, c.weight * POINTS_PER_WEIGHT).map(|h| (h, id)),
+                server_points(&c.address.text, c.weight.saturating_mul(POINTS_PER_WEIGHT))
+                    .map(|h| (h, id)),
             );
         }
         // Stable sort, then keep the first of equal values (glibc's merge-sorting qsort, as

@@ -88,6 +88,11 @@ impl Select for LeastTime {
 /// Draws one of the `n` candidates among `members` with probability proportional to
 /// `max(score, sum / (100 n))`, `sum` being the candidates' total score: each candidate keeps at
 /// least 1/(100·N) of the picks before renormalisation. Shared by `least_time` and `feedback`.
+///
+/// The exact total of the floored scores would take another pass. Instead the draw is made
+/// against `sum + n * floor`, which is at least that total and exceeds it by at most
+/// `n * floor = sum / 100`; a draw landing in that slack is repeated (rejection sampling), so
+/// the distribution stays exact and a pick costs one walk 99% of the time or more.
 pub(crate) fn sample_with_floor<R: Rng>(
     ctx: &mut Ctx<'_, R>,
     members: &[u32],
@@ -96,35 +101,32 @@ pub(crate) fn sample_with_floor<R: Rng>(
     score: impl Fn(&EndpointState) -> f64,
 ) -> Option<usize> {
     let floor = sum / (100.0 * n as f64);
-    let mut grand = 0.0;
-    for &m in members {
-        if ctx.candidate(m as usize) {
-            grand += score(ctx.ep(m as usize)).max(floor);
-        }
-    }
-    if !(grand > 0.0 && grand.is_finite()) {
-        // Every score is zero (or degenerate): uniform among the candidates.
-        let k = ctx.rng.below(n as u64) as usize;
-        return members
-            .iter()
-            .map(|&m| m as usize)
-            .filter(|&i| ctx.candidate(i))
-            .nth(k);
-    }
-    let mut u = ctx.rng.next_f64() * grand;
+    let bound = sum + n as f64 * floor;
     let mut last = None;
-    for &m in members {
-        let i = m as usize;
-        if !ctx.candidate(i) {
-            continue;
+    if bound > 0.0 && bound.is_finite() {
+        for _ in 0..8 {
+            let mut u = ctx.rng.next_f64() * bound;
+            for &m in members {
+                let i = m as usize;
+                if !ctx.candidate(i) {
+                    continue;
+                }
+                let w = score(ctx.ep(i)).max(floor);
+                if u < w {
+                    return Some(i);
+                }
+                u -= w;
+                last = Some(i);
+            }
         }
-        let w = score(ctx.ep(i)).max(floor);
-        if u < w {
-            return Some(i);
-        }
-        u -= w;
-        last = Some(i);
+        // Eight draws in the slack (under 1e-16 likely): take the last candidate.
+        return last;
     }
-    // Rounding left `u` a hair above the last weight.
-    last
+    // Every score is zero (or degenerate): uniform among the candidates.
+    let k = ctx.rng.below(n as u64) as usize;
+    members
+        .iter()
+        .map(|&m| m as usize)
+        .filter(|&i| ctx.candidate(i))
+        .nth(k)
 }

@@ -6,7 +6,7 @@
 //! dropped and records its outcome (success, failure, timing, reported feedback). The node and
 //! the simulator both call this code; there is no second implementation.
 //!
-//! # Methods (one module each, one [`Select`] interface)
+//! # Methods (one module each, one `Select` interface)
 //! `round_robin` (the rotation every method falls back to), `hash` (plain and ketama),
 //! `ip_hash`, `least_conn`, `random` (and `two`), `least_time`, `feedback`. The deterministic
 //! ones give the same answers as nginx for the same server list (names, ports, weights) and the
@@ -22,13 +22,15 @@
 //! holding an `Arc` clone (a reference-count increment). Hash keys are streamed into a CRC
 //! instead of being built as strings.
 //!
-//! The one place where the steady state differs from a transient state is the rotation: while
-//! every endpoint is at full weight it reads a precomputed sequence with one atomic increment;
-//! while some weight is reduced (failure penalty, slow-start ramp) it runs nginx's arithmetic on
-//! the atomic current weights in O(n) (see [`round_robin`]). Which of the two applies is decided
-//! without scanning: every event that reduces or starts restoring a weight bumps a generation
-//! counter shared by the group's endpoint states; the balancer remembers the generation at which
-//! it last saw all weights full, and the O(n) path re-checks after each pick.
+//! The one place where the steady state differs from a transient state is the rotation (and
+//! `least_conn`'s tie-break, which is the rotation): while every endpoint is at full weight it
+//! reads a precomputed sequence with one atomic increment; while some weight is reduced (a
+//! failure penalty being restored, a slow-start ramp) it runs nginx's arithmetic on the atomic
+//! current weights in O(n) (see `round_robin.rs`). Which of the two applies is decided without
+//! scanning: every event that reduces a weight or starts a ramp bumps a generation counter
+//! shared by the group's endpoint states; the balancer remembers the generation at which it last
+//! saw all weights full, and a pick that finds that stale re-checks (O(n) loads) before taking
+//! the O(n) path. No pick ever waits for another.
 //!
 //! # Time
 //! `now` is always injected (a `std::time::Instant`); nothing here reads a clock, so tests drive
@@ -46,6 +48,7 @@ mod random;
 mod rng;
 mod round_robin;
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -283,6 +286,7 @@ pub struct GroupBalancer {
     rng: rng::SharedRng,
     params: PickParams,
     protocol: Protocol,
+    feedback_header: Option<Box<str>>,
 }
 
 impl GroupBalancer {
@@ -308,17 +312,20 @@ impl GroupBalancer {
         now: Instant,
     ) -> Self {
         let hub = Arc::clone(&previous.full.hub);
+        // Previous states by address, in config order; each new endpoint takes the first one
+        // left for its address, so the n-th occurrence of a repeated address gets the n-th.
+        let mut by_address: HashMap<&str, VecDeque<&Arc<EndpointState>>> = HashMap::new();
+        for e in previous.endpoints.iter() {
+            by_address
+                .entry(e.address().text.as_str())
+                .or_default()
+                .push_back(e);
+        }
         let mut endpoints = Vec::with_capacity(group.endpoints.len());
-        for (pos, cfg) in group.endpoints.iter().enumerate() {
-            let nth = group.endpoints[..pos]
-                .iter()
-                .filter(|e| e.address.text == cfg.address.text)
-                .count();
-            let old = previous
-                .endpoints
-                .iter()
-                .filter(|e| e.address().text == cfg.address.text)
-                .nth(nth);
+        for cfg in &group.endpoints {
+            let old = by_address
+                .get_mut(cfg.address.text.as_str())
+                .and_then(|q| q.pop_front());
             let state = match old {
                 Some(old) if old.config() == cfg => Arc::clone(old),
                 Some(old) => Arc::new(old.reconfigured(cfg.clone())),
@@ -385,6 +392,10 @@ impl GroupBalancer {
             rng: rng::SharedRng::new(rng::process_seed()),
             params,
             protocol,
+            feedback_header: match &group.balance {
+                Balance::Feedback { header, .. } => Some(header.as_str().into()),
+                _ => None,
+            },
         }
     }
 
@@ -442,6 +453,20 @@ impl GroupBalancer {
             endpoint: Arc::clone(&self.endpoints[index]),
             index,
             backup,
+            params: self.params,
+        })
+    }
+
+    /// Acquires the endpoint at `index` for a client pinned to it (a sticky cookie): allowed
+    /// while it is usable *or draining* — a draining endpoint finishes what is bound to it —
+    /// and below `max_conns`. `None` otherwise; the caller then picks normally.
+    pub fn pick_sticky(&self, index: usize, now: Instant) -> Option<Pick> {
+        let e = self.endpoints.get(index)?;
+        let t = self.full.hub.nanos(now);
+        (e.serving(t) && e.has_room() && e.try_acquire(t)).then(|| Pick {
+            endpoint: Arc::clone(e),
+            index,
+            backup: e.config().backup,
             params: self.params,
         })
     }
@@ -515,6 +540,12 @@ impl GroupBalancer {
     /// `least_time`: which timing the listener should report through [`Pick::record_timing`].
     pub fn measure(&self) -> Option<Measure> {
         self.params.measure
+    }
+
+    /// `feedback`: the response header whose value the listener reports through
+    /// [`Pick::record_feedback`].
+    pub fn feedback_header(&self) -> Option<&str> {
+        self.feedback_header.as_deref()
     }
 
     /// The listener protocol the balancer was built for.

@@ -82,15 +82,10 @@ impl Rotation {
         if let Some(i) = self.pick_from_table(ctx, |_, _| true) {
             return Some(i);
         }
-        let fast = ctx.weights_full();
-        let picked = (0..3).find_map(|_| {
+        (0..3).find_map(|_| {
             let best = smooth_weighted(ctx, members, |ctx, i| ctx.candidate(i))?;
             ctx.acquire(best).then_some(best)
-        });
-        if !fast {
-            ctx.refresh_weights_full();
-        }
-        picked
+        })
     }
 
     /// The steady-state path: while every weight is full, walks the precomputed sequence from
@@ -102,7 +97,15 @@ impl Rotation {
         ctx: &Ctx<'_, R>,
         accept: impl Fn(&Ctx<'_, R>, usize) -> bool,
     ) -> Option<usize> {
-        let table = self.table.as_ref().filter(|_| ctx.weights_full())?;
+        let table = self.table.as_ref()?;
+        if !ctx.weights_full() {
+            // Some weight was reduced when last looked at: check whether all are full again.
+            // O(n) loads, on a pick that is about to do O(n) work on the exact path otherwise.
+            ctx.refresh_weights_full();
+            if !ctx.weights_full() {
+                return None;
+            }
+        }
         let len = table.len() as u64;
         for _ in 0..SKIP_LIMIT.min(table.len()) {
             let n = self.next.0.fetch_add(1, Ordering::Relaxed);

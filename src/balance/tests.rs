@@ -72,6 +72,8 @@ fn steady_state_uses_the_table_and_a_penalty_switches_to_nginx_arithmetic() {
         );
     }
     assert_eq!(b.endpoints()[0].effective_weight(t0), 10.0);
+    // The next pick notices that every weight is full and goes back to the table.
+    pick_index(&b, t0);
     assert!(
         b.full.known_full(),
         "back to the table once every weight is full"
@@ -95,6 +97,22 @@ fn slow_start_keeps_the_exact_path_until_the_ramp_ends() {
 }
 
 #[test]
+fn least_conn_returns_to_the_table_after_a_penalty() {
+    let t0 = Instant::now();
+    let mut eps = weighted(&[4, 4]);
+    eps[0].max_fails = 2;
+    let b = GroupBalancer::new(&group(Balance::LeastConn, eps), Protocol::Http, t0);
+    let req = StaticRequest::from_ip([192, 0, 2, 1].into());
+    b.pick_excluding(&req, &[1], t0).unwrap().failure(t0);
+    assert!(!b.full.known_full());
+    for _ in 0..3 {
+        pick_index(&b, t0);
+    }
+    pick_index(&b, t0);
+    assert!(b.full.known_full(), "least_conn ties use the table again");
+}
+
+#[test]
 fn weight_ranges_locate_segments() {
     let eps = weighted(&[2, 3, 1]);
     let r = WeightRanges::new(&eps, &[0, 1, 2]);
@@ -109,4 +127,81 @@ fn pick_guard_is_static_send_sync() {
     assert_traits::<Pick>();
     assert_traits::<GroupBalancer>();
     assert_traits::<Arc<EndpointState>>();
+}
+
+#[test]
+fn concurrent_exact_path_keeps_current_weights_summing_to_zero() {
+    let t0 = Instant::now();
+    let mut eps = weighted(&[7, 3, 5, 1, 2, 9]);
+    for e in &mut eps {
+        e.slow_start = Some(Duration::from_secs(1000));
+    }
+    let b = GroupBalancer::new(&group(Balance::RoundRobin, eps), Protocol::Http, t0);
+    for e in b.endpoints() {
+        e.set_active_healthy(false, t0);
+        e.set_active_healthy(true, t0);
+    }
+    // Mid-ramp for the whole test: every pick takes nginx's arithmetic on the atomics.
+    let mid = t0 + Duration::from_secs(300);
+    std::thread::scope(|s| {
+        for k in 0..4 {
+            let b = &b;
+            s.spawn(move || {
+                let req = StaticRequest::from_ip([192, 0, 2, 1].into());
+                for n in 0..20_000usize {
+                    let exclude = [(n + k) % 6];
+                    let p = b.pick_excluding(&req, &exclude, mid).expect("a pick");
+                    assert_ne!(p.index(), exclude[0]);
+                }
+            });
+        }
+    });
+    assert!(!b.full.known_full());
+    let sum: i64 = b.cw.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+    assert_eq!(
+        sum, 0,
+        "every pick adds the total once and subtracts it once"
+    );
+    let total: i64 = b
+        .endpoints()
+        .iter()
+        .map(|e| e.swrr_weight(b.full.hub.nanos(mid)))
+        .sum();
+    for c in b.cw.iter() {
+        // A runaway would grow with the 80000 picks; bounded means a small multiple of the total.
+        assert!(
+            c.load(Ordering::Relaxed).abs() <= 100 * total,
+            "current weights stay bounded"
+        );
+    }
+    assert!(b.endpoints().iter().all(|e| e.active() == 0));
+}
+
+#[test]
+fn exactly_one_of_many_racing_picks_gets_the_probe() {
+    let t0 = Instant::now();
+    let b = GroupBalancer::new(
+        &group(Balance::RoundRobin, weighted(&[1, 1])),
+        Protocol::Http,
+        t0,
+    );
+    let req = StaticRequest::from_ip([192, 0, 2, 1].into());
+    b.pick_excluding(&req, &[1], t0).unwrap().failure(t0);
+    let after = t0 + Duration::from_secs(11);
+    let winners: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (b, req) = (&b, &req);
+                s.spawn(move || {
+                    // Hold what we get so a finished probe cannot hand the turn to another.
+                    let got: Vec<Pick> = (0..100)
+                        .filter_map(|_| b.pick_excluding(req, &[1], after))
+                        .collect();
+                    got.len()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(winners, 1);
 }
