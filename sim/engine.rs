@@ -207,7 +207,7 @@ fn node_state(
         .enumerate()
         .map(|(gi, g)| GroupFacts {
             ratio: ratio_of(listener, li, gi, what_if),
-            healthy: balancers[gi].usable_count(now) >= g.min_healthy as usize,
+            healthy: balancers[gi].is_healthy(g.min_healthy, now),
         })
         .collect();
     let plan = Plan::for_listener(listener, &ranking.order, &facts, affinity);
@@ -259,7 +259,7 @@ fn evaluate_region(
                 rtt_ms: ranking.rtt_ms[gi],
                 rtt_source: ranking.source[gi],
                 ratio: ratio_of(listener, li, gi, what_if),
-                healthy: balancers[gi].usable_count(now) >= g.min_healthy as usize,
+                healthy: balancers[gi].is_healthy(g.min_healthy, now),
                 first_pass: share.first_pass,
                 leftover: share.leftover,
                 share: share.total,

@@ -518,6 +518,12 @@ impl GroupBalancer {
         self.endpoints.iter().filter(|e| e.available(t)).count()
     }
 
+    /// The group's health (SPEC 3.3): at least `min_healthy` usable endpoints, whether or not
+    /// health checks are configured. The node and the simulator both ask this.
+    pub fn is_healthy(&self, min_healthy: u32, now: Instant) -> bool {
+        self.usable_count(now) >= min_healthy as usize
+    }
+
     /// The endpoints in config order: admin and health checks set `enabled` and
     /// `active_healthy` here; status reads counters.
     pub fn endpoints(&self) -> &[Arc<EndpointState>] {

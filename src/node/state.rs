@@ -79,8 +79,6 @@ pub struct GroupRt {
     pub name: String,
     /// Endpoint choice and per-endpoint state (shared by all threads).
     pub balancer: Arc<GroupBalancer>,
-    /// `min_healthy` from the config.
-    pub min_healthy: usize,
     /// Metric handles per endpoint (config order).
     pub endpoints: Vec<EndpointMetrics>,
     /// Connect time histogram.
@@ -177,7 +175,6 @@ impl ListenerRt {
                 GroupRt {
                     name: g.name.clone(),
                     balancer: Arc::new(balancer),
-                    min_healthy: g.min_healthy as usize,
                     endpoints: g
                         .endpoints
                         .iter()
@@ -281,7 +278,7 @@ fn facts(l: &Listener, groups: &[GroupRt], now: Instant) -> Vec<GroupFacts> {
         .zip(groups)
         .map(|(g, rt)| GroupFacts {
             ratio: g.ratio,
-            healthy: rt.balancer.usable_count(now) >= rt.min_healthy,
+            healthy: rt.balancer.is_healthy(g.min_healthy, now),
         })
         .collect()
 }
