@@ -248,8 +248,13 @@ impl EndpointState {
 
     /// May be chosen at `t`, `max_conns` aside.
     pub(crate) fn available(&self, t: u64) -> bool {
+        !self.config.drain && self.serves_bound(t)
+    }
+
+    /// May serve traffic already bound to it (a sticky cookie) at `t`: like
+    /// [`Self::available`], except that draining does not stop it (SPEC 4).
+    pub(crate) fn serves_bound(&self, t: u64) -> bool {
         !self.config.down
-            && !self.config.drain
             && self.rt.enabled.load(Ordering::Relaxed)
             && self.rt.active_healthy.load(Ordering::Relaxed)
             && self.passive_allows(t)

@@ -446,6 +446,24 @@ impl GroupBalancer {
         })
     }
 
+    /// Counts a request bound to endpoint `index` by a sticky cookie, without a method's choice:
+    /// `None` when that endpoint may not serve it now (disabled, `down`, failed by active or
+    /// passive checks, at `max_conns`, or out of range). A draining endpoint still serves bound
+    /// requests (SPEC 4). The caller re-decides on `None`.
+    pub fn pick_bound(&self, index: usize, now: Instant) -> Option<Pick> {
+        let endpoint = self.endpoints.get(index)?;
+        let t = self.full.hub.nanos(now);
+        if !(endpoint.serves_bound(t) && endpoint.try_acquire(t)) {
+            return None;
+        }
+        Some(Pick {
+            endpoint: Arc::clone(endpoint),
+            index,
+            backup: endpoint.config().backup,
+            params: self.params,
+        })
+    }
+
     /// Expected share of each endpoint (config order, fractions summing to 1) where weights make
     /// it knowable: `round_robin` (current effective weights), `random`, `ip_hash` and plain
     /// `hash` (configured weights) over the usable primaries — backups get 0 unless no primary

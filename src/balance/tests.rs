@@ -110,3 +110,33 @@ fn pick_guard_is_static_send_sync() {
     assert_traits::<GroupBalancer>();
     assert_traits::<Arc<EndpointState>>();
 }
+
+#[test]
+fn bound_picks_serve_draining_endpoints_but_not_failed_or_full_ones() {
+    let t0 = Instant::now();
+    let mut eps = weighted(&[1, 1, 1]);
+    eps[0].drain = true;
+    eps[1].max_conns = Some(1);
+    eps[2].down = true;
+    let b = GroupBalancer::new(&group(Balance::RoundRobin, eps), Protocol::Http, t0);
+    // Draining: no new picks, but a bound request is served and counted.
+    let p = b
+        .pick_bound(0, t0)
+        .expect("draining endpoint serves bound requests");
+    assert_eq!((p.index(), b.endpoints()[0].active()), (0, 1));
+    drop(p);
+    assert_eq!(b.endpoints()[0].active(), 0);
+    // At max_conns: refused while full.
+    let held = b.pick_bound(1, t0).unwrap();
+    assert!(b.pick_bound(1, t0).is_none());
+    drop(held);
+    assert!(b.pick_bound(1, t0).is_some());
+    // Down, disabled, passively failed or out of range: refused.
+    assert!(b.pick_bound(2, t0).is_none());
+    assert!(b.pick_bound(3, t0).is_none());
+    b.endpoints()[1].set_enabled(false, t0);
+    assert!(b.pick_bound(1, t0).is_none());
+    b.endpoints()[1].set_enabled(true, t0);
+    b.pick_bound(1, t0).unwrap().failure(t0);
+    assert!(b.pick_bound(1, t0 + Duration::from_secs(1)).is_none());
+}
