@@ -116,13 +116,17 @@ pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String
             .load_private_key(key)
             .map_err(|e| format!("{}: {e}", pair.key.display()))?;
         let certified = CertifiedKey::new(chain, signing);
-        certified.keys_match().map_err(|e| {
-            format!(
-                "{}: the key does not belong to the certificate {} ({e})",
-                pair.key.display(),
-                pair.cert.display()
-            )
-        })?;
+        match certified.keys_match() {
+            // A key type whose public half the provider cannot tell: nothing to compare.
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+            Err(e) => {
+                return Err(format!(
+                    "{}: the key does not belong to the certificate {} ({e})",
+                    pair.key.display(),
+                    pair.cert.display()
+                ));
+            }
+        }
         certs.push(Served {
             names,
             key: Arc::new(certified),
