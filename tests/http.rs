@@ -1497,3 +1497,89 @@ groups = [\"plain\"]
     let err = Node::start(options(&cfg)).await.err().expect("start fails");
     assert!(format!("{err:#}").contains("wild.key"), "{err:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_endpoint_times_out_with_504() {
+    // Accepts connections and never answers.
+    let hung = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_addr = hung.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = hung.accept().await {
+            open.push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "upstream_timeout = \"1s\"",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(hung_addr, "max_fails = 0")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let (status, _, _) = get(&client(), &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 504);
+    node.shutdown().await;
+    hold.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_applies_to_http_connections() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "max_connections = 1",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    // One keep-alive connection holds the only slot…
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0_u8; 12];
+    first.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 200");
+    // …so a second one is closed without an answer.
+    let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(60), second.read_to_end(&mut rest))
+        .await
+        .expect("closed");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    // Once the first closes, new connections are served again.
+    drop(first);
+    let c = client();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let req = Request::get(format!("http://{addr}/"))
+            .body(empty())
+            .unwrap();
+        if let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(10), c.request(req)).await
+            && resp.status() == 200
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "slot never freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.shutdown().await;
+}

@@ -50,7 +50,7 @@ use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
 use super::tls;
-use super::upstream::{DownBody, Failure, Progress, Relayed, RequestBody};
+use super::upstream::{DownBody, Failure, Relayed, RequestBody};
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
 pub struct HttpRt {
@@ -408,7 +408,6 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
     let started = Instant::now();
     let mut router = Router::for_route(l, route, conn.peer);
     let mut body = RequestBody::new(body);
-    let progress = Arc::new(Progress::default());
     let method = parts.method;
     let uri = parts.uri;
     let mut headers = parts.headers;
@@ -468,15 +467,16 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
         } else {
             std::mem::take(&mut headers)
         };
-        let (up_body, back) = body.take(&progress, &l.metrics.bytes_up);
+        let (up_body, back) = body.take(&l.metrics.bytes_up);
         let mut request = Request::new(up_body);
         *request.method_mut() = method.clone();
         *request.uri_mut() = target;
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = attempt_headers;
         let sent_at = Instant::now();
-        let streaming = matches!(body, RequestBody::Gone).then_some(&*progress);
-        let result = up.send(request, cfg.upstream_timeout, streaming).await;
+        let result = up
+            .send(request, cfg.upstream_timeout, body.progress())
+            .await;
         body.recover(back);
         let now = Instant::now();
         let elapsed = now.duration_since(sent_at);

@@ -340,14 +340,15 @@ impl Progress {
     }
 }
 
-/// The client's request body, held between attempts.
+/// The client's request body, held between attempts. Requests without a body (most) cost
+/// nothing here; a body costs its progress cell and one oneshot per attempt.
 pub(crate) enum RequestBody {
     /// No body at all: every attempt sends an empty one.
     Empty,
     /// A body not yet handed on (a retry may still send it).
-    Ready(Incoming),
+    Ready(Incoming, Arc<Progress>),
     /// Handed to an attempt, and not given back: it may be partly sent; never replayed.
-    Gone,
+    Gone(Arc<Progress>),
 }
 
 impl RequestBody {
@@ -356,47 +357,57 @@ impl RequestBody {
         if body.is_end_stream() {
             RequestBody::Empty
         } else {
-            RequestBody::Ready(body)
+            RequestBody::Ready(body, Arc::default())
         }
     }
 
     /// True when another attempt can send the body (there is none, or it is untouched).
     pub(crate) fn replayable(&self) -> bool {
-        !matches!(self, RequestBody::Gone)
+        !matches!(self, RequestBody::Gone(_))
+    }
+
+    /// How far the body got, once an attempt streams it (for `upstream_timeout`).
+    pub(crate) fn progress(&self) -> Option<&Progress> {
+        match self {
+            RequestBody::Gone(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// The body for one attempt, and the way back for it if the attempt does not touch it.
     pub(crate) fn take(
         &mut self,
-        progress: &Arc<Progress>,
         bytes: &Counter,
     ) -> (UpBody, Option<oneshot::Receiver<Incoming>>) {
-        match std::mem::replace(self, RequestBody::Gone) {
-            RequestBody::Empty => {
-                *self = RequestBody::Empty;
-                (UpBody::Empty, None)
-            }
-            RequestBody::Ready(inner) => {
+        match std::mem::replace(self, RequestBody::Empty) {
+            RequestBody::Ready(inner, progress) => {
+                *self = RequestBody::Gone(Arc::clone(&progress));
                 let (tx, rx) = oneshot::channel();
                 let body = ClientBody {
                     inner: Some(inner),
                     back: Some(tx),
                     streamed: false,
-                    progress: Arc::clone(progress),
+                    progress,
                     bytes: bytes.clone(),
                 };
                 (UpBody::Stream(body), Some(rx))
             }
-            RequestBody::Gone => (UpBody::Empty, None),
+            // Nothing to send, or nothing that may be sent again.
+            other => {
+                *self = other;
+                (UpBody::Empty, None)
+            }
         }
     }
 
     /// After an attempt: takes the body back if the attempt dropped it untouched.
     pub(crate) fn recover(&mut self, back: Option<oneshot::Receiver<Incoming>>) {
-        if let Some(mut rx) = back
+        if let RequestBody::Gone(progress) = self
+            && let Some(mut rx) = back
             && let Ok(body) = rx.try_recv()
         {
-            *self = RequestBody::Ready(body);
+            let progress = Arc::clone(progress);
+            *self = RequestBody::Ready(body, progress);
         }
     }
 }
