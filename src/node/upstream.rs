@@ -1,11 +1,11 @@
 //! The client side of HTTP listeners: one pooled client per group, and the bodies that stream
 //! through gtd in both directions.
 //!
-//! - [`Upstream`]: hyper-util's pooled client with a [`Connector`] that binds `[node] source_ip`,
+//! - [`Upstream`]: hyper-util's pooled client with a `Connector` that binds `[node] source_ip`,
 //!   applies `connect_timeout` and speaks TLS per the group's settings. The pool keeps up to
 //!   `keepalive` idle connections per endpoint (the pool key is the endpoint's authority), so
 //!   keep-alive reuse needs no code of ours and takes no lock of ours on the request path.
-//! - [`ClientBody`]: the client's request body on its way to an endpoint. It remembers whether a
+//! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
 //!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
 //!   body back (through a oneshot) so a retry can send it again. A body of which any byte left
 //!   is never replayed.
