@@ -789,6 +789,17 @@ async fn one_gigabyte_each_way_streams_with_bounded_memory() {
     const GB: u64 = 1 << 30;
     let c = client();
     let before = rss_bytes();
+    // The highest resident size seen while streaming (sampled), not only the size after.
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(rss_bytes(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
 
     let upload = async {
         let req = Request::post(format!("http://{addr}/sink"))
@@ -824,7 +835,12 @@ async fn one_gigabyte_each_way_streams_with_bounded_memory() {
         .await
         .expect("download finishes");
     assert_eq!(received, GB);
-    let grown = rss_bytes().saturating_sub(before);
+    sampler.abort();
+    let grown = peak
+        .load(Ordering::Relaxed)
+        .max(rss_bytes())
+        .saturating_sub(before);
+    eprintln!("resident memory grew by {} MB at most", grown >> 20);
     assert!(
         grown < 200 << 20,
         "resident memory grew by {} MB while streaming 2 GB",
