@@ -21,8 +21,9 @@
 //! it names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade; Expect too, since gtd
 //! answers `100 Continue` itself), `X-Forwarded-For` appended (one line, comma-separated, as
 //! nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host` set; the
-//! client's Host is passed through (from `:authority` for HTTP/2 clients). Upgrades (WebSocket)
-//! are not proxied.
+//! client's Host is passed through (from `:authority` for HTTP/2 clients). Hash keys
+//! (`$http_NAME`, `$cookie_NAME`) read the request as it is forwarded. Upgrades (WebSocket) are
+//! not proxied, and endpoints are spoken to in HTTP/1.1.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
