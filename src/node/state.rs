@@ -367,3 +367,60 @@ fn planned(l: &Listener, ranking: Ranking, facts: Vec<GroupFacts>) -> Planned {
         routes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use std::path::Path;
+
+    #[test]
+    fn each_route_plans_over_its_own_groups_only() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let catalog = config::load_catalog(&root.join("regions/catalog.toml")).unwrap();
+        let text = r#"
+[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+  [[listener.route]]
+  path_prefix = ["/sh/"]
+  groups = ["shanghai"]
+  [[listener.route]]
+  path_prefix = ["/both/"]
+  groups = ["shanghai", "beijing"]
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "10.0.0.2:80"
+"#;
+        let cfg = config::parse(text, Path::new("config.toml"), &catalog).unwrap();
+        let l = &cfg.listeners[0];
+        let ranking = split::rank(l, &cfg.catalog, "cn-beijing", |_| None);
+        let healthy = |b: bool| GroupFacts {
+            ratio: 50.0,
+            healthy: b,
+        };
+        let p = planned(l, ranking.clone(), vec![healthy(true), healthy(true)]);
+        let totals = |plan: &Plan| plan.shares.iter().map(|s| s.total).collect::<Vec<_>>();
+        assert_eq!(totals(&p.plan), [62.5, 37.5]);
+        // Only Shanghai: it takes everything, Beijing is not even a retry target.
+        assert_eq!(totals(&p.routes[0]), [0.0, 100.0]);
+        assert_eq!(p.routes[0].eligible, [false, true]);
+        // Both: the listener's own cascade.
+        assert_eq!(totals(&p.routes[1]), [62.5, 37.5]);
+        // Shanghai down: its route has no route, the others fail over to Beijing.
+        let p = planned(l, ranking, vec![healthy(true), healthy(false)]);
+        assert_eq!(p.routes[0].mode, Mode::NoRoute);
+        assert_eq!(totals(&p.routes[1]), [100.0, 0.0]);
+    }
+}
