@@ -11,8 +11,9 @@
 //!   rotation, or weighted rendezvous hashing of the client address).
 //! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
 //!   with per-endpoint state in atomics shared by all threads of a node.
-//! - [`node`] (I/O): the listener node — routing snapshot behind `ArcSwap`, TCP and UDP data
-//!   planes, reload and drain, the admin server and metrics.
+//! - [`node`] (I/O): the listener node — routing snapshot behind `ArcSwap`, TCP, UDP and
+//!   HTTP/HTTPS data planes (forwarding rules from [`split::rules`], pooled upstreams, TLS),
+//!   reload and drain, the admin server and metrics.
 //!
 //! The `gtd` node and the `sim` simulator both call [`split`] and [`balance`]; there is no second
 //! implementation of any decision.

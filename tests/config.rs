@@ -774,6 +774,29 @@ tls = { certs = [{ cert = "missing.pem" }] }
 }
 
 #[test]
+fn upstream_tls_needs_a_ca_or_an_explicit_skip() {
+    let text = r#"[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  tls = { sni = "api.example.com" }
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:443"
+"#;
+    assert_eq!(
+        error(text),
+        r#"config.toml:10:9: listener "web" group "beijing": tls towards endpoints needs "ca" (a PEM bundle to verify them with; gtd does not use the system roots) or insecure_skip_verify = true"#
+    );
+    assert!(parse(&text.replace("sni = ", "insecure_skip_verify = true, sni = ")).is_ok());
+    assert!(parse(&text.replace("sni = ", "enabled = false, sni = ")).is_ok());
+}
+
+#[test]
 fn structural_requirements() {
     let text = r#"[node]
 source_ip = "10.0.0.300"

@@ -1778,6 +1778,14 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
         }
     }
     let insecure_skip_verify = t.bool(ctx, "insecure_skip_verify").unwrap_or(false);
+    if enabled && !insecure_skip_verify && !t.has("ca") {
+        ctx.error(
+            t.at,
+            &t.path,
+            "tls towards endpoints needs \"ca\" (a PEM bundle to verify them with; gtd does not \
+             use the system roots) or insecure_skip_verify = true",
+        );
+    }
     let min_version = choice(
         ctx,
         t,

@@ -67,14 +67,14 @@ pub const CONNECT_FAILURES_TOTAL: Def = Def {
     name: "gtd_connect_failures_total",
     kind: Kind::Counter,
     labels: &["listener", "group", "endpoint"],
-    help: "Failed connection attempts to an endpoint, each counted as a passive failure",
+    help: "Failed connection attempts to an endpoint (TCP and HTTP), each counted as a passive failure",
 };
 /// Attempts after the first one.
 pub const RETRIES_TOTAL: Def = Def {
     name: "gtd_retries_total",
     kind: Kind::Counter,
     labels: &["listener"],
-    help: "Attempts made after a failed one (another endpoint or group)",
+    help: "Attempts made after a failed one (another endpoint or group; TCP connects and HTTP requests)",
 };
 /// Time to connect to an endpoint.
 pub const CONNECT_SECONDS: Def = Def {
@@ -132,6 +132,27 @@ pub const FAILOVERS_TOTAL: Def = Def {
     labels: &["listener"],
     help: "Times the listener's top group became unhealthy and another group took over",
 };
+/// HTTP requests answered, by who answered and the status class.
+pub const REQUESTS_TOTAL: Def = Def {
+    name: "gtd_requests_total",
+    kind: Kind::Counter,
+    labels: &["listener", "group", "endpoint", "code_class"],
+    help: "HTTP responses by status class (1xx..5xx): an endpoint's answers (every attempt's, retried ones included) under its group and endpoint; gtd's own answers (404 no rule, 502 unreachable, 503 no route, 504 timeout) with group and endpoint empty",
+};
+/// Time to the response headers of an endpoint.
+pub const UPSTREAM_RESPONSE_SECONDS: Def = Def {
+    name: "gtd_upstream_response_seconds",
+    kind: Kind::Histogram,
+    labels: &["listener", "group"],
+    help: "Time from sending an HTTP request to an endpoint to its response headers",
+};
+/// Requests that followed their sticky cookie.
+pub const STICKY_HITS_TOTAL: Def = Def {
+    name: "gtd_sticky_hits_total",
+    kind: Kind::Counter,
+    labels: &["listener"],
+    help: "HTTP requests sent to the endpoint their sticky cookie names",
+};
 /// Config reloads.
 pub const CONFIG_RELOADS_TOTAL: Def = Def {
     name: "gtd_config_reloads_total",
@@ -156,6 +177,9 @@ pub const ALL: &[Def] = &[
     GROUP_RTT_SECONDS,
     ENDPOINT_HEALTHY,
     FAILOVERS_TOTAL,
+    REQUESTS_TOTAL,
+    UPSTREAM_RESPONSE_SECONDS,
+    STICKY_HITS_TOTAL,
     CONFIG_RELOADS_TOTAL,
 ];
 

@@ -1,21 +1,24 @@
 //! The listener node (`gtd run`): serves every listener that lists its acceleration region.
 //!
 //! Data flow: [`Node::start`] loads the config, builds a [`state::Snapshot`] and binds every
-//! listener's socket; accept loops (`tcp.rs`) and receive loops (`udp.rs`) load the snapshot
-//! per connection/flow (lock-free) and ask `split` and `balance` for decisions through
-//! [`route::Router`]. The planner re-reads group health every 250 ms (and at once after admin
+//! listener's socket; accept loops (`tcp.rs`, which hands HTTP/HTTPS connections to `http.rs`)
+//! and receive loops (`udp.rs`) load the snapshot per connection/flow/request (lock-free) and
+//! ask `split` and `balance` for decisions through [`route::Router`]. The planner re-reads group health every 250 ms (and at once after admin
 //! toggles and passive failures) and swaps in a new plan when a fact changed. Reload (SIGHUP,
 //! `POST /reload`) builds and validates a whole new snapshot, binds new ports, then swaps it in;
 //! a bad config keeps the running one. SIGTERM stops accepting and drains.
 
 pub mod admin;
+pub mod http;
 pub mod metrics;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod route;
 pub mod state;
 pub mod tcp;
+mod tls;
 pub mod udp;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -117,7 +120,8 @@ impl Node {
         let config = Arc::new(load(&opts)?);
         let registry = Registry::new();
         let now = Instant::now();
-        let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now);
+        let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now)
+            .map_err(|e| anyhow!("{e}"))?;
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
         let admin = TcpListener::bind(admin_bind)
             .await
@@ -248,7 +252,7 @@ impl Inner {
                 Some(&old),
                 &self.registry,
                 Instant::now(),
-            );
+            )?;
             let wanted = wanted_ports(&next);
             let fresh = bind_all(self.opts.bind, &wanted, &bound)
                 .await

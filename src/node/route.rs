@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use crate::balance::{Pick, RequestKey};
 
+use crate::split::Plan;
+
 use super::state::{ListenerRt, Planned};
 
 /// Most endpoints remembered as tried within one group (`tries` is at most 10).
@@ -29,6 +31,8 @@ pub struct Router<'a> {
     listener: &'a ListenerRt,
     planned: Guard<Arc<Planned>>,
     client: IpAddr,
+    /// The forwarding rule whose plan decides (HTTP), or the listener's own plan.
+    route: Option<usize>,
     current: Option<usize>,
     tried_groups: u64,
     excluded: [usize; MAX_EXCLUDED],
@@ -39,16 +43,49 @@ pub struct Router<'a> {
 impl<'a> Router<'a> {
     /// A router for a decision about `client`, on the listener's current plan.
     pub fn new(listener: &'a ListenerRt, client: IpAddr) -> Router<'a> {
+        Self::for_route(listener, None, client)
+    }
+
+    /// A router over the plan of forwarding rule `route` (config index; it runs the cascade
+    /// over that rule's groups only), or the listener's plan for `None`.
+    pub fn for_route(listener: &'a ListenerRt, route: Option<usize>, client: IpAddr) -> Router<'a> {
         Router {
             listener,
             planned: listener.planned.load(),
             client,
+            route,
             current: None,
             tried_groups: 0,
             excluded: [0; MAX_EXCLUDED],
             n_excluded: 0,
             started: false,
         }
+    }
+
+    /// The plan decisions follow.
+    pub fn plan(&self) -> &Plan {
+        match self.route {
+            Some(r) => &self.planned.routes[r],
+            None => &self.planned.plan,
+        }
+    }
+
+    /// The first attempt for a request bound to endpoint `index` of `group` (a sticky cookie):
+    /// `None` when the group is not eligible in this plan or the endpoint may not serve it now
+    /// (the caller then asks [`Self::next`]). When it succeeds, later attempts continue with
+    /// the group's other endpoints, then other groups, as after any first attempt.
+    pub fn bound(&mut self, group: usize, index: usize, now: Instant) -> Option<Attempt> {
+        if self.started || !self.plan().eligible.get(group).copied().unwrap_or(false) {
+            return None;
+        }
+        let pick = self.listener.groups[group]
+            .balancer
+            .pick_sticky(index, now)?;
+        self.started = true;
+        self.current = Some(group);
+        self.excluded[0] = index;
+        self.n_excluded = 1;
+        Some(Attempt { group, pick })
     }
 
     /// The next endpoint to try, or `None` when no eligible group has a usable endpoint left.
@@ -58,11 +95,11 @@ impl<'a> Router<'a> {
                 Some(g) => g,
                 None if !self.started => {
                     self.started = true;
-                    self.planned.plan.choose(self.client)?
+                    self.plan().choose(self.client)?
                 }
                 None => {
                     let tried = self.tried_groups;
-                    self.planned.plan.fallback(|g| tried & (1 << g) != 0)?
+                    self.plan().fallback(|g| tried & (1 << g) != 0)?
                 }
             };
             self.current = Some(group);

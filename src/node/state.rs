@@ -6,7 +6,14 @@
 //!   `GroupBalancer::rebuild` so unchanged endpoints keep their counters and health;
 //! - each listener's [`Planned`] (priority order + facts + the split's `Plan`) is replaced by
 //!   the planner when a fact changes (an endpoint disabled, marked failed, recovered), so the
-//!   rotation restarts from the new shares and the next decision sees them.
+//!   rotation restarts from the new shares and the next decision sees them. Next to the
+//!   listener's plan it holds one plan per HTTP forwarding rule, built from the same facts with
+//!   ratio 0 for the groups outside the rule (a ratio-0 group gets nothing and is not eligible,
+//!   so the cascade runs over exactly the rule's groups).
+//!
+//! HTTP listeners also get their TLS acceptor, forwarding rules and sticky table, and each group
+//! its pooled client ([`super::upstream::Upstream`]); certificates are read here, so a bad one
+//! fails the start or reload that wanted it.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -20,7 +27,9 @@ use crate::balance::GroupBalancer;
 use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
+use super::http::{HttpRt, code_classes};
 use super::metrics::{self as m, Registry};
+use super::upstream::Upstream;
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
@@ -59,6 +68,8 @@ pub struct ListenerRt {
     /// Open client connections (shared with the listener's previous versions across reloads,
     /// so `max_connections` counts connections accepted under an older config too).
     pub active: Arc<AtomicUsize>,
+    /// HTTP/HTTPS listeners: rules, sticky table, TLS.
+    pub http: Option<HttpRt>,
 }
 
 /// A plan with the facts and ranking it was computed from.
@@ -70,6 +81,8 @@ pub struct Planned {
     pub facts: Vec<GroupFacts>,
     /// The split and the group chooser.
     pub plan: Plan,
+    /// One plan per forwarding rule (config order), over that rule's groups only.
+    pub routes: Vec<Plan>,
 }
 
 /// One group's runtime state.
@@ -83,6 +96,8 @@ pub struct GroupRt {
     pub endpoints: Vec<EndpointMetrics>,
     /// Connect time histogram.
     pub connect_seconds: Histogram,
+    /// HTTP listeners: the pooled client towards the group's endpoints.
+    pub upstream: Option<Upstream>,
     share: Gauge,
     healthy: Gauge,
     rtt: Gauge,
@@ -118,35 +133,33 @@ pub struct EndpointMetrics {
     pub failures: Counter,
     /// Usable now (gauge kept by the planner).
     pub healthy: Gauge,
+    /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
+    pub requests: [Counter; 5],
 }
 
 impl Snapshot {
     /// Builds the snapshot for a node in `region`. With `previous`, groups and endpoints that
     /// still exist keep their balancer state (counters, failures, health, admin toggles).
+    /// Fails when a certificate or key of an HTTPS listener or a group's TLS cannot be used; the
+    /// message names the listener and the file.
     pub fn build(
         config: Arc<Config>,
         region: &str,
         previous: Option<&Snapshot>,
         registry: &Registry,
         now: Instant,
-    ) -> Snapshot {
+    ) -> Result<Snapshot, String> {
         let listeners = config
             .listeners
             .iter()
             .filter(|l| l.regions.iter().any(|r| r == region))
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
-                Arc::new(ListenerRt::build(
-                    l,
-                    old.map(|o| o.as_ref()),
-                    registry,
-                    &config,
-                    region,
-                    now,
-                ))
+                ListenerRt::build(l, old.map(|o| o.as_ref()), registry, &config, region, now)
+                    .map(Arc::new)
             })
-            .collect();
-        Snapshot { config, listeners }
+            .collect::<Result<_, _>>()?;
+        Ok(Snapshot { config, listeners })
     }
 }
 
@@ -158,8 +171,9 @@ impl ListenerRt {
         config: &Config,
         region: &str,
         now: Instant,
-    ) -> ListenerRt {
+    ) -> Result<ListenerRt, String> {
         let name = l.name.as_str();
+        let http_listener = l.protocol.is_http();
         let groups: Vec<GroupRt> = l
             .groups
             .iter()
@@ -172,7 +186,17 @@ impl ListenerRt {
                     _ => GroupBalancer::new(g, l.protocol, now),
                 };
                 let gname = g.name.as_str();
-                GroupRt {
+                let upstream = if http_listener {
+                    let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &[name, gname]);
+                    Some(
+                        Upstream::build(l, g, config.node.source_ip, seconds).map_err(|e| {
+                            format!("listener {:?} group {:?}: {e}", l.name, g.name)
+                        })?,
+                    )
+                } else {
+                    None
+                };
+                Ok(GroupRt {
                     name: g.name.clone(),
                     balancer: Arc::new(balancer),
                     endpoints: g
@@ -184,16 +208,27 @@ impl ListenerRt {
                                 connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
                                 failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
                                 healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
+                                requests: if http_listener {
+                                    code_classes(registry, &labels)
+                                } else {
+                                    std::array::from_fn(|_| Counter::noop())
+                                },
                             }
                         })
                         .collect(),
                     connect_seconds: registry.histogram(&m::CONNECT_SECONDS, &[name, gname]),
+                    upstream,
                     share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
                     healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
                     rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
+        let http = if http_listener {
+            Some(HttpRt::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?)
+        } else {
+            None
+        };
         let metrics = ListenerMetrics {
             connections_active: registry.gauge(&m::CONNECTIONS_ACTIVE, &[name]),
             no_route: registry.counter(&m::NO_ROUTE_TOTAL, &[name]),
@@ -214,9 +249,10 @@ impl ListenerRt {
             planned: ArcSwap::from_pointee(planned),
             metrics,
             active,
+            http,
         };
         rt.publish(now);
-        rt
+        Ok(rt)
     }
 
     /// Re-reads the facts (health of every group); when they changed, installs a new plan.
@@ -285,9 +321,89 @@ fn facts(l: &Listener, groups: &[GroupRt], now: Instant) -> Vec<GroupFacts> {
 
 fn planned(l: &Listener, ranking: Ranking, facts: Vec<GroupFacts>) -> Planned {
     let plan = Plan::for_listener(l, &ranking.order, &facts, l.affinity);
+    // A route runs the cascade over only its groups: the others get ratio 0 (nothing, not even
+    // leftover, and not eligible for retries).
+    let routes = l
+        .routes
+        .iter()
+        .map(|r| {
+            let only: Vec<GroupFacts> = l
+                .groups
+                .iter()
+                .zip(&facts)
+                .map(|(g, f)| GroupFacts {
+                    ratio: if r.groups.contains(&g.name) {
+                        f.ratio
+                    } else {
+                        0.0
+                    },
+                    healthy: f.healthy,
+                })
+                .collect();
+            Plan::for_listener(l, &ranking.order, &only, l.affinity)
+        })
+        .collect();
     Planned {
         ranking,
         facts,
         plan,
+        routes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use std::path::Path;
+
+    #[test]
+    fn each_route_plans_over_its_own_groups_only() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let catalog = config::load_catalog(&root.join("regions/catalog.toml")).unwrap();
+        let text = r#"
+[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+  [[listener.route]]
+  path_prefix = ["/sh/"]
+  groups = ["shanghai"]
+  [[listener.route]]
+  path_prefix = ["/both/"]
+  groups = ["shanghai", "beijing"]
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "10.0.0.2:80"
+"#;
+        let cfg = config::parse(text, Path::new("config.toml"), &catalog).unwrap();
+        let l = &cfg.listeners[0];
+        let ranking = split::rank(l, &cfg.catalog, "cn-beijing", |_| None);
+        let healthy = |b: bool| GroupFacts {
+            ratio: 50.0,
+            healthy: b,
+        };
+        let p = planned(l, ranking.clone(), vec![healthy(true), healthy(true)]);
+        let totals = |plan: &Plan| plan.shares.iter().map(|s| s.total).collect::<Vec<_>>();
+        assert_eq!(totals(&p.plan), [62.5, 37.5]);
+        // Only Shanghai: it takes everything, Beijing is not even a retry target.
+        assert_eq!(totals(&p.routes[0]), [0.0, 100.0]);
+        assert_eq!(p.routes[0].eligible, [false, true]);
+        // Both: the listener's own cascade.
+        assert_eq!(totals(&p.routes[1]), [62.5, 37.5]);
+        // Shanghai down: its route has no route, the others fail over to Beijing.
+        let p = planned(l, ranking, vec![healthy(true), healthy(false)]);
+        assert_eq!(p.routes[0].mode, Mode::NoRoute);
+        assert_eq!(totals(&p.routes[1]), [100.0, 0.0]);
     }
 }

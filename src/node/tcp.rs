@@ -1,4 +1,6 @@
 //! TCP listeners: accept, decide, connect (with retries across endpoints and groups), relay.
+//! The accept loop serves HTTP and HTTPS listeners too: it admits the connection
+//! (`max_connections`) and hands it to [`super::http`].
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -11,7 +13,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::balance::RequestKey;
-use crate::config::{Address, Host, Measure, ProxyProtocol};
+use crate::config::{Address, Host, Measure, Protocol, ProxyProtocol};
 
 use super::relay::{Ended, relay};
 use super::route::Router;
@@ -55,13 +57,36 @@ pub(crate) async fn accept_loop(
         let local = stream.local_addr().ok();
         let node2 = node.clone();
         node.tracker.spawn(async move {
-            serve(&node2, &listener, stream, peer, local).await;
+            let Some(_active) = Active::admit(&listener, peer) else {
+                return;
+            };
+            match listener.cfg.protocol {
+                Protocol::Http | Protocol::Https => {
+                    super::http::serve(&node2, &listener, stream, peer).await;
+                }
+                Protocol::Tcp | Protocol::Udp => {
+                    serve(&node2, &listener, stream, peer, local).await;
+                }
+            }
         });
     }
 }
 
 /// Counts an open client connection until dropped.
 struct Active<'a>(&'a ListenerRt);
+
+impl<'a> Active<'a> {
+    /// Admits a connection while the listener has fewer than `max_connections` open.
+    fn admit(l: &'a ListenerRt, peer: SocketAddr) -> Option<Active<'a>> {
+        if l.active.fetch_add(1, Ordering::Relaxed) >= l.cfg.max_connections as usize {
+            l.active.fetch_sub(1, Ordering::Relaxed);
+            tracing::warn!(listener = %l.cfg.name, %peer, max = l.cfg.max_connections, "max_connections reached; closing");
+            return None;
+        }
+        l.metrics.connections_active.increment(1.0);
+        Some(Active(l))
+    }
+}
 
 impl Drop for Active<'_> {
     fn drop(&mut self) {
@@ -78,13 +103,6 @@ async fn serve(
     local: Option<SocketAddr>,
 ) {
     let m = &l.metrics;
-    if l.active.fetch_add(1, Ordering::Relaxed) >= l.cfg.max_connections as usize {
-        l.active.fetch_sub(1, Ordering::Relaxed);
-        tracing::warn!(listener = %l.cfg.name, %peer, max = l.cfg.max_connections, "max_connections reached; closing");
-        return;
-    }
-    m.connections_active.increment(1.0);
-    let _active = Active(l);
     let _ = client.set_nodelay(true);
 
     let key = StreamKey(peer.ip());

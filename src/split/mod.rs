@@ -4,6 +4,8 @@
 //!   hysteresis for measured RTTs);
 //! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share;
 //! - [`rotation`] and [`rendezvous`]: the per-decision group choice over those shares;
+//! - [`rules`]: the custom forwarding rules of HTTP listeners — which route (and so which
+//!   groups) a request takes;
 //! - [`Plan`]: all of the above for one listener on one node, built whenever a fact changes
 //!   (health, RTT order, ratios) and read lock-free by every decision.
 
@@ -11,6 +13,7 @@ pub mod cascade;
 pub mod priority;
 pub mod rendezvous;
 pub mod rotation;
+pub mod rules;
 
 use std::net::IpAddr;
 

@@ -1,0 +1,774 @@
+//! HTTP and HTTPS listeners: hyper serves HTTP/1.1 and HTTP/2 (h2c prior knowledge on
+//! cleartext, ALPN on TLS); every request gets its own decision and is proxied to an endpoint.
+//!
+//! One request, in order:
+//! 1. the listener is looked up in the current snapshot (so a reload applies to the next request
+//!    of a keep-alive connection too);
+//! 2. the forwarding rules pick a route (or 404), see [`crate::split::rules`];
+//! 3. a valid sticky cookie names a (group, endpoint) that is eligible and may serve: the first
+//!    attempt goes there;
+//! 4. otherwise, and for every retry, [`Router`] walks the route's cascade: the chosen group's
+//!    balancer, the group's other usable endpoints, then the highest-priority eligible group not
+//!    yet tried;
+//! 5. connect errors, timeouts and `unhealthy_status` answers are passive failures
+//!    ([`crate::balance::Pick::failure`]); a retry happens while `retry`, `tries` and
+//!    `retry_timeout` allow, the body can be sent again (there is none, or no byte of it left),
+//!    and the method is idempotent, nothing was sent (connect error) or `retry_non_idempotent`;
+//! 6. the last attempt's unhealthy answer goes back as is; no answer at all gives 502 (504 when
+//!    the last attempt timed out); no route gives 503.
+//!
+//! Request headers towards the endpoint: hop-by-hop headers removed (Connection and the headers
+//! it names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade; Expect too, since gtd
+//! answers `100 Continue` itself), `X-Forwarded-For` appended (one line, comma-separated, as
+//! nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host` set; the
+//! client's Host is passed through (from `:authority` for HTTP/2 clients). Hash keys
+//! (`$http_NAME`, `$cookie_NAME`) read the request as it is forwarded. Upgrades (WebSocket) are
+//! not proxied, and endpoints are spoken to in HTTP/1.1.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use metrics::Counter;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::balance::RequestKey;
+use crate::config::{Listener, Measure, Protocol};
+use crate::split::rendezvous;
+use crate::split::rules::{Match, RouteRequest, Rules};
+
+use super::Inner;
+use super::metrics::{self as m, Registry};
+use super::route::{Attempt, Router};
+use super::state::ListenerRt;
+use super::tls;
+use super::upstream::{DownBody, Failure, Relayed, RequestBody};
+
+/// The HTTP side of a listener's runtime state, built with the snapshot.
+pub struct HttpRt {
+    /// The forwarding rules.
+    pub rules: Rules,
+    /// Sticky cookie state, when `sticky` is set.
+    pub sticky: Option<StickyRt>,
+    tls: Option<TlsAcceptor>,
+    server: auto::Builder<TokioExecutor>,
+    /// gtd's own answers (404, 502, 503, 504) by code class (1xx..5xx).
+    own: [Counter; 5],
+    sticky_hits: Counter,
+}
+
+impl std::fmt::Debug for HttpRt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpRt")
+            .field("rules", &self.rules)
+            .field("sticky", &self.sticky)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `sticky = { cookie }`: the cookie's values and what they name.
+///
+/// A value is 16 hex digits: a fixed, unkeyed hash (FNV-1a with the splitmix finaliser, as every
+/// placement hash in gtd) of `listener NUL group NUL address`. It tells a client nothing about
+/// the endpoints and stays the same across restarts, reloads and nodes.
+#[derive(Debug)]
+pub struct StickyRt {
+    /// The cookie's name.
+    pub cookie: String,
+    /// (hash, group, endpoint), sorted by hash.
+    table: Vec<(u64, usize, usize)>,
+    /// The `Set-Cookie` value per group and endpoint (config order).
+    set_cookie: Vec<Vec<HeaderValue>>,
+}
+
+/// The sticky cookie value of one endpoint.
+pub fn sticky_value(listener: &str, group: &str, address: &str) -> String {
+    let mut bytes = Vec::with_capacity(listener.len() + group.len() + address.len() + 2);
+    bytes.extend_from_slice(listener.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(group.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(address.as_bytes());
+    format!("{:016x}", rendezvous::mix(rendezvous::fnv1a(&bytes)))
+}
+
+impl StickyRt {
+    fn build(l: &Listener, cookie: &str) -> StickyRt {
+        let mut table = Vec::new();
+        let mut set_cookie = Vec::with_capacity(l.groups.len());
+        let secure = if l.protocol == Protocol::Https {
+            "; Secure"
+        } else {
+            ""
+        };
+        for (gi, g) in l.groups.iter().enumerate() {
+            let mut values = Vec::with_capacity(g.endpoints.len());
+            for (ei, e) in g.endpoints.iter().enumerate() {
+                let value = sticky_value(&l.name, &g.name, &e.address.text);
+                table.push((u64::from_str_radix(&value, 16).expect("hex"), gi, ei));
+                values.push(
+                    HeaderValue::try_from(format!(
+                        "{cookie}={value}; Path=/; HttpOnly; SameSite=Lax{secure}"
+                    ))
+                    .expect("validated cookie name and hex value"),
+                );
+            }
+            set_cookie.push(values);
+        }
+        table.sort_unstable();
+        StickyRt {
+            cookie: cookie.to_owned(),
+            table,
+            set_cookie,
+        }
+    }
+
+    /// The (group, endpoint) a cookie value names.
+    fn target(&self, value: &str) -> Option<(usize, usize)> {
+        if value.len() != 16 {
+            return None;
+        }
+        let h = u64::from_str_radix(value, 16).ok()?;
+        let i = self.table.binary_search_by_key(&h, |e| e.0).ok()?;
+        Some((self.table[i].1, self.table[i].2))
+    }
+}
+
+impl HttpRt {
+    /// Builds the HTTP state of listener `l` (certificates are read here).
+    pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpRt, String> {
+        let name = l.name.as_str();
+        let tls = match (&l.tls, l.protocol) {
+            (Some(t), Protocol::Https) => Some(TlsAcceptor::from(tls::server_config(t)?)),
+            (None, Protocol::Https) => return Err("https listener without tls".into()),
+            _ => None,
+        };
+        let mut server = auto::Builder::new(TokioExecutor::new());
+        server
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(l.header_timeout)
+            .max_headers(100)
+            .max_buf_size(64 * 1024);
+        server
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(100)
+            .max_header_list_size(16 * 1024)
+            .max_pending_accept_reset_streams(20)
+            .max_local_error_reset_streams(1024)
+            .initial_stream_window_size(64 * 1024)
+            .initial_connection_window_size(1024 * 1024);
+        Ok(HttpRt {
+            rules: Rules::new(&l.routes),
+            sticky: l.sticky.as_ref().map(|s| StickyRt::build(l, &s.cookie)),
+            tls,
+            server,
+            own: code_classes(registry, &[name, "", ""]),
+            sticky_hits: registry.counter(&m::STICKY_HITS_TOTAL, &[name]),
+        })
+    }
+}
+
+/// `gtd_requests_total` handles for classes 1xx..5xx with these (listener, group, endpoint).
+pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter; 5] {
+    ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
+        registry.counter(
+            &m::REQUESTS_TOTAL,
+            &[labels[0], labels[1], labels[2], class],
+        )
+    })
+}
+
+fn class(status: StatusCode) -> usize {
+    usize::from(status.as_u16() / 100).clamp(1, 5) - 1
+}
+
+/// What one connection's requests need to know about it.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    peer: IpAddr,
+    port: u16,
+    https: bool,
+}
+
+/// Serves one accepted connection of an HTTP or HTTPS listener until it closes (or the node
+/// stops: then in-flight requests finish and idle connections close).
+pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, peer: SocketAddr) {
+    let Some(http) = l.http.as_ref() else { return };
+    let _ = stream.set_nodelay(true);
+    let conn = Conn {
+        peer: peer.ip().to_canonical(),
+        port: l.cfg.port,
+        https: l.cfg.protocol == Protocol::Https,
+    };
+    let deadline = l.cfg.header_timeout;
+    let service_node = Arc::clone(node);
+    let service = hyper::service::service_fn(move |req| {
+        let node = Arc::clone(&service_node);
+        async move { Ok::<_, Infallible>(handle(&node, conn, req).await) }
+    });
+    match &http.tls {
+        Some(acceptor) => {
+            let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            // HTTP/2 over TLS needs ALPN (RFC 9113); without it the client speaks HTTP/1.1.
+            let builder = if h2 {
+                http.server.clone().http2_only()
+            } else {
+                http.server.clone().http1_only()
+            };
+            run(node, &builder, TokioIo::new(stream), service).await;
+        }
+        None => {
+            // hyper's protocol detection waits for bytes without a timer: bound the wait for the
+            // first one; from there HTTP/1's header_read_timeout (or HTTP/2) takes over.
+            let mut first = [0_u8; 1];
+            match tokio::time::timeout(deadline, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+            run(node, &http.server, TokioIo::new(stream), service).await;
+        }
+    }
+}
+
+async fn run<I, S>(node: &Inner, builder: &auto::Builder<TokioExecutor>, io: I, service: S)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<DownBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = node.stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "http connection ended with an error");
+    }
+}
+
+// ------------------------------------------------------------------------------- one request
+
+/// The request as balancers and rules see it (borrowed, no allocation).
+struct View<'a> {
+    ip: IpAddr,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+}
+
+impl RequestKey for View<'_> {
+    fn remote_ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    fn request_uri(&self) -> Option<&str> {
+        Some(
+            self.uri
+                .path_and_query()
+                .map_or(self.uri.path(), |p| p.as_str()),
+        )
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name)?.to_str().ok()
+    }
+
+    fn cookie(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim_matches('"'))
+    }
+}
+
+impl RouteRequest for View<'_> {
+    fn host(&self) -> Option<&str> {
+        match self.headers.get(header::HOST) {
+            Some(h) => h.to_str().ok(),
+            None => self.uri.authority().map(|a| a.as_str()),
+        }
+    }
+
+    fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        RequestKey::header(self, name)
+    }
+}
+
+async fn handle(node: &Inner, conn: Conn, req: Request<Incoming>) -> Response<DownBody> {
+    let listener = {
+        let snap = node.snapshot.load();
+        snap.listener_on(conn.port, false)
+            .filter(|l| l.http.is_some())
+            .cloned()
+    };
+    match listener {
+        Some(l) => proxy(&l, conn, req).await,
+        // The listener on this port was removed or changed protocol by a reload.
+        None => bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"),
+    }
+}
+
+fn bare(status: StatusCode, text: &'static str) -> Response<DownBody> {
+    let mut r = Response::new(DownBody::own(text));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn own(http: &HttpRt, status: StatusCode, text: &'static str) -> Response<DownBody> {
+    http.own[class(status)].increment(1);
+    bare(status, text)
+}
+
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS | Method::TRACE
+    )
+}
+
+/// What the last failed attempt left.
+enum Last {
+    Nothing,
+    Failed(Failure),
+}
+
+async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<DownBody> {
+    let http = l.http.as_ref().expect("looked up with http state");
+    let cfg = &l.cfg;
+    let (mut parts, body) = req.into_parts();
+    if parts.method == Method::CONNECT {
+        return own(
+            http,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not proxied\n",
+        );
+    }
+    let route = match http.rules.find(&View {
+        ip: conn.peer,
+        uri: &parts.uri,
+        headers: &parts.headers,
+    }) {
+        Match::Default => None,
+        Match::Route(i) => Some(i),
+        Match::NotFound => return own(http, StatusCode::NOT_FOUND, "no route for this path\n"),
+    };
+    let sticky = http.sticky.as_ref().and_then(|s| {
+        let view = View {
+            ip: conn.peer,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        view.cookie(&s.cookie).and_then(|v| s.target(v))
+    });
+    forward_headers(&mut parts.headers, &parts.uri, conn);
+
+    let started = Instant::now();
+    let mut router = Router::for_route(l, route, conn.peer);
+    let mut body = RequestBody::new(body);
+    let method = parts.method;
+    let uri = parts.uri;
+    let mut headers = parts.headers;
+    let retry_ok = |sent: bool, attempts: u32, body: &RequestBody| {
+        cfg.retry
+            && attempts < cfg.tries
+            && started.elapsed() < cfg.retry_timeout
+            && body.replayable()
+            && (!sent || idempotent(&method) || cfg.retry_non_idempotent)
+    };
+
+    let mut attempts = 0_u32;
+    let mut last = Last::Nothing;
+    let mut next: Option<Attempt> = None;
+    loop {
+        let now = Instant::now();
+        let attempt = match next.take() {
+            Some(a) => a,
+            None => {
+                let bound = match sticky {
+                    Some((g, e)) if attempts == 0 => router.bound(g, e, now),
+                    _ => None,
+                };
+                if bound.is_some() {
+                    http.sticky_hits.increment(1);
+                }
+                let view = View {
+                    ip: conn.peer,
+                    uri: &uri,
+                    headers: &headers,
+                };
+                match bound.or_else(|| router.next(&view, now)) {
+                    Some(a) => a,
+                    None => break,
+                }
+            }
+        };
+        if attempts > 0 {
+            l.metrics.retries.increment(1);
+        }
+        attempts += 1;
+        let group = &l.groups[attempt.group];
+        let Some(up) = group.upstream.as_ref() else {
+            break;
+        };
+        let index = attempt.pick.index();
+        let target = match up.uri(index, uri.path_and_query()) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot build the upstream URI");
+                return own(http, StatusCode::BAD_REQUEST, "bad request path\n");
+            }
+        };
+        // The headers go with this attempt; a copy stays only if another attempt could follow.
+        let attempt_headers = if cfg.retry && attempts < cfg.tries {
+            headers.clone()
+        } else {
+            std::mem::take(&mut headers)
+        };
+        let (up_body, back) = body.take(&l.metrics.bytes_up);
+        let mut request = Request::new(up_body);
+        *request.method_mut() = method.clone();
+        *request.uri_mut() = target;
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = attempt_headers;
+        let sent_at = Instant::now();
+        let result = up
+            .send(request, cfg.upstream_timeout, body.progress())
+            .await;
+        body.recover(back);
+        let now = Instant::now();
+        let elapsed = now.duration_since(sent_at);
+        let endpoint = &group.endpoints[index];
+        match result {
+            Ok(response) => {
+                up.response_seconds.record(elapsed.as_secs_f64());
+                attempt.pick.record_timing(Measure::Header, elapsed);
+                if let Some(name) = &up.feedback
+                    && let Some(value) = response
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                {
+                    attempt.pick.record_feedback(value);
+                }
+                let status = response.status();
+                endpoint.requests[class(status)].increment(1);
+                if cfg.unhealthy_status.contains(status.as_u16()) {
+                    attempt.pick.failure(now);
+                    l.replan(now);
+                    if retry_ok(true, attempts, &body) {
+                        let view = View {
+                            ip: conn.peer,
+                            uri: &uri,
+                            headers: &headers,
+                        };
+                        if let Some(a) = router.next(&view, now) {
+                            tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %status, "unhealthy status; retrying");
+                            next = Some(a);
+                            continue;
+                        }
+                    }
+                } else {
+                    attempt.pick.success(now);
+                }
+                return respond(http, l, attempt, sticky, response, sent_at);
+            }
+            Err(failure) => {
+                tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
+                if failure == Failure::Timeout {
+                    attempt.pick.record_timing(Measure::Header, elapsed);
+                }
+                if failure == Failure::Connect {
+                    endpoint.failures.increment(1);
+                }
+                attempt.pick.failure(now);
+                drop(attempt);
+                l.replan(now);
+                last = Last::Failed(failure);
+                if !retry_ok(failure != Failure::Connect, attempts, &body) {
+                    break;
+                }
+            }
+        }
+    }
+    match last {
+        Last::Nothing => {
+            l.metrics.no_route.increment(1);
+            own(
+                http,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no healthy endpoint can take this request\n",
+            )
+        }
+        Last::Failed(Failure::Timeout) => own(
+            http,
+            StatusCode::GATEWAY_TIMEOUT,
+            "the endpoint did not answer in time\n",
+        ),
+        Last::Failed(_) => own(
+            http,
+            StatusCode::BAD_GATEWAY,
+            "no endpoint could be reached\n",
+        ),
+    }
+}
+
+/// The endpoint's response on its way to the client; a sticky listener sets its cookie when the
+/// request did not carry the one naming this endpoint.
+fn respond(
+    http: &HttpRt,
+    l: &ListenerRt,
+    attempt: Attempt,
+    sticky: Option<(usize, usize)>,
+    response: Response<Incoming>,
+    sent_at: Instant,
+) -> Response<DownBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let index = attempt.pick.index();
+    if let Some(s) = &http.sticky
+        && sticky != Some((attempt.group, index))
+    {
+        parts.headers.append(
+            header::SET_COOKIE,
+            s.set_cookie[attempt.group][index].clone(),
+        );
+    }
+    let body = Relayed::new(body, attempt.pick, sent_at, l.metrics.bytes_down.clone());
+    Response::from_parts(parts, DownBody::Relayed(body))
+}
+
+static XFP_HTTP: HeaderValue = HeaderValue::from_static("http");
+static XFP_HTTPS: HeaderValue = HeaderValue::from_static("https");
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Rewrites the client's headers for the endpoint (see the module doc).
+fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: Conn) {
+    strip_hop_by_hop(headers);
+    headers.remove(header::EXPECT);
+    let host = match headers.get(header::HOST) {
+        Some(h) => Some(h.clone()),
+        None => {
+            // HTTP/2 clients name the host in :authority; HTTP/1.1 endpoints need Host.
+            let from_authority = uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+            if let Some(h) = &from_authority {
+                headers.insert(header::HOST, h.clone());
+            }
+            from_authority
+        }
+    };
+    // X-Forwarded-For: what came in, then the client's address, on one line.
+    let mut xff = String::new();
+    for v in headers.get_all(&X_FORWARDED_FOR) {
+        if let Ok(s) = v.to_str() {
+            xff.push_str(s);
+            xff.push_str(", ");
+        }
+    }
+    let _ = write!(xff, "{}", conn.peer);
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(xff)) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    headers.insert(
+        X_FORWARDED_PROTO,
+        if conn.https {
+            XFP_HTTPS.clone()
+        } else {
+            XFP_HTTP.clone()
+        },
+    );
+    match host {
+        Some(h) => {
+            headers.insert(X_FORWARDED_HOST, h);
+        }
+        None => {
+            headers.remove(X_FORWARDED_HOST);
+        }
+    }
+}
+
+/// Removes hop-by-hop headers: those Connection names, then the fixed list.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .cloned()
+            .collect();
+        for v in &listed {
+            for token in v.to_str().unwrap_or("").split(',') {
+                let token = token.trim();
+                if !token.is_empty() {
+                    headers.remove(token);
+                }
+            }
+        }
+        headers.remove(header::CONNECTION);
+    }
+    for name in [
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    // Proxy-Connection and any other Proxy-* header, and `Proxy` itself (httpoxy).
+    if headers.keys().any(|k| k.as_str().starts_with("proxy")) {
+        let names: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("proxy"))
+            .cloned()
+            .collect();
+        for n in names {
+            headers.remove(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::try_from(*k).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "x-other"),
+            ("x-secret", "1"),
+            ("x-other", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy", "http://evil"),
+            ("te", "trailers"),
+            ("trailer", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-kept", "yes"),
+            ("cookie", "a=b"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cookie", "x-kept"]);
+    }
+
+    #[test]
+    fn forwarded_headers_are_set_and_appended() {
+        let uri: Uri = "/p".parse().unwrap();
+        let conn = Conn {
+            peer: "192.0.2.7".parse().unwrap(),
+            port: 80,
+            https: true,
+        };
+        let mut h = map(&[
+            ("host", "example.com:8080"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+            ("x-forwarded-proto", "http"),
+            ("expect", "100-continue"),
+        ]);
+        forward_headers(&mut h, &uri, conn);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "example.com:8080");
+        assert!(!h.contains_key("expect"));
+
+        // HTTP/2: no Host header, the authority becomes Host.
+        let uri: Uri = "https://h2.example.com/p".parse().unwrap();
+        let mut h = HeaderMap::new();
+        forward_headers(&mut h, &uri, conn);
+        assert_eq!(h["host"], "h2.example.com");
+        assert_eq!(h["x-forwarded-host"], "h2.example.com");
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+    }
+
+    #[test]
+    fn cookies_are_found_without_copies() {
+        let uri: Uri = "/x?y=1".parse().unwrap();
+        let headers = map(&[("cookie", "a=1; gtd_route=\"abc\""), ("cookie", "b=2")]);
+        let view = View {
+            ip: "192.0.2.1".parse().unwrap(),
+            uri: &uri,
+            headers: &headers,
+        };
+        assert_eq!(view.cookie("gtd_route"), Some("abc"));
+        assert_eq!(view.cookie("b"), Some("2"));
+        assert_eq!(view.cookie("c"), None);
+        assert_eq!(view.request_uri(), Some("/x?y=1"));
+    }
+
+    #[test]
+    fn sticky_values_are_stable_and_opaque() {
+        let v = sticky_value("web", "beijing", "10.0.0.1:80");
+        assert_eq!(v.len(), 16);
+        assert_eq!(v, sticky_value("web", "beijing", "10.0.0.1:80"));
+        assert_ne!(v, sticky_value("web", "beijing", "10.0.0.2:80"));
+        assert!(!v.contains("10.0.0.1"));
+    }
+}

@@ -1,0 +1,290 @@
+//! TLS with rustls and the ring provider: termination for HTTPS listeners (certificates chosen
+//! by SNI, ALPN h2 and http/1.1) and client configs towards endpoints (CA, mTLS, minimum
+//! version, or no verification for tests).
+//!
+//! Every config is built with `builder_with_provider(ring)`, so no process-wide provider has to
+//! be installed. Files are read when a snapshot is built (start, reload): a bad file fails that
+//! build with a message naming it, and the running config stays.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, ring};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+use crate::config::{ServerTls, TlsVersion, UpstreamTls};
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(ring::default_provider())
+}
+
+/// Reads a PEM certificate chain (leaf first).
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "{}: no certificate found (expected PEM \"BEGIN CERTIFICATE\" blocks)",
+            path.display()
+        ));
+    }
+    Ok(chain)
+}
+
+/// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A certificate with its key and the DNS names (SANs, lower case) it serves.
+struct Served {
+    names: Vec<String>,
+    key: Arc<CertifiedKey>,
+}
+
+/// Chooses the certificate by SNI: an exact SAN first, then a wildcard SAN (`*.example.com`
+/// covers one label), else the first certificate.
+struct SniResolver {
+    certs: Vec<Served>,
+}
+
+impl fmt::Debug for SniResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SniResolver")
+            .field(
+                "names",
+                &self.certs.iter().map(|c| &c.names).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl SniResolver {
+    fn choose(&self, sni: Option<&str>) -> &Served {
+        let default = &self.certs[0];
+        let Some(name) = sni else { return default };
+        let exact = self.certs.iter().find(|c| {
+            c.names
+                .iter()
+                .any(|n| !n.starts_with("*.") && n.eq_ignore_ascii_case(name))
+        });
+        if let Some(c) = exact {
+            return c;
+        }
+        let Some((_, parent)) = name.split_once('.') else {
+            return default;
+        };
+        self.certs
+            .iter()
+            .find(|c| {
+                c.names.iter().any(|n| {
+                    n.strip_prefix("*.")
+                        .is_some_and(|rest| rest.eq_ignore_ascii_case(parent))
+                })
+            })
+            .unwrap_or(default)
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.choose(hello.server_name()).key))
+    }
+}
+
+/// The server config of an HTTPS listener: every certificate loaded and checked against its key.
+pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String> {
+    let provider = provider();
+    let mut certs = Vec::with_capacity(tls.certs.len());
+    for pair in &tls.certs {
+        let chain = read_chain(&pair.cert)?;
+        let key = read_key(&pair.key)?;
+        let names = webpki::EndEntityCert::try_from(&chain[0])
+            .map_err(|e| format!("{}: not a usable certificate: {e}", pair.cert.display()))?
+            .valid_dns_names()
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| format!("{}: {e}", pair.key.display()))?;
+        let certified = CertifiedKey::new(chain, signing);
+        match certified.keys_match() {
+            // A key type whose public half the provider cannot tell: nothing to compare.
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+            Err(e) => {
+                return Err(format!(
+                    "{}: the key does not belong to the certificate {} ({e})",
+                    pair.key.display(),
+                    pair.cert.display()
+                ));
+            }
+        }
+        certs.push(Served {
+            names,
+            key: Arc::new(certified),
+        });
+    }
+    if certs.is_empty() {
+        return Err("https listener without certificates".into());
+    }
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SniResolver { certs }));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The client config towards a group's endpoints. gtd does not read the system's roots: a group
+/// that verifies its endpoints names its CA bundle (`ca`), or sets `insecure_skip_verify`.
+pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, String> {
+    let provider = provider();
+    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
+        TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsVersion::V1_3 => &[&rustls::version::TLS13],
+    };
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(versions)
+        .map_err(|e| e.to_string())?;
+    let builder = if tls.insecure_skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+    } else {
+        let Some(ca) = &tls.ca else {
+            return Err(
+                "tls towards endpoints needs `ca` (a PEM bundle to verify them with; \
+                 gtd does not use the system roots) or `insecure_skip_verify = true`"
+                    .into(),
+            );
+        };
+        let mut roots = RootCertStore::empty();
+        for cert in read_chain(ca)? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", ca.display()))?;
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut config = match (&tls.client_cert, &tls.client_key) {
+        (Some(cert), Some(key)) => builder
+            .with_client_auth_cert(read_chain(cert)?, read_key(key)?)
+            .map_err(|e| format!("{} / {}: {e}", cert.display(), key.display()))?,
+        _ => builder.with_no_client_auth(),
+    };
+    // Endpoints are spoken to in HTTP/1.1 (pooled keep-alive connections).
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The server name sent to an endpoint: the group's `sni`, else the endpoint's host.
+pub(crate) fn server_name(sni: Option<&str>, host: &str) -> Result<ServerName<'static>, String> {
+    let name = sni.unwrap_or(host);
+    let name = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    ServerName::try_from(name.to_owned()).map_err(|e| format!("server name {name:?}: {e}"))
+}
+
+/// `insecure_skip_verify`: accepts any certificate, still checking the handshake signatures.
+#[derive(Debug)]
+struct NoVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(names: &[&str]) -> Served {
+        let cert = rcgen::generate_simple_self_signed(vec!["x.invalid".to_owned()]).unwrap();
+        let key = PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+        let signing = provider().key_provider.load_private_key(key).unwrap();
+        Served {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            key: Arc::new(CertifiedKey::new(vec![cert.cert.der().clone()], signing)),
+        }
+    }
+
+    #[test]
+    fn sni_prefers_exact_then_wildcard_then_the_first() {
+        let r = SniResolver {
+            certs: vec![
+                served(&["default.test"]),
+                served(&["*.example.com"]),
+                served(&["api.example.com"]),
+            ],
+        };
+        let pick = |sni| {
+            let chosen = r.choose(sni);
+            r.certs
+                .iter()
+                .position(|c| std::ptr::eq(c, chosen))
+                .unwrap()
+        };
+        assert_eq!(pick(Some("api.example.com")), 2);
+        assert_eq!(pick(Some("API.Example.com")), 2);
+        assert_eq!(pick(Some("www.example.com")), 1);
+        assert_eq!(
+            pick(Some("a.b.example.com")),
+            0,
+            "a wildcard covers one label"
+        );
+        assert_eq!(pick(Some("example.com")), 0);
+        assert_eq!(pick(Some("other.test")), 0);
+        assert_eq!(pick(None), 0);
+    }
+}

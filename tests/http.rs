@@ -1,0 +1,1601 @@
+//! HTTP and HTTPS listeners against real sockets on loopback: requests through `gtd` to small
+//! hyper backends that name themselves. The split compared with `sim`, nginx's round-robin
+//! sequence, retries (and what is never retried), failover across groups, 1 GB each way with
+//! bounded memory, HTTP/2 to HTTP/1.1, forwarding rules and their 404, sticky cookies, HTTPS with
+//! SNI and ALPN, TLS and mTLS to endpoints, header timeouts.
+//!
+//! Every backend and node a test starts is stopped by its own handle. Waits are for events
+//! (with generous bounds), never fixed sleeps standing in for them; nothing asserts timing.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use gtd::node::{Node, Options};
+use http::{HeaderMap, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+type TestBody = BoxBody<Bytes, Infallible>;
+
+// ------------------------------------------------------------------ helpers: nodes
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A port the OS says is free right now (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes a config (catalogue: the shipped one) with these listeners.
+fn write_config(dir: &Path, listeners: &str) -> PathBuf {
+    let catalog = root().join("regions/catalog.toml");
+    let text = format!(
+        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{}\"\n{listeners}",
+        catalog.display().to_string(),
+        free_port()
+    );
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A `[[listener]]` served from cn-beijing.
+fn listener(name: &str, protocol: &str, extra: &str, groups: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nport = {}\nregions = [\"cn-beijing\"]\n{extra}\n{groups}",
+        free_port()
+    )
+}
+
+/// A `[[listener.group]]`; each endpoint with its own extra keys.
+fn group(
+    name: &str,
+    region: &str,
+    ratio: f64,
+    extra: &str,
+    endpoints: &[(SocketAddr, &str)],
+) -> String {
+    let mut s = format!(
+        "[[listener.group]]\nname = \"{name}\"\nregion = \"{region}\"\nratio = {ratio}\n{extra}\n"
+    );
+    for (addr, keys) in endpoints {
+        s.push_str(&format!(
+            "[[listener.group.endpoint]]\naddress = \"{addr}\"\n{keys}\n"
+        ));
+    }
+    s
+}
+
+fn options(config: &Path) -> Options {
+    Options {
+        config: config.to_owned(),
+        regions: None,
+        region: "cn-beijing".into(),
+        bind: "127.0.0.1".parse().unwrap(),
+        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+    }
+}
+
+async fn start(config: &Path) -> Node {
+    Node::start(options(config)).await.expect("node starts")
+}
+
+async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
+    node.listener_addrs()
+        .await
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .expect("listener bound")
+        .1
+}
+
+/// Plain HTTP/1.0 against the admin server; returns (status, body). Blocking: call it from
+/// `spawn_blocking` or accept that it blocks one worker briefly.
+fn admin(node: &Node, method: &str, path: &str) -> (u16, String) {
+    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of a Prometheus series (summed over lines that contain every fragment).
+fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
+    let (_, body) = admin(node, "GET", "/metrics");
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| fragments.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `sim --format json --region cn-beijing`: (group → share, endpoint → share).
+fn sim_expectation(
+    config: &Path,
+    listener: &str,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--region",
+            "cn-beijing",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == listener)
+        .unwrap();
+    let mut groups = BTreeMap::new();
+    let mut endpoints = BTreeMap::new();
+    for g in l["regions"][0]["groups"].as_array().unwrap() {
+        groups.insert(
+            g["name"].as_str().unwrap().to_owned(),
+            g["share"].as_f64().unwrap(),
+        );
+        for e in g["endpoints"].as_array().unwrap() {
+            endpoints.insert(
+                e["address"].as_str().unwrap().to_owned(),
+                e["share"].as_f64().unwrap(),
+            );
+        }
+    }
+    (groups, endpoints)
+}
+
+// ------------------------------------------------------------------ helpers: backends
+
+/// A body of `remaining` bytes made of one shared chunk (no allocation per frame).
+struct Pattern {
+    remaining: u64,
+    chunk: Bytes,
+}
+
+impl Pattern {
+    fn new(total: u64) -> Pattern {
+        let chunk: Vec<u8> = (0..256 * 1024_u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        Pattern {
+            remaining: total,
+            chunk: Bytes::from(chunk),
+        }
+    }
+}
+
+impl Body for Pattern {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.remaining == 0 {
+            return Poll::Ready(None);
+        }
+        let n = self.remaining.min(self.chunk.len() as u64) as usize;
+        self.remaining -= n as u64;
+        Poll::Ready(Some(Ok(Frame::data(self.chunk.slice(..n)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+fn full(text: impl Into<Bytes>) -> TestBody {
+    Full::new(text.into()).boxed()
+}
+
+fn empty() -> TestBody {
+    Empty::new().boxed()
+}
+
+/// What a backend does.
+#[derive(Clone)]
+struct Behaviour {
+    name: String,
+    /// Status of ordinary answers.
+    status: u16,
+    /// Extra response headers.
+    headers: Vec<(&'static str, &'static str)>,
+    hits: Arc<AtomicU64>,
+}
+
+/// A backend: HTTP/1.1 (optionally over TLS) that names itself. Paths:
+/// - `.../sink`: reads the whole body, answers "NAME BYTES";
+/// - `.../big/N`: answers N bytes;
+/// - anything else: `status`, body NAME, and `x-seen-*` headers echoing what it received.
+struct Backend {
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    handle: JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+impl Backend {
+    async fn start(name: &str, status: u16) -> Backend {
+        Self::start_with(name, status, vec![], None).await
+    }
+
+    async fn start_with(
+        name: &str,
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Backend {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let behaviour = Behaviour {
+            name: name.to_owned(),
+            status,
+            headers,
+            hits: hits.clone(),
+        };
+        let handle = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = socket.accept().await else {
+                    return;
+                };
+                let b = behaviour.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| answer(b.clone(), req));
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(cfg) => {
+                            let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await
+                            else {
+                                return;
+                            };
+                            let _ = builder.serve_connection(TokioIo::new(s), service).await;
+                        }
+                    }
+                });
+            }
+        });
+        Backend { addr, hits, handle }
+    }
+
+    fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+async fn answer(b: Behaviour, req: Request<Incoming>) -> Result<Response<TestBody>, Infallible> {
+    b.hits.fetch_add(1, Ordering::Relaxed);
+    let path = req.uri().path().to_owned();
+    if path.ends_with("/sink") {
+        let mut body = req.into_body();
+        let mut n = 0_u64;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => n += f.data_ref().map_or(0, |d| d.len() as u64),
+                Err(_) => break,
+            }
+        }
+        return Ok(Response::new(full(format!("{} {n}", b.name))));
+    }
+    if let Some(n) = path
+        .rsplit_once("/big/")
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+    {
+        return Ok(Response::new(Pattern::new(n).boxed()));
+    }
+    let seen = |name: &str| {
+        req.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?").to_owned())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let mut r = Response::builder()
+        .status(b.status)
+        .header("x-backend", b.name.as_str())
+        .header(
+            "x-seen-path",
+            req.uri().path_and_query().map_or("", |p| p.as_str()),
+        )
+        .header("x-seen-version", format!("{:?}", req.version()))
+        .header("x-seen-host", seen("host"))
+        .header("x-seen-xff", seen("x-forwarded-for"))
+        .header("x-seen-xfp", seen("x-forwarded-proto"))
+        .header("x-seen-xfh", seen("x-forwarded-host"))
+        .header("x-seen-secret", seen("x-secret"))
+        .header("x-seen-cookie", seen("cookie"));
+    for (k, v) in &b.headers {
+        r = r.header(*k, *v);
+    }
+    Ok(r.body(full(b.name.clone())).unwrap())
+}
+
+// ------------------------------------------------------------------ helpers: clients
+
+fn client() -> Client<HttpConnector, TestBody> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// One request; (status, headers, body as text).
+async fn send(
+    c: &Client<HttpConnector, TestBody>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: TestBody,
+) -> (u16, HeaderMap, String) {
+    let mut req = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(Duration::from_secs(60), c.request(req.body(body).unwrap()))
+        .await
+        .expect("an answer within a minute")
+        .expect("a response");
+    let status = resp.status().as_u16();
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (
+        status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+async fn get(
+    c: &Client<HttpConnector, TestBody>,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, HeaderMap, String) {
+    send(c, "GET", url, headers, empty()).await
+}
+
+fn h<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers.get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+// ------------------------------------------------------------------ split and rotation
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_split_across_groups_and_endpoints_matches_sim() {
+    let b1 = Backend::start("bj-1", 200).await;
+    let b2 = Backend::start("bj-2", 200).await;
+    let b3 = Backend::start("sh-1", 200).await;
+    let b4 = Backend::start("sh-2", 200).await;
+    let names: BTreeMap<SocketAddr, &str> = [
+        (b1.addr, "bj-1"),
+        (b2.addr, "bj-2"),
+        (b3.addr, "sh-1"),
+        (b4.addr, "sh-2"),
+    ]
+    .into();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &format!(
+                "{}{}",
+                group(
+                    "beijing",
+                    "cn-beijing",
+                    50.0,
+                    "",
+                    &[(b1.addr, "weight = 3"), (b2.addr, "")]
+                ),
+                group(
+                    "shanghai",
+                    "cn-shanghai",
+                    50.0,
+                    "",
+                    &[(b3.addr, ""), (b4.addr, "")]
+                ),
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let (want_groups, want_endpoints) = sim_expectation(&cfg, "web");
+    assert_eq!(want_groups["beijing"], 62.5);
+
+    const N: u64 = 5000;
+    let counts = Arc::new(std::sync::Mutex::new(BTreeMap::<String, u64>::new()));
+    let next = Arc::new(AtomicU64::new(0));
+    let c = client();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (counts, next, c) = (counts.clone(), next.clone(), c.clone());
+        tasks.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < N {
+                let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+                assert_eq!(status, 200);
+                *counts.lock().unwrap().entry(body).or_default() += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let counts = counts.lock().unwrap().clone();
+    assert_eq!(counts.values().sum::<u64>(), N);
+    // Stated tolerance: group rotation and round robin are deterministic, so each observed share
+    // is within 0.5 points of sim's expectation (concurrency only reorders decisions).
+    for (a, name) in &names {
+        let observed = *counts.get(*name).unwrap_or(&0) as f64 * 100.0 / N as f64;
+        let expected = want_endpoints[&a.to_string()];
+        assert!(
+            (observed - expected).abs() < 0.5,
+            "{name}: observed {observed:.2}% expected {expected:.2}%"
+        );
+    }
+    // Every answer was counted under its endpoint, none as gtd's own.
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let (two_xx, own) = tokio::task::spawn_blocking(move || {
+        (
+            metric(&n2, "gtd_requests_total", &["code_class=\"2xx\""]),
+            metric(&n2, "gtd_requests_total", &["group=\"\""]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!((two_xx, own), (N as f64, 0.0));
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_5_1_1_gives_nginx_sequence() {
+    let a = Backend::start("a", 200).await;
+    let b = Backend::start("b", 200).await;
+    let cc = Backend::start("c", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(a.addr, "weight = 5"), (b.addr, ""), (cc.addr, "")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let mut seq = String::new();
+    for _ in 0..70 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+        assert_eq!(status, 200);
+        seq.push_str(&body);
+    }
+    assert_eq!(seq, "aabacaa".repeat(10));
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ retries
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_is_retried_on_502_and_on_a_refused_endpoint() {
+    let bad = Backend::start("bad", 502).await;
+    let good = Backend::start("good", 200).await;
+    let refused: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // max_fails = 0 keeps the failing endpoints in rotation, so every cycle meets them.
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "unhealthy_status = [502]\ntries = 3",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[
+                    (bad.addr, "max_fails = 0"),
+                    (refused, "max_fails = 0"),
+                    (good.addr, "max_fails = 0"),
+                ],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    for _ in 0..60 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+        assert_eq!((status, body.as_str()), (200, "good"), "no client error");
+    }
+    // A POST with a body refused at connect time was not sent: it is retried, body and all.
+    for _ in 0..30 {
+        let (status, _, body) = send(
+            &c,
+            "POST",
+            &format!("http://{addr}/sink"),
+            &[],
+            full(vec![7_u8; 100_000]),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(body == "good 100000" || body == "bad 100000", "{body}");
+    }
+    assert!(
+        bad.hits() >= 20,
+        "the 502 endpoint was tried: {}",
+        bad.hits()
+    );
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let (retries, connect_failures) = tokio::task::spawn_blocking(move || {
+        (
+            metric(&n2, "gtd_retries_total", &[]),
+            metric(
+                &n2,
+                "gtd_connect_failures_total",
+                &[&format!("endpoint=\"{refused}\"")],
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(retries >= 40.0, "{retries} retries");
+    assert!(
+        connect_failures >= 20.0,
+        "{connect_failures} connect failures"
+    );
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_with_a_body_is_not_retried_after_a_502() {
+    let bad = Backend::start("bad", 502).await;
+    let good = Backend::start("good", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "unhealthy_status = [502]",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(bad.addr, "max_fails = 0"), (good.addr, "max_fails = 0")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let (mut ok, mut bad_gateway) = (0, 0);
+    for _ in 0..20 {
+        let (status, _, _) = send(
+            &c,
+            "POST",
+            &format!("http://{addr}/"),
+            &[],
+            full(&b"payload"[..]),
+        )
+        .await;
+        match status {
+            200 => ok += 1,
+            502 => bad_gateway += 1,
+            s => panic!("unexpected status {s}"),
+        }
+    }
+    // Round robin alternates: half the POSTs met the 502 and got it back as is (its bytes were
+    // sent and it is not idempotent); no POST reached both backends.
+    assert_eq!((ok, bad_gateway), (10, 10));
+    assert_eq!((good.hits(), bad.hits()), (10, 10));
+    // The same GETs are retried.
+    for _ in 0..10 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+        assert_eq!((status, body.as_str()), (200, "good"));
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_crosses_to_the_next_group_when_the_whole_group_fails() {
+    let bj1 = Backend::start("bj-1", 503).await;
+    let bj2 = Backend::start("bj-2", 503).await;
+    let sh = Backend::start("sh", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "unhealthy_status = [\"500-599\"]\ntries = 3",
+            &format!(
+                "{}{}",
+                group(
+                    "beijing",
+                    "cn-beijing",
+                    100.0,
+                    "",
+                    &[(bj1.addr, "max_fails = 0"), (bj2.addr, "max_fails = 0")]
+                ),
+                group("shanghai", "cn-shanghai", 100.0, "", &[(sh.addr, "")]),
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    for _ in 0..10 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+        assert_eq!((status, body.as_str()), (200, "sh"));
+    }
+    // Each request tried both Beijing endpoints first (beijing ranks first from cn-beijing).
+    assert_eq!((bj1.hits(), bj2.hits(), sh.hits()), (10, 10, 10));
+
+    // With tries = 2 the last attempt's unhealthy answer goes back as is.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("tries = 3", "tries = 2");
+    std::fs::write(&cfg, text).unwrap();
+    node.reload().await.unwrap();
+    let (status, headers, _) = get(&c, &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 503);
+    assert!(
+        h(&headers, "x-backend").starts_with("bj-"),
+        "the endpoint's own answer"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_gives_502_and_no_route_503() {
+    let refused: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(refused, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let (status, _, _) = get(&c, &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 502, "the only endpoint refused");
+    // max_fails = 1: it is now marked, the group fails and the listener has no route.
+    let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 503, "{body}");
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let (no_route, own_5xx) = tokio::task::spawn_blocking(move || {
+        (
+            metric(&n2, "gtd_no_route_total", &[]),
+            metric(
+                &n2,
+                "gtd_requests_total",
+                &["group=\"\"", "code_class=\"5xx\""],
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!((no_route, own_5xx), (1.0, 2.0));
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+// ------------------------------------------------------------------ streaming
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gigabyte_each_way_streams_with_bounded_memory() {
+    let sink = Backend::start("sink", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "upstream_timeout = \"300s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(sink.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    const GB: u64 = 1 << 30;
+    let c = client();
+    let before = rss_bytes();
+    // The highest resident size seen while streaming (sampled), not only the size after.
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(rss_bytes(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    let upload = async {
+        let req = Request::post(format!("http://{addr}/sink"))
+            .body(Pattern::new(GB).boxed())
+            .unwrap();
+        let resp = c.request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.unwrap().to_bytes()
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(600), upload)
+        .await
+        .expect("upload finishes");
+    assert_eq!(answer, format!("sink {GB}"));
+
+    let download = async {
+        let resp = c
+            .request(
+                Request::get(format!("http://{addr}/big/{GB}"))
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut n = 0_u64;
+        while let Some(frame) = body.frame().await {
+            n += frame.unwrap().data_ref().map_or(0, |d| d.len() as u64);
+        }
+        n
+    };
+    let received = tokio::time::timeout(Duration::from_secs(600), download)
+        .await
+        .expect("download finishes");
+    assert_eq!(received, GB);
+    sampler.abort();
+    let grown = peak
+        .load(Ordering::Relaxed)
+        .max(rss_bytes())
+        .saturating_sub(before);
+    eprintln!("resident memory grew by {} MB at most", grown >> 20);
+    assert!(
+        grown < 200 << 20,
+        "resident memory grew by {} MB while streaming 2 GB",
+        grown >> 20
+    );
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ protocols and headers
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_client_reaches_an_http1_backend() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let h2: Client<HttpConnector, TestBody> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    for _ in 0..5 {
+        let resp = h2
+            .request(
+                Request::get(format!("http://{addr}/hello?x=1"))
+                    .body(empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 200);
+        let headers = resp.headers().clone();
+        assert_eq!(h(&headers, "x-seen-version"), "HTTP/1.1");
+        assert_eq!(h(&headers, "x-seen-path"), "/hello?x=1");
+        assert_eq!(
+            h(&headers, "x-seen-host"),
+            addr.to_string(),
+            ":authority became Host"
+        );
+        assert_eq!(h(&headers, "x-seen-xfh"), addr.to_string());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "one");
+    }
+    // A POST body over HTTP/2 reaches the HTTP/1.1 backend whole.
+    let resp = h2
+        .request(
+            Request::post(format!("http://{addr}/sink"))
+                .body(Pattern::new(3 << 20).boxed())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, format!("one {}", 3 << 20));
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_hop_by_hop_and_path_prefix() {
+    let b = Backend::start_with(
+        "one",
+        200,
+        vec![
+            ("connection", "x-drop"),
+            ("x-drop", "1"),
+            ("keep-alive", "timeout=5"),
+        ],
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "path_prefix = \"/test\"",
+                &[(b.addr, "")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let (status, headers, _) = get(
+        &c,
+        &format!("http://{addr}/foo/bar?q=1"),
+        &[
+            ("host", "www.example.com"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("connection", "x-secret"),
+            ("x-secret", "hidden"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(h(&headers, "x-seen-path"), "/test/foo/bar?q=1");
+    assert_eq!(h(&headers, "x-seen-xff"), "203.0.113.9, 127.0.0.1");
+    assert_eq!(h(&headers, "x-seen-xfp"), "http");
+    assert_eq!(h(&headers, "x-seen-xfh"), "www.example.com");
+    assert_eq!(
+        h(&headers, "x-seen-host"),
+        "www.example.com",
+        "Host passes through"
+    );
+    assert_eq!(
+        h(&headers, "x-seen-secret"),
+        "",
+        "named by Connection: removed"
+    );
+    assert!(!headers.contains_key("x-drop") && !headers.contains_key("keep-alive"));
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ routes
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_rules_choose_groups_and_unclaimed_paths_get_404() {
+    let a = Backend::start("a", 200).await;
+    let b = Backend::start("b", 200).await;
+    let cc = Backend::start("c", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let routes = "\
+[[listener.route]]
+host = \"api.example.com\"
+path_prefix = [\"/v2/\"]
+groups = [\"b\"]
+[[listener.route]]
+host = \"*.static.test\"
+groups = [\"c\"]
+[[listener.route]]
+path_prefix = [\"/img/\"]
+groups = [\"c\"]
+[[listener.route]]
+host = \"api.example.com\"
+path_prefix = [\"/v2/beta/\"]
+header = { name = \"X-Canary\", value = \"1\" }
+groups = [\"c\"]
+";
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            routes,
+            &format!(
+                "{}{}{}",
+                group("a", "cn-beijing", 100.0, "", &[(a.addr, "")]),
+                group("b", "cn-shanghai", 100.0, "", &[(b.addr, "")]),
+                group("c", "ap-southeast-1", 100.0, "", &[(cc.addr, "")]),
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let url = |path: &str| format!("http://{addr}{path}");
+    // (Host, path, extra headers, status, backend)
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], u16, &'a str);
+    let cases: &[Case<'_>] = &[
+        ("API.example.com:8080", "/v2/users", &[], 200, "b"),
+        ("api.example.com", "/v2/beta/x", &[], 200, "b"),
+        (
+            "api.example.com",
+            "/v2/beta/x",
+            &[("x-canary", "1")],
+            200,
+            "c",
+        ),
+        // The host is claimed, no rule covers /v1/, no host-only rule: 404.
+        ("api.example.com", "/v1/users", &[], 404, ""),
+        ("api.example.com", "/img/logo.png", &[], 404, ""),
+        ("cdn.static.test", "/anything", &[], 200, "c"),
+        ("other.test", "/img/logo.png", &[], 200, "c"),
+        ("other.test", "/", &[], 200, "a"),
+    ];
+    for (host, path, extra, status, backend) in cases {
+        let mut headers = vec![("host", *host)];
+        headers.extend_from_slice(extra);
+        let (got, _, body) = get(&c, &url(path), &headers).await;
+        assert_eq!(got, *status, "{host}{path}: {body}");
+        if *status == 200 {
+            assert_eq!(body, *backend, "{host}{path}");
+        }
+    }
+    // A route whose groups are all down answers 503 while the others still route.
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let b_addr = b.addr;
+    let (status, _) = tokio::task::spawn_blocking(move || {
+        admin(&n2, "POST", &format!("/endpoints/web/b/{b_addr}/disable"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    let (got, _, _) = get(&c, &url("/v2/users"), &[("host", "api.example.com")]).await;
+    assert_eq!(got, 503);
+    let (got, _, body) = get(&c, &url("/"), &[("host", "other.test")]).await;
+    assert_eq!((got, body.as_str()), (200, "a"));
+    let n2 = node.clone();
+    let (not_found, no_route) = tokio::task::spawn_blocking(move || {
+        (
+            metric(
+                &n2,
+                "gtd_requests_total",
+                &["group=\"\"", "code_class=\"4xx\""],
+            ),
+            metric(&n2, "gtd_no_route_total", &[]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!((not_found, no_route), (2.0, 1.0));
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+// ------------------------------------------------------------------ sticky
+
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    let set = headers.get("set-cookie")?.to_str().unwrap();
+    let (pair, _) = set.split_once(';')?;
+    Some(pair.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_cookie_pins_draining_keeps_disabling_moves() {
+    let backends = [
+        Backend::start("s0", 200).await,
+        Backend::start("s1", 200).await,
+        Backend::start("s2", 200).await,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let endpoints: Vec<(SocketAddr, &str)> = backends.iter().map(|b| (b.addr, "")).collect();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "sticky = { cookie = \"gtd_route\" }",
+            &group("g", "cn-beijing", 100.0, "", &endpoints),
+        ),
+    );
+    let node = Arc::new(start(&cfg).await);
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let url = format!("http://{addr}/");
+    let (_, headers, first) = get(&c, &url, &[]).await;
+    let cookie = cookie_value(&headers).expect("the first response sets the cookie");
+    assert!(cookie.starts_with("gtd_route="), "{cookie}");
+    let cookie_header = format!("{cookie}; other=1");
+    for _ in 0..10 {
+        let (_, headers, body) = get(&c, &url, &[("cookie", &cookie_header)]).await;
+        assert_eq!(body, first, "pinned");
+        assert!(
+            headers.get("set-cookie").is_none(),
+            "valid cookie: not set again"
+        );
+    }
+    // Without the cookie the rotation goes on.
+    let (_, _, other) = get(&c, &url, &[]).await;
+    assert_ne!(other, first);
+
+    // Draining the endpoint (reload) keeps sticky clients on it.
+    let index: usize = first[1..].parse().unwrap();
+    let pinned = backends[index].addr;
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        &format!("address = \"{pinned}\"\n"),
+        &format!("address = \"{pinned}\"\ndrain = true\n"),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    node.reload().await.unwrap();
+    for _ in 0..5 {
+        let (_, _, body) = get(&c, &url, &[("cookie", &cookie_header)]).await;
+        assert_eq!(body, first, "a draining endpoint serves sticky requests");
+    }
+    for _ in 0..6 {
+        let (_, _, body) = get(&c, &url, &[]).await;
+        assert_ne!(body, first, "no new traffic to a draining endpoint");
+    }
+    // Disabled: re-decided elsewhere, and the cookie replaced.
+    let n2 = node.clone();
+    tokio::task::spawn_blocking(move || {
+        admin(&n2, "POST", &format!("/endpoints/web/g/{pinned}/disable"))
+    })
+    .await
+    .unwrap();
+    let (_, headers, moved) = get(&c, &url, &[("cookie", &cookie_header)]).await;
+    assert_ne!(moved, first);
+    let replaced = cookie_value(&headers).expect("cookie replaced");
+    assert_ne!(replaced, cookie);
+    let (_, _, again) = get(&c, &url, &[("cookie", &replaced)]).await;
+    assert_eq!(again, moved);
+    // A forged or stale cookie is simply re-decided.
+    let (status, headers, _) = get(&c, &url, &[("cookie", "gtd_route=0123456789abcdef")]).await;
+    assert_eq!(status, 200);
+    assert!(headers.get("set-cookie").is_some());
+    let n2 = node.clone();
+    let hits = tokio::task::spawn_blocking(move || metric(&n2, "gtd_sticky_hits_total", &[]))
+        .await
+        .unwrap();
+    assert_eq!(hits, 16.0);
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+// ------------------------------------------------------------------ feedback
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_header_steers_the_group() {
+    let low = Backend::start_with("low", 200, vec![("x-capacity", "1")], None).await;
+    let high = Backend::start_with("high", 200, vec![("x-capacity", "9")], None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "balance = \"feedback\"\nfeedback_header = \"X-Capacity\"",
+                &[(low.addr, ""), (high.addr, "")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    // Let both report at least once, then count.
+    for _ in 0..50 {
+        get(&c, &format!("http://{addr}/"), &[]).await;
+    }
+    let (low0, high0) = (low.hits(), high.hits());
+    assert!(low0 > 0 && high0 > 0);
+    for _ in 0..1000 {
+        get(&c, &format!("http://{addr}/"), &[]).await;
+    }
+    let high_share = (high.hits() - high0) as f64 / 1000.0;
+    // Expected 90% (9 against 1); the picks are random, so allow a wide margin.
+    assert!(high_share > 0.8, "high got {high_share}");
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ timeouts
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_client_headers_are_cut_off() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "header_timeout = \"1s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    // Half a header line, then silence: the connection is closed.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: exa").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
+        .await
+        .expect("closed by gtd")
+        .ok();
+    // A client that sends nothing at all is closed too.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
+        .await
+        .expect("closed by gtd")
+        .ok();
+    assert!(rest.is_empty());
+    assert_eq!(b.hits(), 0);
+    // An ordinary client is unaffected.
+    let (status, _, _) = get(&client(), &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 200);
+    node.shutdown().await;
+}
+
+// ------------------------------------------------------------------ HTTPS and TLS
+
+/// A test PKI: one CA; server and client certificates signed by it.
+struct Pki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "gtd test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        Pki { ca }
+    }
+
+    /// (certificate PEM, key PEM) for these DNS names; `client` for client authentication.
+    fn issue(&self, names: &[&str], client: bool) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    fn roots(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        roots
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+fn server_tls(cert: &str, key: &str, client_ca: Option<&Pki>) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(pki) => builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(pki.roots()),
+                provider(),
+            )
+            .build()
+            .unwrap(),
+        ),
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(builder.with_single_cert(chain, key).unwrap())
+}
+
+/// Connects over TLS with this SNI and ALPN list; returns the stream.
+async fn tls_connect(
+    addr: SocketAddr,
+    pki: &Pki,
+    sni: &str,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(pki.roots())
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(sni.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with gtd")
+}
+
+/// One GET over an established connection, HTTP/2 or HTTP/1.1; (status, x-backend, body).
+async fn get_over(
+    stream: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    h2: bool,
+    host: &str,
+    path: &str,
+) -> (u16, String, String) {
+    let io = TokioIo::new(stream);
+    let req = Request::get(format!("https://{host}{path}"))
+        .header("host", host)
+        .body(empty())
+        .unwrap();
+    let resp = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut req = req;
+        req.headers_mut().remove("host");
+        sender.send_request(req).await.unwrap()
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        let mut req = req;
+        *req.uri_mut() = path.parse().unwrap();
+        sender.send_request(req).await.unwrap()
+    };
+    let status = resp.status().as_u16();
+    let backend = h(resp.headers(), "x-backend").to_owned();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, backend, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_sni_alpn_and_tls_with_mtls_to_endpoints() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    // gtd's certificates: the first is the default, the second serves *.b.test by SNI.
+    let (default_cert, default_key) = pki.issue(&["default.test"], false);
+    let (wild_cert, wild_key) = pki.issue(&["*.b.test"], false);
+    write("default.pem", &default_cert);
+    write("default.key", &default_key);
+    write("wild.pem", &wild_cert);
+    write("wild.key", &wild_key);
+    write("ca.pem", &pki.ca_pem());
+    // gtd's client certificate towards endpoints that require one.
+    let (client_cert, client_key) = pki.issue(&["gtd.test"], true);
+    write("client.pem", &client_cert);
+    write("client.key", &client_key);
+    // Endpoints: one requiring a client certificate (mTLS), one plain TLS.
+    let (backend_cert, backend_key) = pki.issue(&["backend.test"], false);
+    let mtls = Backend::start_with(
+        "mtls",
+        200,
+        vec![],
+        Some(server_tls(&backend_cert, &backend_key, Some(&pki))),
+    )
+    .await;
+    let tls_only = Backend::start_with(
+        "tls",
+        200,
+        vec![],
+        Some(server_tls(&backend_cert, &backend_key, None)),
+    )
+    .await;
+
+    let routes = "\
+tls = { certs = [{ cert = \"default.pem\", key = \"default.key\" }, { cert = \"wild.pem\", key = \"wild.key\" }] }
+[[listener.route]]
+path_prefix = [\"/nocert/\"]
+groups = [\"nocert\"]
+[[listener.route]]
+path_prefix = [\"/plain/\"]
+groups = [\"plain\"]
+";
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "secure",
+            "https",
+            routes,
+            &format!(
+                "{}{}{}",
+                group(
+                    "mtls",
+                    "cn-beijing",
+                    100.0,
+                    "tls = { ca = \"ca.pem\", sni = \"backend.test\", client_cert = \"client.pem\", client_key = \"client.key\" }",
+                    &[(mtls.addr, "max_fails = 0")],
+                ),
+                // Same endpoint without a client certificate: its handshake is refused.
+                group(
+                    "nocert",
+                    "cn-shanghai",
+                    100.0,
+                    "tls = { ca = \"ca.pem\", sni = \"backend.test\" }",
+                    &[(mtls.addr, "max_fails = 0")],
+                ),
+                group(
+                    "plain",
+                    "cn-hangzhou",
+                    100.0,
+                    "tls = { insecure_skip_verify = true, min_version = \"1.3\" }",
+                    &[(tls_only.addr, "")],
+                ),
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "secure").await;
+
+    // SNI picks the wildcard certificate; ALPN offers h2 first and gets it.
+    let s = tls_connect(addr, &pki, "x.b.test", &[b"h2", b"http/1.1"]).await;
+    let (_, conn) = s.get_ref();
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(
+        conn.peer_certificates().unwrap()[0].as_ref(),
+        der_of(&wild_cert)
+    );
+    let (status, backend, _) = get_over(s, true, "x.b.test", "/hello").await;
+    assert_eq!(
+        (status, backend.as_str()),
+        (200, "mtls"),
+        "mTLS to the endpoint"
+    );
+
+    // Another name gets the default certificate; an HTTP/1.1-only client gets HTTP/1.1.
+    let s = tls_connect(addr, &pki, "default.test", &[b"http/1.1"]).await;
+    let (_, conn) = s.get_ref();
+    assert_eq!(conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    assert_eq!(
+        conn.peer_certificates().unwrap()[0].as_ref(),
+        der_of(&default_cert)
+    );
+    let (status, backend, _) = get_over(s, false, "default.test", "/plain/x").await;
+    assert_eq!(
+        (status, backend.as_str()),
+        (200, "tls"),
+        "TLS 1.3, unverified"
+    );
+
+    // Without a client certificate the endpoint refuses the handshake: 502.
+    let s = tls_connect(addr, &pki, "default.test", &[b"http/1.1"]).await;
+    let (status, _, _) = get_over(s, false, "default.test", "/nocert/x").await;
+    assert_eq!(status, 502);
+
+    // A certificate that does not parse fails a reload, naming the file; the running config
+    // stays and keeps serving.
+    std::fs::write(dir.path().join("wild.pem"), "not a certificate\n").unwrap();
+    let err = node.reload().await.unwrap_err();
+    assert!(err.contains("wild.pem"), "{err}");
+    let s = tls_connect(addr, &pki, "x.b.test", &[b"h2"]).await;
+    let (status, _, _) = get_over(s, true, "x.b.test", "/").await;
+    assert_eq!(status, 200);
+    node.shutdown().await;
+
+    // And a node cannot start with it.
+    let err = Node::start(options(&cfg)).await.err().expect("start fails");
+    assert!(format!("{err:#}").contains("wild.pem"), "{err:#}");
+    // A key that does not match its certificate is named too.
+    write("wild.pem", &wild_cert);
+    write("wild.key", &default_key);
+    let err = Node::start(options(&cfg)).await.err().expect("start fails");
+    assert!(format!("{err:#}").contains("wild.key"), "{err:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_endpoint_times_out_with_504() {
+    // Accepts connections and never answers.
+    let hung = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_addr = hung.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = hung.accept().await {
+            open.push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "upstream_timeout = \"1s\"",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(hung_addr, "max_fails = 0")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let (status, _, _) = get(&client(), &format!("http://{addr}/"), &[]).await;
+    assert_eq!(status, 504);
+    node.shutdown().await;
+    hold.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_applies_to_http_connections() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "max_connections = 1",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    // One keep-alive connection holds the only slot…
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0_u8; 12];
+    first.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 200");
+    // …so a second one is closed without an answer.
+    let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(60), second.read_to_end(&mut rest))
+        .await
+        .expect("closed");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    // Once the first closes, new connections are served again.
+    drop(first);
+    let c = client();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let req = Request::get(format!("http://{addr}/"))
+            .body(empty())
+            .unwrap();
+        if let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(10), c.request(req)).await
+            && resp.status() == 200
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "slot never freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.shutdown().await;
+}
