@@ -104,9 +104,10 @@ gtd="$(cd "$(dirname "$gtd")" && pwd)/$(basename "$gtd")"
 # ---- ratio table from raw.csv -----------------------------------------------------------------
 # Medians per (target, rate|conns) of the value columns, then gtd divided by each anchor.
 # Column names are the harness's raw.csv header (iperf_common.sh / run_http.sh). "SUT cpu %" is
-# the CPU time of the process under test; "CPU 1 busy %" is the whole proxy core from /proc/stat
-# (approximate, see the harness README) and also counts kernel work not charged to any process,
-# such as loopback softirqs: a splice relay does little in its own time, so look at both.
+# the CPU time of the process under test. For TCP, "CPU 1 busy %" is the whole proxy core from
+# /proc/stat. It is approximate (see the harness README), and it also counts kernel work
+# charged to no process, such as loopback softirqs. A splice relay does little in its own
+# time, so look at both.
 ratios() { # MODE CSV
   local mode="$1" csv="$2"
   awk -F, -v mode="$mode" '
@@ -124,12 +125,12 @@ ratios() { # MODE CSV
       for (i = 1; i <= NF; i++) idx[$i] = i
       if (mode == "http") {
         sub_col = "conns"; sub_name = " -c"; tput = "rps"
-        nm = split("rps p50_ms p99_ms sut_cpu_pct sut_us_per_req cpu1_pct", M, " ")
-        split("req/s|p50 ms|p99 ms|SUT cpu %|SUT us/req|CPU 1 busy %", L, "|")
+        nm = split("rps p50_ms p99_ms sut_cpu_pct sut_us_per_req", M, " ")
+        split("req/s|p50 ms|p99 ms|SUT cpu %|SUT us/req", L, "|")
       } else if (mode == "udp") {
         sub_col = "rate"; sub_name = " -b "; tput = "gbps_recv"
-        nm = split("gbps_recv lost_pct sut_cpu_pct cpu1_pct", M, " ")
-        split("Gbit/s recv|loss %|SUT cpu %|CPU 1 busy %", L, "|")
+        nm = split("gbps_recv lost_pct sut_cpu_pct", M, " ")
+        split("Gbit/s recv|loss %|SUT cpu %", L, "|")
       } else {
         sub_col = "rate"; sub_name = ""; tput = "gbps_recv"
         nm = split("gbps_recv retrans sut_cpu_pct cpu1_pct", M, " ")
@@ -164,7 +165,8 @@ ratios() { # MODE CSV
             if (key in n) { x[a] = median(key, j); line = line " | " fmt(x[a]) } else { x[a] = ""; line = line " | -" }
           }
           for (a = 1; a <= na; a++) if (A[a] in have) {
-            if (g == "" || x[a] == "" || x[a] + 0 == 0) line = line " | -"
+            # (the direct target leaves CPU 1 idle: no ratio to it)
+            if (g == "" || x[a] == "" || x[a] + 0 == 0 || (M[j] == "cpu1_pct" && A[a] == "direct")) line = line " | -"
             else line = line " | " sprintf("%.2f", g / x[a])
           }
           print line " |"
@@ -174,7 +176,7 @@ ratios() { # MODE CSV
       if (mode == "http") print "Higher is better for req/s; lower for p50, p99, CPU and us/req."
       else if (mode == "udp") print "Higher is better for Gbit/s (compare -b 0 by it); lower for loss (compare -b 1G by it) and CPU."
       else print "Higher is better for Gbit/s; lower for CPU. Retransmits on loopback are mostly reordering (DSACK undone)."
-      print "SUT cpu % = the process under test (direct rows: the backend / iperf3 server); CPU 1 = the proxy core."
+      print "SUT cpu % = the process under test (direct rows: the backend / iperf3 server)" ((mode == "tcp") ? "; CPU 1 = the proxy core (approximate)." : ".")
       if (busy_max > 35) printf "WARNING: some runs started with %d%% (of 200) foreign CPU busy: see foreign_busy_pct in raw.csv.\n", busy_max
       if (zero_rows > 0) printf "WARNING: %d gtd run(s) measured nothing (client error): see run/ and run/extra.log.\n", zero_rows
       if (err_rows > 0) printf "WARNING: %d gtd run(s) had wrk socket errors or non-2xx answers.\n", err_rows
