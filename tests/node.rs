@@ -528,6 +528,94 @@ async fn one_gigabyte_is_relayed_intact() {
     node.shutdown().await;
 }
 
+/// Sizes of the pipes this process holds open (the relay's splice pipes among them).
+#[cfg(target_os = "linux")]
+fn open_pipe_sizes() -> Vec<usize> {
+    use rustix::fs::{Mode, OFlags, open};
+    let mut sizes = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let path = entry.path();
+        let is_pipe = std::fs::read_link(&path)
+            .is_ok_and(|target| target.to_string_lossy().starts_with("pipe:"));
+        if !is_pipe {
+            continue;
+        }
+        // Reopening a pipe through /proc gives a new descriptor on the same pipe.
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        if let Ok(fd) = open(&path, flags, Mode::empty())
+            && let Ok(size) = rustix::pipe::fcntl_getpipe_size(&fd)
+        {
+            sizes.push(size);
+        }
+    }
+    sizes
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_both_ways_grows_the_splice_pipes_and_stays_intact() {
+    // An echo backend: both directions carry a few MiB at once, past the point where the relay
+    // grows its pipes (1 MiB moved), and the stream must stay byte-exact around the growth.
+    let (a, h) = tcp_backend("echo").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}",
+            group("beijing", "cn-beijing", 100.0, "", &[(a, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    // 4 MiB + 13 bytes: not a multiple of any pipe or splice size.
+    let data: Vec<u8> = (0..(4 << 20) + 13)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut expected = b"echo\n".to_vec();
+    expected.extend_from_slice(&data);
+    let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let mut buf = vec![0_u8; 64 * 1024];
+        // Read the whole echo back while the connection is still open in both directions.
+        while got.len() < expected.len() {
+            let n = rd.read(&mut buf).await.unwrap();
+            assert!(n > 0, "EOF after {} of {} bytes", got.len(), expected.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            got == expected,
+            "the echoed stream differs from what was sent"
+        );
+        rd
+    });
+    for piece in data.chunks(100_003) {
+        wr.write_all(piece).await.unwrap();
+    }
+    let mut rd = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    // Both directions have moved more than 1 MiB and the relay is still running.
+    let sizes = open_pipe_sizes();
+    assert!(
+        sizes.iter().any(|&s| s >= 1 << 20),
+        "no grown pipe among {sizes:?}"
+    );
+    // Half-close still works after the growth.
+    wr.shutdown().await.unwrap();
+    let mut tail = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut tail))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(tail, b"bye");
+    node.shutdown().await;
+}
+
 /// A position-dependent checksum that does not depend on how the stream was cut into reads.
 #[derive(Default)]
 struct Checksum {
