@@ -51,7 +51,7 @@ use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
 use super::tls;
-use super::upstream::{DownBody, Failure, Relayed, RequestBody};
+use super::upstream::{DownBody, Failure, Pooled, Relayed, RequestBody};
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
 pub struct HttpRt {
@@ -455,7 +455,7 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
             break;
         };
         let index = attempt.pick.index();
-        let target = match up.uri(index, uri.path_and_query()) {
+        let target = match up.uri(uri.path_and_query()) {
             Ok(t) => t,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot build the upstream URI");
@@ -476,14 +476,14 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
         *request.headers_mut() = attempt_headers;
         let sent_at = Instant::now();
         let result = up
-            .send(request, cfg.upstream_timeout, body.progress())
+            .send(index, request, cfg.upstream_timeout, body.progress())
             .await;
         body.recover(back);
         let now = Instant::now();
         let elapsed = now.duration_since(sent_at);
         let endpoint = &group.endpoints[index];
         match result {
-            Ok(response) => {
+            Ok((response, pooled)) => {
                 up.response_seconds.record(elapsed.as_secs_f64());
                 attempt.pick.record_timing(Measure::Header, elapsed);
                 if let Some(name) = &up.feedback
@@ -507,6 +507,9 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
                             headers: &headers,
                         };
                         if let Some(a) = router.next(&view, now) {
+                            if hyper::body::Body::is_end_stream(response.body()) {
+                                pooled.release();
+                            }
                             tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %status, "unhealthy status; retrying");
                             next = Some(a);
                             continue;
@@ -515,7 +518,7 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
                 } else {
                     attempt.pick.success(now);
                 }
-                return respond(http, l, attempt, sticky, response, sent_at);
+                return respond(http, l, attempt, sticky, response, pooled, sent_at);
             }
             Err(failure) => {
                 tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
@@ -565,6 +568,7 @@ fn respond(
     attempt: Attempt,
     sticky: Option<(usize, usize)>,
     response: Response<Incoming>,
+    pooled: Pooled,
     sent_at: Instant,
 ) -> Response<DownBody> {
     let (mut parts, body) = response.into_parts();
@@ -578,7 +582,13 @@ fn respond(
             s.set_cookie[attempt.group][index].clone(),
         );
     }
-    let body = Relayed::new(body, attempt.pick, sent_at, l.metrics.bytes_down.clone());
+    let body = Relayed::new(
+        body,
+        pooled,
+        attempt.pick,
+        sent_at,
+        l.metrics.bytes_down.clone(),
+    );
     Response::from_parts(parts, DownBody::Relayed(body))
 }
 

@@ -1,10 +1,12 @@
-//! The client side of HTTP listeners: one pooled client per group, and the bodies that stream
+//! The client side of HTTP listeners: one connection pool per group, and the bodies that stream
 //! through gtd in both directions.
 //!
-//! - [`Upstream`]: hyper-util's pooled client with a `Connector` that binds `[node] source_ip`,
-//!   applies `connect_timeout` and speaks TLS per the group's settings. The pool keeps up to
-//!   `keepalive` idle connections per endpoint (the pool key is the endpoint's authority), so
-//!   keep-alive reuse needs no code of ours and takes no lock of ours on the request path.
+//! - [`Upstream`]: a small pool of HTTP/1.1 connections per endpoint (hyper's `conn::http1`,
+//!   one task per connection), opened from `[node] source_ip` within `connect_timeout`, with TLS
+//!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
+//!   first out) and closed after `idle_timeout`; a connection goes back when its response body
+//!   ends, and one that closed is dropped at the next look. The request path takes one short,
+//!   uncontended lock per endpoint and hashes nothing.
 //! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
 //!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
 //!   body back (through a oneshot) so a retry can send it again. A body of which any byte left
@@ -14,22 +16,20 @@
 //!   until its response ends) and reports `least_time`'s `last_byte` timing when it ends.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{HeaderName, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use metrics::{Counter, Histogram};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -37,15 +37,16 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
 use crate::balance::Pick;
-use crate::config::{Address, Balance, Group, Host, Listener, Measure};
+use crate::config::{Address, Balance, Group, Listener, Measure};
 
 use super::tls;
 
 /// A group's way to its endpoints over HTTP.
 pub struct Upstream {
-    client: Client<Connector, UpBody>,
-    /// Each endpoint's authority (`host:port`), config order.
-    authorities: Vec<Authority>,
+    pool: Arc<Pool>,
+    /// Each endpoint's address and the host of its authority (for SNI), config order.
+    targets: Vec<(Address, String)>,
+    connect: ConnectCfg,
     /// `path_prefix` without its trailing slash (`None` for none or `/`).
     path_prefix: Option<Box<str>>,
     /// `feedback`: the response header carrying the endpoint's value.
@@ -57,7 +58,7 @@ pub struct Upstream {
 impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
-            .field("authorities", &self.authorities)
+            .field("targets", &self.targets)
             .field("path_prefix", &self.path_prefix)
             .finish_non_exhaustive()
     }
@@ -77,27 +78,26 @@ impl Upstream {
             }
             _ => None,
         };
-        let connector = Connector(Arc::new(ConnectorCfg {
+        let connect = ConnectCfg {
             source_ip,
             connect_timeout: l.connect_timeout,
             tls,
-        }));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_max_idle_per_host(group.keepalive as usize)
-            .pool_idle_timeout(l.idle_timeout)
-            // The client's Host header is passed through (and set from :authority for HTTP/2).
-            .set_host(false)
-            .build(connector);
-        let authorities = group
+        };
+        let targets = group
             .endpoints
             .iter()
             .map(|e| {
-                Authority::try_from(e.address.text.as_str())
-                    .map_err(|err| format!("endpoint {:?}: {err}", e.address.text))
+                let authority = http::uri::Authority::try_from(e.address.text.as_str())
+                    .map_err(|err| format!("endpoint {:?}: {err}", e.address.text))?;
+                Ok((e.address.clone(), authority.host().to_owned()))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, String>>()?;
+        let pool = Arc::new(Pool {
+            slots: (0..targets.len()).map(|_| Mutex::default()).collect(),
+            keepalive: group.keepalive as usize,
+            base: Instant::now(),
+            idle_timeout: l.idle_timeout,
+        });
         let path_prefix = group
             .path_prefix
             .as_deref()
@@ -112,17 +112,18 @@ impl Upstream {
             _ => None,
         };
         Ok(Upstream {
-            client,
-            authorities,
+            pool,
+            targets,
+            connect,
             path_prefix,
             feedback,
             response_seconds,
         })
     }
 
-    /// The URI of a request for `path` (path and query as received) on endpoint `index`:
-    /// the group's `path_prefix` goes in front. Allocates only when there is a prefix.
-    pub(crate) fn uri(&self, index: usize, path: Option<&PathAndQuery>) -> Result<Uri, String> {
+    /// The request target (origin form) for `path` (path and query as received): the group's
+    /// `path_prefix` goes in front. Allocates only when there is a prefix.
+    pub(crate) fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
         let original = path.map_or("/", PathAndQuery::as_str);
         let path = match &self.path_prefix {
             None => match path {
@@ -136,36 +137,26 @@ impl Upstream {
                 PathAndQuery::from_maybe_shared(Bytes::from(joined)).map_err(|e| e.to_string())?
             }
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(self.authorities[index].clone());
-        parts.path_and_query = Some(path);
-        Uri::from_parts(parts).map_err(|e| e.to_string())
+        Ok(Uri::from(path))
     }
 
-    /// Sends `request` and waits for the response headers. `upstream_timeout` runs while the
-    /// request body is not moving: it restarts as long as the client keeps uploading, so a large
-    /// upload is not cut, and counts from the end of the body otherwise.
+    /// Sends `request` to endpoint `index` and waits for the response headers; the connection
+    /// comes back with the response, to be released when its body ends. `upstream_timeout` runs
+    /// while the request body is not moving: it restarts as long as the client keeps uploading,
+    /// so a large upload is not cut, and counts from the end of the body otherwise.
     pub(crate) async fn send(
         &self,
+        index: usize,
         request: http::Request<UpBody>,
         timeout: Duration,
         progress: Option<&Progress>,
-    ) -> Result<http::Response<Incoming>, Failure> {
-        let response = self.client.request(request);
+    ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
+        let response = self.exchange(index, request);
         tokio::pin!(response);
         let mut seen = progress.map(Progress::moved);
         loop {
             match tokio::time::timeout(timeout, &mut response).await {
-                Ok(Ok(r)) => return Ok(r),
-                Ok(Err(e)) if e.is_connect() => {
-                    tracing::debug!(error = %e, "connect failed");
-                    return Err(Failure::Connect);
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(error = ?e, "upstream request failed");
-                    return Err(Failure::Broken);
-                }
+                Ok(r) => return r,
                 Err(_) => {
                     let now = progress.map(Progress::moved);
                     if now.is_some_and(|(done, _)| !done) && now != seen {
@@ -176,6 +167,151 @@ impl Upstream {
                 }
             }
         }
+    }
+
+    /// One request on an idle connection of the endpoint, or a new one. A request an idle
+    /// connection could not take (it closed meanwhile) goes to the next one, untouched.
+    async fn exchange(
+        &self,
+        index: usize,
+        mut request: http::Request<UpBody>,
+    ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
+        loop {
+            let (mut idle, fresh) = match self.pool.take(index) {
+                Some(idle) => (idle, false),
+                None => (self.open(index).await?, true),
+            };
+            if !fresh && !idle.sender.is_ready() && idle.sender.ready().await.is_err() {
+                continue;
+            }
+            match idle.sender.try_send_request(request).await {
+                Ok(response) => {
+                    let pooled = Pooled {
+                        idle,
+                        pool: Arc::clone(&self.pool),
+                        index,
+                    };
+                    return Ok((response, pooled));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(r) if !fresh => {
+                        tracing::debug!(error = %e.error(), "idle connection gone; next one");
+                        request = r;
+                    }
+                    _ => {
+                        tracing::debug!(error = ?e.error(), "upstream request failed");
+                        return Err(Failure::Broken);
+                    }
+                },
+            }
+        }
+    }
+
+    /// A new connection to endpoint `index`, its task spawned.
+    async fn open(&self, index: usize) -> Result<Idle, Failure> {
+        let (address, host) = &self.targets[index];
+        let stream = self.connect.open(address, host).await.map_err(|e| {
+            tracing::debug!(error = %e, "connect failed");
+            Failure::Connect
+        })?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake::<_, UpBody>(TokioIo::new(stream))
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "connect failed");
+                Failure::Connect
+            })?;
+        let clock = Arc::new(AtomicU64::new(BUSY));
+        let watch = Arc::clone(&clock);
+        let (base, timeout) = (self.pool.base, self.pool.idle_timeout);
+        tokio::spawn(async move {
+            tokio::select! {
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(error = %e, "upstream connection ended with an error");
+                },
+                () = expire(base, timeout, &watch) => {}
+            }
+        });
+        Ok(Idle { sender, clock })
+    }
+}
+
+/// `Idle::clock` of a connection in use.
+const BUSY: u64 = 0;
+
+/// Milliseconds since `base`, plus one (never [`BUSY`]).
+fn stamp(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+}
+
+/// Ends when the connection has been idle in the pool for `timeout` (`idle_timeout`).
+async fn expire(base: Instant, timeout: Duration, clock: &AtomicU64) {
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX / 2);
+    loop {
+        let since = clock.load(Ordering::Relaxed);
+        let wait = if since == BUSY {
+            limit
+        } else {
+            match (since + limit).checked_sub(stamp(base)) {
+                Some(0) | None => return,
+                Some(ms) => ms,
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+/// Idle keep-alive connections per endpoint: at most `keepalive` each, last in first out.
+struct Pool {
+    slots: Box<[Mutex<Vec<Idle>>]>,
+    keepalive: usize,
+    base: Instant,
+    idle_timeout: Duration,
+}
+
+/// One connection to an endpoint: its sender, and when it went idle ([`BUSY`] in use).
+struct Idle {
+    sender: http1::SendRequest<UpBody>,
+    clock: Arc<AtomicU64>,
+}
+
+impl Pool {
+    fn take(&self, index: usize) -> Option<Idle> {
+        loop {
+            let idle = self.slots[index].lock().ok()?.pop()?;
+            if idle.sender.is_closed() {
+                continue;
+            }
+            idle.clock.store(BUSY, Ordering::Relaxed);
+            return Some(idle);
+        }
+    }
+
+    fn put(&self, index: usize, idle: Idle) {
+        if self.keepalive == 0 || idle.sender.is_closed() {
+            return;
+        }
+        idle.clock.store(stamp(self.base), Ordering::Relaxed);
+        if let Ok(mut slot) = self.slots[index].lock()
+            && slot.len() < self.keepalive
+        {
+            slot.push(idle);
+        }
+    }
+}
+
+/// A connection carrying a response: back to the pool when the response ends
+/// ([`Pooled::release`]), closed when dropped before.
+pub(crate) struct Pooled {
+    idle: Idle,
+    pool: Arc<Pool>,
+    index: usize,
+}
+
+impl Pooled {
+    /// The response is over: the connection may take another request.
+    pub(crate) fn release(self) {
+        self.pool.put(self.index, self.idle);
     }
 }
 
@@ -192,59 +328,28 @@ pub(crate) enum Failure {
 
 // ------------------------------------------------------------------------------- connector
 
-/// Connects to endpoints for the pool: TCP from `source_ip`, bounded by `connect_timeout`, then
-/// TLS when the group asks for it.
-#[derive(Clone)]
-pub(crate) struct Connector(Arc<ConnectorCfg>);
-
-struct ConnectorCfg {
+/// How to reach endpoints: TCP from `source_ip`, bounded by `connect_timeout`, then TLS when the
+/// group asks for it.
+struct ConnectCfg {
     source_ip: Option<IpAddr>,
     connect_timeout: Duration,
     tls: Option<(TlsConnector, Option<String>)>,
 }
 
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<Stream>;
-    type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<Stream>>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let cfg = Arc::clone(&self.0);
-        Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host"))?;
-            let bare = host
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .unwrap_or(host);
-            let address = Address {
-                text: String::new(),
-                host: match bare.parse::<IpAddr>() {
-                    Ok(ip) => Host::Ip(ip),
-                    Err(_) => Host::Name(bare.to_owned()),
-                },
-                port: uri.port_u16().unwrap_or(80),
-            };
-            let tcp = super::tcp::connect(&address, cfg.source_ip, cfg.connect_timeout).await?;
-            let _ = tcp.set_nodelay(true);
-            let Some((connector, sni)) = &cfg.tls else {
-                return Ok(TokioIo::new(Stream::Plain(tcp)));
-            };
-            let name = tls::server_name(sni.as_deref(), host)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let handshake = connector.connect(name, tcp);
-            let stream = tokio::time::timeout(cfg.connect_timeout, handshake)
-                .await
-                .map_err(|_| {
-                    io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
-                })??;
-            Ok(TokioIo::new(Stream::Tls(Box::new(stream))))
-        })
+impl ConnectCfg {
+    async fn open(&self, address: &Address, host: &str) -> io::Result<Stream> {
+        let tcp = super::tcp::connect(address, self.source_ip, self.connect_timeout).await?;
+        let _ = tcp.set_nodelay(true);
+        let Some((connector, sni)) = &self.tls else {
+            return Ok(Stream::Plain(tcp));
+        };
+        let name = tls::server_name(sni.as_deref(), host)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let handshake = connector.connect(name, tcp);
+        let stream = tokio::time::timeout(self.connect_timeout, handshake)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+        Ok(Stream::Tls(Box::new(stream)))
     }
 }
 
@@ -254,12 +359,6 @@ pub(crate) enum Stream {
     Plain(TcpStream),
     /// TLS (boxed: the session state is large).
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl Connection for Stream {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
 }
 
 impl AsyncRead for Stream {
@@ -501,22 +600,33 @@ pub enum DownBody {
 pub struct Relayed {
     inner: Incoming,
     pick: Option<Pick>,
+    conn: Option<Pooled>,
     started: Instant,
     bytes: Counter,
 }
 
 impl Relayed {
     /// Wraps `inner`; `started` is when the attempt's request was sent.
-    pub(crate) fn new(inner: Incoming, pick: Pick, started: Instant, bytes: Counter) -> Relayed {
+    pub(crate) fn new(
+        inner: Incoming,
+        conn: Pooled,
+        pick: Pick,
+        started: Instant,
+        bytes: Counter,
+    ) -> Relayed {
         Relayed {
             inner,
             pick: Some(pick),
+            conn: Some(conn),
             started,
             bytes,
         }
     }
 
     fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.release();
+        }
         if let Some(pick) = self.pick.take() {
             pick.record_timing(Measure::LastByte, self.started.elapsed());
         }
@@ -562,7 +672,10 @@ impl Body for DownBody {
                     Poll::Ready(None) => r.finish(),
                     // A broken upstream body: the client sees the stream cut; the pick is
                     // released without a timing.
-                    Poll::Ready(Some(Err(_))) => r.pick = None,
+                    Poll::Ready(Some(Err(_))) => {
+                        r.pick = None;
+                        r.conn = None;
+                    }
                     Poll::Pending => {}
                 }
                 polled
