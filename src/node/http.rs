@@ -26,7 +26,6 @@
 //! not proxied, and endpoints are spoken to in HTTP/1.1.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -195,11 +194,25 @@ fn class(status: StatusCode) -> usize {
 }
 
 /// What one connection's requests need to know about it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Conn {
     peer: IpAddr,
     port: u16,
     https: bool,
+    /// The client's address as an X-Forwarded-For value, made once per connection.
+    xff: HeaderValue,
+}
+
+impl Conn {
+    fn new(peer: IpAddr, port: u16, https: bool) -> Conn {
+        let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
+        Conn {
+            peer,
+            port,
+            https,
+            xff,
+        }
+    }
 }
 
 /// Serves one accepted connection of an HTTP or HTTPS listener until it closes (or the node
@@ -207,15 +220,16 @@ struct Conn {
 pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, peer: SocketAddr) {
     let Some(http) = l.http.as_ref() else { return };
     let _ = stream.set_nodelay(true);
-    let conn = Conn {
-        peer: peer.ip().to_canonical(),
-        port: l.cfg.port,
-        https: l.cfg.protocol == Protocol::Https,
-    };
+    let conn = Conn::new(
+        peer.ip().to_canonical(),
+        l.cfg.port,
+        l.cfg.protocol == Protocol::Https,
+    );
     let deadline = l.cfg.header_timeout;
     let service_node = Arc::clone(node);
     let service = hyper::service::service_fn(move |req| {
         let node = Arc::clone(&service_node);
+        let conn = conn.clone();
         async move { Ok::<_, Infallible>(handle(&node, conn, req).await) }
     });
     match &http.tls {
@@ -404,7 +418,7 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
         };
         view.cookie(&s.cookie).and_then(|v| s.target(v))
     });
-    forward_headers(&mut parts.headers, &parts.uri, conn);
+    forward_headers(&mut parts.headers, &parts.uri, &conn);
 
     let started = Instant::now();
     let mut router = Router::for_route(l, route, conn.peer);
@@ -600,7 +614,7 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Rewrites the client's headers for the endpoint (see the module doc).
-fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: Conn) {
+fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: &Conn) {
     strip_hop_by_hop(headers);
     headers.remove(header::EXPECT);
     let host = match headers.get(header::HOST) {
@@ -617,16 +631,23 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: Conn) {
         }
     };
     // X-Forwarded-For: what came in, then the client's address, on one line.
-    let mut xff = String::new();
-    for v in headers.get_all(&X_FORWARDED_FOR) {
-        if let Ok(s) = v.to_str() {
-            xff.push_str(s);
-            xff.push_str(", ");
+    match headers.entry(X_FORWARDED_FOR) {
+        header::Entry::Vacant(e) => {
+            e.insert(conn.xff.clone());
         }
-    }
-    let _ = write!(xff, "{}", conn.peer);
-    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(xff)) {
-        headers.insert(X_FORWARDED_FOR, v);
+        header::Entry::Occupied(mut e) => {
+            let mut xff = Vec::new();
+            for v in e.iter() {
+                if v.to_str().is_ok() {
+                    xff.extend_from_slice(v.as_bytes());
+                    xff.extend_from_slice(b", ");
+                }
+            }
+            xff.extend_from_slice(conn.xff.as_bytes());
+            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(xff)) {
+                e.insert(v);
+            }
+        }
     }
     headers.insert(
         X_FORWARDED_PROTO,
@@ -646,8 +667,23 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: Conn) {
     }
 }
 
-/// Removes hop-by-hop headers: those Connection names, then the fixed list.
+/// True for the fixed hop-by-hop headers (Proxy-* and `Proxy` itself included: httpoxy).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str().starts_with("proxy")
+}
+
+/// Removes hop-by-hop headers: those Connection names, then the fixed list. One pass over the
+/// names and nothing else when there is none (most requests).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderValue> = headers
             .get_all(header::CONNECTION)
@@ -657,34 +693,20 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         for v in &listed {
             for token in v.to_str().unwrap_or("").split(',') {
                 let token = token.trim();
-                if !token.is_empty() {
+                // keep-alive is in the fixed list, removed below.
+                if !token.is_empty() && !token.eq_ignore_ascii_case("keep-alive") {
                     headers.remove(token);
                 }
             }
         }
-        headers.remove(header::CONNECTION);
     }
-    for name in [
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    // Proxy-Connection and any other Proxy-* header, and `Proxy` itself (httpoxy).
-    if headers.keys().any(|k| k.as_str().starts_with("proxy")) {
-        let names: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("proxy"))
-            .cloned()
-            .collect();
-        for n in names {
-            headers.remove(n);
-        }
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| is_hop_by_hop(k))
+        .cloned()
+        .collect();
+    for n in names {
+        headers.remove(n);
     }
 }
 
@@ -730,11 +752,7 @@ mod tests {
     #[test]
     fn forwarded_headers_are_set_and_appended() {
         let uri: Uri = "/p".parse().unwrap();
-        let conn = Conn {
-            peer: "192.0.2.7".parse().unwrap(),
-            port: 80,
-            https: true,
-        };
+        let conn = Conn::new("192.0.2.7".parse().unwrap(), 80, true);
         let mut h = map(&[
             ("host", "example.com:8080"),
             ("x-forwarded-for", "10.0.0.1"),
@@ -742,7 +760,7 @@ mod tests {
             ("x-forwarded-proto", "http"),
             ("expect", "100-continue"),
         ]);
-        forward_headers(&mut h, &uri, conn);
+        forward_headers(&mut h, &uri, &conn);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-proto"], "https");
@@ -752,7 +770,7 @@ mod tests {
         // HTTP/2: no Host header, the authority becomes Host.
         let uri: Uri = "https://h2.example.com/p".parse().unwrap();
         let mut h = HeaderMap::new();
-        forward_headers(&mut h, &uri, conn);
+        forward_headers(&mut h, &uri, &conn);
         assert_eq!(h["host"], "h2.example.com");
         assert_eq!(h["x-forwarded-host"], "h2.example.com");
         assert_eq!(h["x-forwarded-for"], "192.0.2.7");
