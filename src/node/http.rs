@@ -681,8 +681,20 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes hop-by-hop headers: those Connection names, then the fixed list. One pass over the
 /// names and nothing else when there is none (most requests).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
+    let mut found = headers.keys().filter(|k| is_hop_by_hop(k));
+    match (found.next(), found.next()) {
+        (None, _) => return,
+        // `Connection: keep-alive` alone (most responses): nothing else to look for.
+        (Some(k), None) if k == header::CONNECTION => {
+            let mut values = headers.get_all(header::CONNECTION).iter();
+            if let (Some(v), None) = (values.next(), values.next())
+                && v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+            {
+                headers.remove(header::CONNECTION);
+                return;
+            }
+        }
+        _ => {}
     }
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderValue> = headers
@@ -747,6 +759,16 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(names, ["cookie", "x-kept"]);
+
+        // The common response: `Connection: keep-alive` alone.
+        let mut h = map(&[("connection", "Keep-Alive"), ("content-length", "3")]);
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-length"]);
+        let mut h = map(&[("connection", "x-a"), ("x-a", "1"), ("x-b", "1")]);
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-b"]);
     }
 
     #[test]

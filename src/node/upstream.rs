@@ -226,6 +226,7 @@ impl Upstream {
         let (base, timeout) = (self.pool.base, self.pool.idle_timeout);
         tokio::spawn(async move {
             tokio::select! {
+                biased;
                 r = conn => if let Err(e) = r {
                     tracing::debug!(error = %e, "upstream connection ended with an error");
                 },
