@@ -7,20 +7,21 @@
 //! Every backend and node a test starts is stopped by its own handle. Waits are for events
 //! (with generous bounds), never fixed sleeps standing in for them; nothing asserts timing.
 
+mod common;
+
+use common::*;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream as StdTcpStream};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gtd::node::{Node, Options};
+use gtd::node::Node;
 use http::{HeaderMap, Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
@@ -28,7 +29,6 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -37,37 +37,11 @@ type TestBody = BoxBody<Bytes, Infallible>;
 
 // ------------------------------------------------------------------ helpers: nodes
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A port the OS says is free right now (bound and released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Writes a config (catalogue: the shipped one) with these listeners.
-fn write_config(dir: &Path, listeners: &str) -> PathBuf {
-    let catalog = root().join("regions/catalog.toml");
-    let text = format!(
-        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{}\"\n{listeners}",
-        catalog.display().to_string(),
-        free_port()
-    );
-    let path = dir.join("config.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// A `[[listener]]` served from cn-beijing.
 fn listener(name: &str, protocol: &str, extra: &str, groups: &str) -> String {
     format!(
         "[[listener]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nport = {}\nregions = [\"cn-beijing\"]\n{extra}\n{groups}",
-        free_port()
+        free_port(false)
     )
 }
 
@@ -88,108 +62,6 @@ fn group(
         ));
     }
     s
-}
-
-fn options(config: &Path) -> Options {
-    Options {
-        config: config.to_owned(),
-        regions: None,
-        region: "cn-beijing".into(),
-        bind: "127.0.0.1".parse().unwrap(),
-        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-    }
-}
-
-async fn start(config: &Path) -> Node {
-    Node::start(options(config)).await.expect("node starts")
-}
-
-async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
-    node.listener_addrs()
-        .await
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .expect("listener bound")
-        .1
-}
-
-/// Plain HTTP/1.0 against the admin server; returns (status, body). Blocking: call it from
-/// `spawn_blocking` or accept that it blocks one worker briefly.
-fn admin(node: &Node, method: &str, path: &str) -> (u16, String) {
-    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The value of a Prometheus series (summed over lines that contain every fragment).
-fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
-    let (_, body) = admin(node, "GET", "/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| fragments.iter().all(|f| l.contains(f)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// `sim --format json --region cn-beijing`: (group → share, endpoint → share).
-fn sim_expectation(
-    config: &Path,
-    listener: &str,
-) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--region",
-            "cn-beijing",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let l = doc["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["listener"] == listener)
-        .unwrap();
-    let mut groups = BTreeMap::new();
-    let mut endpoints = BTreeMap::new();
-    for g in l["regions"][0]["groups"].as_array().unwrap() {
-        groups.insert(
-            g["name"].as_str().unwrap().to_owned(),
-            g["share"].as_f64().unwrap(),
-        );
-        for e in g["endpoints"].as_array().unwrap() {
-            endpoints.insert(
-                e["address"].as_str().unwrap().to_owned(),
-                e["share"].as_f64().unwrap(),
-            );
-        }
-    }
-    (groups, endpoints)
 }
 
 // ------------------------------------------------------------------ helpers: backends
@@ -550,7 +422,7 @@ async fn round_robin_5_1_1_gives_nginx_sequence() {
 async fn get_is_retried_on_502_and_on_a_refused_endpoint() {
     let bad = Backend::start("bad", 502).await;
     let good = Backend::start("good", 200).await;
-    let refused: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     // max_fails = 0 keeps the failing endpoints in rotation, so every cycle meets them.
     let cfg = write_config(
@@ -722,7 +594,7 @@ async fn retry_crosses_to_the_next_group_when_the_whole_group_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_gives_502_and_no_route_503() {
-    let refused: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
@@ -1044,7 +916,12 @@ groups = [\"c\"]
     let n2 = node.clone();
     let b_addr = b.addr;
     let (status, _) = tokio::task::spawn_blocking(move || {
-        admin(&n2, "POST", &format!("/endpoints/web/b/{b_addr}/disable"))
+        admin(
+            &n2,
+            "POST",
+            &format!("/endpoints/web/b/{b_addr}/disable"),
+            None,
+        )
     })
     .await
     .unwrap();
@@ -1136,7 +1013,12 @@ async fn sticky_cookie_pins_draining_keeps_disabling_moves() {
     // Disabled: re-decided elsewhere, and the cookie replaced.
     let n2 = node.clone();
     tokio::task::spawn_blocking(move || {
-        admin(&n2, "POST", &format!("/endpoints/web/g/{pinned}/disable"))
+        admin(
+            &n2,
+            "POST",
+            &format!("/endpoints/web/g/{pinned}/disable"),
+            None,
+        )
     })
     .await
     .unwrap();

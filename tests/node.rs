@@ -5,43 +5,25 @@
 //! Every backend, node and process a test starts is stopped by its own handle. Waits are for
 //! events (with generous bounds), never fixed sleeps standing in for them.
 
+mod common;
+
+use common::*;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream as StdTcpStream, UdpSocket as StdUdpSocket};
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gtd::node::{Node, Options};
+use gtd::node::Node;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
 // ------------------------------------------------------------------ helpers
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A port the OS says is free right now (bound and released).
-fn free_port(udp: bool) -> u16 {
-    if udp {
-        StdUdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    } else {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-}
 
 /// Backend tasks, aborted on drop.
 struct Backends(Vec<JoinHandle<()>>);
@@ -106,19 +88,6 @@ async fn udp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
     (addr, handle)
 }
 
-/// Writes a config for one listener served from cn-beijing (catalogue: the shipped one).
-fn write_config(dir: &Path, listener: &str) -> PathBuf {
-    let catalog = root().join("regions/catalog.toml");
-    let admin = free_port(false);
-    let text = format!(
-        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{admin}\"\n{listener}",
-        catalog.display().to_string()
-    );
-    let path = dir.join("config.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// A tcp listener "t" served from cn-beijing, with `extra` settings and `groups`.
 fn tcp_listener(port: u16, extra: &str, groups: &[String]) -> String {
     format!(
@@ -145,72 +114,6 @@ fn group(
     s
 }
 
-async fn start(config: &Path) -> Node {
-    Node::start(Options {
-        config: config.to_owned(),
-        regions: None,
-        region: "cn-beijing".into(),
-        bind: "127.0.0.1".parse().unwrap(),
-        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-    })
-    .await
-    .expect("node starts")
-}
-
-async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
-    node.listener_addrs()
-        .await
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .expect("listener bound")
-        .1
-}
-
-/// Plain HTTP/1.0 against the admin server; returns (status, body).
-fn admin(node: &Node, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The value of a Prometheus series (summed over lines that contain every fragment).
-fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
-    let (_, body) = admin(node, "GET", "/metrics", None);
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| fragments.iter().all(|f| l.contains(f)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Waits (bounded) until `cond` holds.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Connects through the node and returns the backend's name line.
 async fn tcp_name(addr: SocketAddr) -> std::io::Result<String> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
@@ -230,51 +133,6 @@ async fn tcp_name(addr: SocketAddr) -> std::io::Result<String> {
         name.push(byte[0]);
     }
     Ok(String::from_utf8(name).unwrap())
-}
-
-/// `sim --format json --region cn-beijing` on `config`: (group → share, endpoint → share).
-fn sim_expectation(
-    config: &Path,
-    listener: &str,
-) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--region",
-            "cn-beijing",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let l = doc["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["listener"] == listener)
-        .unwrap();
-    let mut groups = BTreeMap::new();
-    let mut endpoints = BTreeMap::new();
-    for g in l["regions"][0]["groups"].as_array().unwrap() {
-        groups.insert(
-            g["name"].as_str().unwrap().to_owned(),
-            g["share"].as_f64().unwrap(),
-        );
-        for e in g["endpoints"].as_array().unwrap() {
-            endpoints.insert(
-                e["address"].as_str().unwrap().to_owned(),
-                e["share"].as_f64().unwrap(),
-            );
-        }
-    }
-    (groups, endpoints)
 }
 
 // ------------------------------------------------------------------ TCP

@@ -1,0 +1,166 @@
+//! Helpers shared by the integration tests that run nodes on loopback (`node.rs`, `http.rs`):
+//! free ports, configs written to temp dirs, starting a node in-process, the admin API, metrics,
+//! bounded waits, and `sim`'s expectation for a config.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream, UdpSocket as StdUdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gtd::node::{Node, Options};
+use serde_json::Value;
+
+/// The repository root.
+pub(crate) fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A port the OS says is free right now (bound and released).
+pub(crate) fn free_port(udp: bool) -> u16 {
+    if udp {
+        StdUdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+/// Writes `dir/config.toml` (catalogue: the shipped one; admin on a free port) with `listeners`.
+pub(crate) fn write_config(dir: &Path, listeners: &str) -> PathBuf {
+    let catalog = root().join("regions/catalog.toml");
+    let text = format!(
+        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{}\"\n{listeners}",
+        catalog.display().to_string(),
+        free_port(false)
+    );
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// How the tests start a node: cn-beijing, listeners on 127.0.0.1, admin on a free port.
+pub(crate) fn options(config: &Path) -> Options {
+    Options {
+        config: config.to_owned(),
+        regions: None,
+        region: "cn-beijing".into(),
+        bind: "127.0.0.1".parse().unwrap(),
+        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+    }
+}
+
+/// Starts a node in this process.
+pub(crate) async fn start(config: &Path) -> Node {
+    Node::start(options(config)).await.expect("node starts")
+}
+
+/// Where the node bound listener `name`.
+pub(crate) async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
+    node.listener_addrs()
+        .await
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .expect("listener bound")
+        .1
+}
+
+/// Plain HTTP/1.0 against the admin server; returns (status, body). Blocking, briefly.
+pub(crate) fn admin(node: &Node, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of a Prometheus series (summed over lines that contain every fragment).
+pub(crate) fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
+    let (_, body) = admin(node, "GET", "/metrics", None);
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| fragments.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits (bounded: 60 s) until `cond` holds.
+pub(crate) async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `sim --format json --region cn-beijing` on `config`: (group → share, endpoint → share).
+pub(crate) fn sim_expectation(
+    config: &Path,
+    listener: &str,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--region",
+            "cn-beijing",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == listener)
+        .unwrap();
+    let mut groups = BTreeMap::new();
+    let mut endpoints = BTreeMap::new();
+    for g in l["regions"][0]["groups"].as_array().unwrap() {
+        groups.insert(
+            g["name"].as_str().unwrap().to_owned(),
+            g["share"].as_f64().unwrap(),
+        );
+        for e in g["endpoints"].as_array().unwrap() {
+            endpoints.insert(
+                e["address"].as_str().unwrap().to_owned(),
+                e["share"].as_f64().unwrap(),
+            );
+        }
+    }
+    (groups, endpoints)
+}
