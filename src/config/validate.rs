@@ -908,6 +908,26 @@ struct GroupRead<'t> {
     ranks: Vec<(String, u32, usize)>,
 }
 
+/// The `[[key]]` tables of `t`, which must have at least one: `None` (after an error at `t`)
+/// when the key is missing; an error at the value when it is an empty array.
+fn required_tables<'t, 'i>(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'t, 'i>,
+    key: &str,
+    message: &str,
+) -> Option<Vec<&'t Value<'i>>> {
+    if !t.has(key) {
+        ctx.error(t.at, &t.path, message);
+        return None;
+    }
+    let tables = t.tables(ctx, key);
+    if tables.is_empty() && t.array(ctx, key).is_some_and(|a| a.is_empty()) {
+        let at = t.value_at(key).unwrap_or(t.at);
+        ctx.error(at, &t.path, message);
+    }
+    Some(tables)
+}
+
 fn groups<'t>(
     ctx: &mut Ctx<'_>,
     env: &Env<'_>,
@@ -915,23 +935,14 @@ fn groups<'t>(
     protocol: Option<Protocol>,
     regions: &[At<&str>],
 ) -> Vec<GroupRead<'t>> {
-    if !t.has("group") {
-        ctx.error(
-            t.at,
-            &t.path,
-            "a listener needs at least one [[listener.group]]",
-        );
+    let Some(tables) = required_tables(
+        ctx,
+        t,
+        "group",
+        "a listener needs at least one [[listener.group]]",
+    ) else {
         return Vec::new();
-    }
-    let tables = t.tables(ctx, "group");
-    if tables.is_empty() && t.array(ctx, "group").is_some_and(|a| a.is_empty()) {
-        let at = t.value_at("group").unwrap_or(t.at);
-        ctx.error(
-            at,
-            &t.path,
-            "a listener needs at least one [[listener.group]]",
-        );
-    }
+    };
     let mut out: Vec<GroupRead<'t>> = Vec::new();
     for (i, v) in tables.into_iter().enumerate() {
         let path = item_path(&t.path, "group", peek_str(v, "name"), i + 1);
@@ -1821,23 +1832,14 @@ const ENDPOINT_KEYS: &[&str] = &[
 ];
 
 fn endpoints(ctx: &mut Ctx<'_>, g: &Table<'_, '_>, method: Option<Method>) -> Vec<Endpoint> {
-    if !g.has("endpoint") {
-        ctx.error(
-            g.at,
-            &g.path,
-            "a group needs at least one [[listener.group.endpoint]]",
-        );
+    let Some(tables) = required_tables(
+        ctx,
+        g,
+        "endpoint",
+        "a group needs at least one [[listener.group.endpoint]]",
+    ) else {
         return Vec::new();
-    }
-    let tables = g.tables(ctx, "endpoint");
-    if tables.is_empty() && g.array(ctx, "endpoint").is_some_and(|a| a.is_empty()) {
-        let at = g.value_at("endpoint").unwrap_or(g.at);
-        ctx.error(
-            at,
-            &g.path,
-            "a group needs at least one [[listener.group.endpoint]]",
-        );
-    }
+    };
     let mut out: Vec<Endpoint> = Vec::new();
     // (host, port) → position of the first endpoint with it.
     let mut seen: HashMap<(Host, u16), usize> = HashMap::new();
