@@ -42,47 +42,63 @@ impl Select for LeastTime {
         _primary: bool,
     ) -> Option<usize> {
         let t = ctx.t;
-        for _ in 0..3 {
-            // One pass: candidates, the fastest average, and the sum of scores (the ramps of
-            // unmeasured endpoints are summed apart and divided by the fastest average after).
-            let mut n = 0usize;
-            let mut fastest = f64::INFINITY;
-            let (mut measured_sum, mut unmeasured_ramps) = (0.0, 0.0);
-            for &m in tier.members.iter() {
-                let i = m as usize;
-                if ctx.candidate(i) {
-                    n += 1;
-                    let e = ctx.ep(i);
-                    let ramp = e.ramp_milli(t) as f64 / RAMP_SCALE as f64;
-                    match e.latency_ns() {
-                        Some(avg) => {
-                            fastest = fastest.min(avg);
-                            measured_sum += ramp / avg;
-                        }
-                        None => unmeasured_ramps += ramp,
-                    }
-                }
-            }
-            if n == 0 {
-                return None;
-            }
-            let unmeasured = if fastest.is_finite() { fastest } else { 1.0 };
-            let sum = measured_sum + unmeasured_ramps / unmeasured;
-            let score = |e: &EndpointState| {
-                e.ramp_milli(t) as f64 / RAMP_SCALE as f64 / e.latency_ns().unwrap_or(unmeasured)
-            };
-            if let Some(i) = sample_with_floor(ctx, &tier.members, n, sum, score)
-                && ctx.acquire(i)
-            {
-                return Some(i);
-            }
-        }
-        None
+        // Faster is better: goodness 1/avg, times the slow-start ramp.
+        select_by_goodness(
+            ctx,
+            tier,
+            |e| e.ramp_milli(t) as f64 / RAMP_SCALE as f64,
+            |e| e.latency_ns().map(|avg| 1.0 / avg),
+        )
     }
 
     fn shares(&self, _view: &View<'_>, _tier: &Tier, _primary: bool, _out: &mut [f64]) -> bool {
         false
     }
+}
+
+/// The selection `least_time` and `feedback` share: each candidate scores
+/// `weight(e) * goodness(e)`, an endpoint with no goodness yet (never measured / never reported)
+/// counts as the best one, and the draw keeps every candidate at the 1/(100·N) floor
+/// ([`sample_with_floor`]). Up to three draws when the drawn endpoint is taken meanwhile.
+pub(crate) fn select_by_goodness<R: Rng>(
+    ctx: &mut Ctx<'_, R>,
+    tier: &Tier,
+    weight: impl Fn(&EndpointState) -> f64,
+    goodness: impl Fn(&EndpointState) -> Option<f64>,
+) -> Option<usize> {
+    for _ in 0..3 {
+        // One pass: candidates, the best goodness, and the sum of scores (the weights of
+        // endpoints without a goodness are summed apart and scaled by the best after).
+        let mut n = 0usize;
+        let mut best = f64::NEG_INFINITY;
+        let (mut known_sum, mut unknown_weight) = (0.0, 0.0);
+        for &m in tier.members.iter() {
+            let i = m as usize;
+            if ctx.candidate(i) {
+                n += 1;
+                let e = ctx.ep(i);
+                match goodness(e) {
+                    Some(g) => {
+                        best = best.max(g);
+                        known_sum += weight(e) * g;
+                    }
+                    None => unknown_weight += weight(e),
+                }
+            }
+        }
+        if n == 0 {
+            return None;
+        }
+        let unknown = if best.is_finite() { best } else { 1.0 };
+        let sum = known_sum + unknown_weight * unknown;
+        let score = |e: &EndpointState| weight(e) * goodness(e).unwrap_or(unknown);
+        if let Some(i) = sample_with_floor(ctx, &tier.members, n, sum, score)
+            && ctx.acquire(i)
+        {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// Draws one of the `n` candidates among `members` with probability proportional to
