@@ -1642,6 +1642,30 @@ fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<HealthCheck> {
     })
 }
 
+/// One health-check timeout `key`, which may not exceed `interval` (checks would overlap);
+/// `default` when unset or wrong.
+fn single_timeout(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    key: &str,
+    interval: Duration,
+    default: Duration,
+) -> Duration {
+    match t.positive_duration(ctx, key) {
+        Some(d) if d.v > interval => {
+            let msg = format!(
+                "{key} {} is above interval {}; checks would overlap",
+                format_duration(d.v),
+                format_duration(interval)
+            );
+            ctx.error(d.at, &t.path, msg);
+            default
+        }
+        Some(d) => d.v,
+        None => default,
+    }
+}
+
 /// `timeout`, or `connect_timeout` + `read_timeout`; never above `interval`.
 /// Returns (connect, read, whole check).
 fn check_timeouts(
@@ -1663,37 +1687,15 @@ fn check_timeouts(
         return (default, default, default);
     }
     if !split {
-        return match t.positive_duration(ctx, "timeout") {
-            Some(d) if d.v > interval => {
-                let msg = format!(
-                    "timeout {} is above interval {}; checks would overlap",
-                    format_duration(d.v),
-                    format_duration(interval)
-                );
-                ctx.error(d.at, &t.path, msg);
-                (default, default, default)
-            }
-            Some(d) => (d.v, d.v, d.v),
-            None => (default, default, default),
-        };
+        let d = single_timeout(ctx, t, "timeout", interval, default);
+        return (d, d, d);
     }
-    let connect = t.positive_duration(ctx, "connect_timeout");
     if !http {
         // A tcp check only connects; read_timeout mirrors connect_timeout and is unused.
-        return match connect {
-            Some(c) if c.v > interval => {
-                let msg = format!(
-                    "connect_timeout {} is above interval {}; checks would overlap",
-                    format_duration(c.v),
-                    format_duration(interval)
-                );
-                ctx.error(c.at, &t.path, msg);
-                (default, default, default)
-            }
-            Some(c) => (c.v, c.v, c.v),
-            None => (default, default, default),
-        };
+        let d = single_timeout(ctx, t, "connect_timeout", interval, default);
+        return (d, d, d);
     }
+    let connect = t.positive_duration(ctx, "connect_timeout");
     let read = t.positive_duration(ctx, "read_timeout");
     for (key, other) in [
         ("connect_timeout", "read_timeout"),
