@@ -615,10 +615,16 @@ impl Pick {
     /// one the group's `least_time` measures feeds its average. A timed-out attempt should be
     /// reported with the time it took to give up, so a hung endpoint's average grows.
     pub fn record_timing(&self, measure: Measure, elapsed: Duration) {
-        if self.params.measure == Some(measure) {
+        if self.measures(measure) {
             self.endpoint
                 .record_latency(elapsed.as_nanos() as f64, self.params.factor);
         }
+    }
+
+    /// True when the group's `least_time` measures `measure` (so a caller need not read the
+    /// clock for a timing nobody uses).
+    pub fn measures(&self, measure: Measure) -> bool {
+        self.params.measure == Some(measure)
     }
 
     /// Reports the value the endpoint sent back (`feedback`); ignored by other methods.

