@@ -20,7 +20,9 @@
 #   udp:  a udp listener AND a tcp listener on the same port number, both to the same backends:
 #         iperf3 -u opens a TCP control connection to the same port as its UDP stream.
 #         udp_max_flows is generous (iperf3 uses one flow per test; old ones linger until idle).
-#   http: one http listener, round robin over the backends.
+#   http: one http listener, round robin over the backends, keepalive = 128 idle connections
+#         per endpoint (the default 32 x 3 backends is below wrk's 200 connections: the rest
+#         would be closed after each response and opened again).
 # Passive failure marking (max_fails) is switched off: a benchmark backend that is briefly
 # refused while iperf3 restarts between tests must not be taken out of rotation.
 # The admin server listens on 127.0.0.1:0 by default (an ephemeral port: never one of the
@@ -66,6 +68,9 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then die "--port
 # One group with every backend as an endpoint.
 group() { # LISTENER-PROTO
   printf '\n  [[listener.group]]\n  name = "bench"\n  region = "%s"\n  balance = "round_robin"\n' "$region"
+  # Idle upstream connections kept per endpoint (default 32): enough for wrk's 200 connections
+  # over 3 backends, as HAProxy (http-reuse always, no cap) and nginx (keepalive 64) keep theirs.
+  [[ "$1" == http ]] && printf '  keepalive = 128\n'
   local b
   for b in ${backends//,/ }; do
     [[ "$b" =~ ^[^[:space:]\"]+:[0-9]+$ ]] || die "bad backend address '$b'"
