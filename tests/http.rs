@@ -1481,3 +1481,142 @@ async fn max_connections_applies_to_http_connections() {
     }
     node.shutdown().await;
 }
+
+// ------------------------------------------------------------------ upgrades
+
+/// A backend that switches protocols: `101` to a request asking for `Upgrade: websocket`, then
+/// an echo until the client closes; `426` to anything else. Keeps the request heads it read.
+async fn upgrade_backend() -> (
+    SocketAddr,
+    Arc<std::sync::Mutex<Vec<String>>>,
+    JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&heads);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let head = read_head(&mut s).await.to_ascii_lowercase();
+                let upgrade = head.contains("\r\nupgrade: websocket\r\n");
+                seen.lock().unwrap().push(head);
+                if !upgrade {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                s.write_all(
+                    b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+                )
+                .await
+                .unwrap();
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (addr, heads, task)
+}
+
+/// Reads up to the end of an HTTP head (bounded: 16 KiB, one minute).
+async fn read_head(s: &mut tokio::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0_u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut byte))
+            .await
+            .expect("a head in time")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+const WEBSOCKET_REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: chat.example\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
+    let (backend, heads, backend_task) = upgrade_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "idle_timeout = \"1s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+
+    // The handshake goes through with its Upgrade, and the 101 comes back.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(WEBSOCKET_REQUEST).await.unwrap();
+    let head = read_head(&mut s).await.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: upgrade\r\n"), "{head}");
+    {
+        let heads = heads.lock().unwrap();
+        let sent = &heads[0];
+        assert!(sent.starts_with("get /chat http/1.1\r\n"), "{sent}");
+        assert!(sent.contains("\r\nconnection: upgrade\r\n"), "{sent}");
+        assert!(
+            sent.contains("\r\nsec-websocket-key: dghlihnhbxbszsbub25jzq==\r\n"),
+            "{sent}"
+        );
+        assert!(
+            sent.contains("\r\nx-forwarded-for: 127.0.0.1\r\n"),
+            "{sent}"
+        );
+    }
+    // Bytes both ways, several times, then the client's close ends the tunnel.
+    for round in 0..20 {
+        let msg = format!("frame {round} through the tunnel");
+        s.write_all(msg.as_bytes()).await.unwrap();
+        let mut back = vec![0_u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(60), s.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .unwrap();
+        assert_eq!(back, msg.as_bytes());
+    }
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
+        .await
+        .expect("closed after the client's close")
+        .unwrap();
+    assert!(rest.is_empty());
+
+    // A tunnel where nothing moves is closed after idle_timeout.
+    let mut quiet = tokio::net::TcpStream::connect(addr).await.unwrap();
+    quiet.write_all(WEBSOCKET_REQUEST).await.unwrap();
+    assert!(read_head(&mut quiet).await.starts_with("HTTP/1.1 101"));
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), quiet.read_to_end(&mut rest))
+        .await
+        .expect("an idle tunnel is closed")
+        .ok();
+    assert!(rest.is_empty());
+
+    // A request without Upgrade is an ordinary one: the backend's 426 comes back.
+    let (status, _, _) = get(&client(), &format!("http://{addr}/chat"), &[]).await;
+    assert_eq!(status, 426);
+    assert!(
+        !heads.lock().unwrap()[2].contains("\r\nupgrade:"),
+        "no Upgrade is forwarded for a request that does not ask"
+    );
+    node.shutdown().await;
+    backend_task.abort();
+}

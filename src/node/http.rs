@@ -22,18 +22,29 @@
 //! answers `100 Continue` itself), `X-Forwarded-For` appended (one line, comma-separated, as
 //! nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host` set; the
 //! client's Host is passed through (from `:authority` for HTTP/2 clients). Hash keys
-//! (`$http_NAME`, `$cookie_NAME`) read the request as it is forwarded. Upgrades (WebSocket) are
-//! not proxied, and endpoints are spoken to in HTTP/1.1.
+//! (`$http_NAME`, `$cookie_NAME`) read the request as it is forwarded. Endpoints are spoken to
+//! in HTTP/1.1.
+//!
+//! Upgrades (WebSocket and any other `Upgrade` protocol, HTTP/1.1 clients): a request with
+//! `Connection: upgrade` keeps its `Upgrade` header on the way to the endpoint; when the endpoint
+//! answers `101 Switching Protocols`, gtd answers the client the same and then relays bytes both
+//! ways between the two connections until both sides close or nothing moves for the listener's
+//! `idle_timeout`. The tunnel counts as the client connection's (`max_connections`, drain) and
+//! holds its endpoint pick (`least_conn` counts it) until it ends. Any other answer goes back as
+//! an ordinary response.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use metrics::Counter;
@@ -50,7 +61,7 @@ use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
 use super::tls;
-use super::upstream::{DownBody, Failure, Pooled, Relayed, RequestBody};
+use super::upstream::{DownBody, Failure, Pooled, Relayed, RequestBody, tunnel};
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
 pub struct HttpRt {
@@ -197,15 +208,21 @@ fn class(status: StatusCode) -> usize {
     usize::from(status.as_u16() / 100).clamp(1, 5) - 1
 }
 
-/// What one connection's requests need to know about it.
-#[derive(Debug, Clone)]
+/// What one connection's requests need to know about it (shared by them: one reference count
+/// per request).
 struct Conn {
     peer: IpAddr,
     port: u16,
     https: bool,
     /// The client's address as an X-Forwarded-For value, made once per connection.
     xff: HeaderValue,
+    /// Where an upgraded request leaves its tunnel, for the connection's task to run once hyper
+    /// hands the connection over.
+    tunnel: Mutex<Option<Tunnel>>,
 }
+
+/// The relay of an upgraded connection.
+type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Conn {
     fn new(peer: IpAddr, port: u16, https: bool) -> Conn {
@@ -215,6 +232,7 @@ impl Conn {
             port,
             https,
             xff,
+            tunnel: Mutex::default(),
         }
     }
 }
@@ -224,16 +242,17 @@ impl Conn {
 pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, peer: SocketAddr) {
     let Some(http) = l.http.as_ref() else { return };
     let _ = stream.set_nodelay(true);
-    let conn = Conn::new(
+    let conn = Arc::new(Conn::new(
         peer.ip().to_canonical(),
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
-    );
+    ));
     let deadline = l.cfg.header_timeout;
+    let own_conn = Arc::clone(&conn);
     let service_node = Arc::clone(node);
     let service = hyper::service::service_fn(move |req| {
         let node = Arc::clone(&service_node);
-        let conn = conn.clone();
+        let conn = Arc::clone(&conn);
         async move { Ok::<_, Infallible>(handle(&node, conn, req).await) }
     });
     match &http.tls {
@@ -269,6 +288,11 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             run(node, &http.server, TokioIo::new(stream), service).await;
         }
     }
+    // An upgraded request took the connection over: relay it here, so it stays counted.
+    let upgraded = own_conn.tunnel.lock().ok().and_then(|mut t| t.take());
+    if let Some(relay) = upgraded {
+        relay.await;
+    }
 }
 
 async fn run<I, S>(node: &Inner, builder: &auto::Builder<TokioExecutor>, io: I, service: S)
@@ -283,7 +307,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let conn = builder.serve_connection(io, service);
+    let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -352,7 +376,7 @@ impl RouteRequest for View<'_> {
     }
 }
 
-async fn handle(node: &Inner, conn: Conn, req: Request<Incoming>) -> Response<DownBody> {
+async fn handle(node: &Inner, conn: Arc<Conn>, req: Request<Incoming>) -> Response<DownBody> {
     let listener = {
         let snap = node.snapshot.load();
         snap.listener_on(conn.port, false)
@@ -394,7 +418,7 @@ enum Last {
     Failed(Failure),
 }
 
-async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<DownBody> {
+async fn proxy(l: &ListenerRt, conn: Arc<Conn>, req: Request<Incoming>) -> Response<DownBody> {
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
     let (mut parts, body) = req.into_parts();
@@ -422,7 +446,14 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
         };
         view.cookie(&s.cookie).and_then(|v| s.target(v))
     });
+    // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
+    let mut upgrade = wants_upgrade(&parts)
+        .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
     forward_headers(&mut parts.headers, &parts.uri, &conn);
+    if let Some((proto, _)) = &upgrade {
+        parts.headers.insert(header::CONNECTION, UPGRADE.clone());
+        parts.headers.insert(header::UPGRADE, proto.clone());
+    }
 
     let started = Instant::now();
     // One clock read per attempt and one per response: `now` is when this attempt is decided
@@ -544,6 +575,16 @@ async fn proxy(l: &ListenerRt, conn: Conn, req: Request<Incoming>) -> Response<D
                 } else {
                     attempt.pick.success(now);
                 }
+                if status == StatusCode::SWITCHING_PROTOCOLS {
+                    return match upgrade.take() {
+                        Some((_, client)) => switch(l, &conn, attempt, response, pooled, client),
+                        None => own(
+                            http,
+                            StatusCode::BAD_GATEWAY,
+                            "the endpoint switched protocols unasked\n",
+                        ),
+                    };
+                }
                 return respond(http, l, attempt, sticky, response, pooled, sent_at);
             }
             Err(failure) => {
@@ -618,6 +659,57 @@ fn respond(
     Response::from_parts(parts, DownBody::Relayed(body))
 }
 
+/// The endpoint agreed to switch protocols: the client gets its `101` (with the endpoint's
+/// `Upgrade`), and the connection's task relays both upgraded connections once hyper hands them
+/// over (see the module doc).
+fn switch(
+    l: &ListenerRt,
+    conn: &Conn,
+    attempt: Attempt,
+    mut response: Response<Incoming>,
+    pooled: Pooled,
+    client: OnUpgrade,
+) -> Response<DownBody> {
+    let upstream = hyper::upgrade::on(&mut response);
+    let (mut parts, _) = response.into_parts();
+    let proto = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(header::CONNECTION, UPGRADE.clone());
+    if let Some(proto) = proto {
+        parts.headers.insert(header::UPGRADE, proto);
+    }
+    let relay = tunnel(
+        client,
+        upstream,
+        pooled,
+        attempt.pick,
+        l.cfg.idle_timeout,
+        [l.metrics.bytes_up.clone(), l.metrics.bytes_down.clone()],
+    );
+    if let Ok(mut slot) = conn.tunnel.lock() {
+        *slot = Some(Box::pin(relay));
+    }
+    Response::from_parts(parts, DownBody::Own(None))
+}
+
+/// The `Upgrade` value of an HTTP/1.1 request that asks to switch protocols (`Connection:
+/// upgrade`), if it does.
+fn wants_upgrade(parts: &http::request::Parts) -> Option<HeaderValue> {
+    if parts.version != Version::HTTP_11 {
+        return None;
+    }
+    let proto = parts.headers.get(header::UPGRADE)?;
+    parts
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+        .then(|| proto.clone())
+}
+
+static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 static XFP_HTTP: HeaderValue = HeaderValue::from_static("http");
 static XFP_HTTPS: HeaderValue = HeaderValue::from_static("https");
 

@@ -29,6 +29,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderName, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use metrics::{Counter, Histogram};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -234,7 +235,7 @@ impl Upstream {
         tokio::spawn(async move {
             tokio::select! {
                 biased;
-                r = conn => if let Err(e) = r {
+                r = conn.with_upgrades() => if let Err(e) = r {
                     tracing::debug!(error = %e, "upstream connection ended with an error");
                 },
                 () = expire(base, timeout, &watch) => {}
@@ -591,6 +592,121 @@ impl Drop for ClientBody {
             // Untouched: give it back for a retry (ignored when nobody waits any more).
             let _ = back.send(inner);
         }
+    }
+}
+
+// ------------------------------------------------------------------------------- upgrades
+
+/// Relays an upgraded client connection and its endpoint connection both ways (half-close
+/// honoured) until both sides are done or nothing has moved for `idle`. `pooled` (the endpoint
+/// connection that answered `101`) is kept until hyper has handed it over; `pick` until the
+/// end. `bytes` counts what the client sent and what the endpoint sent.
+pub(crate) async fn tunnel(
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    pooled: Pooled,
+    pick: Pick,
+    idle: Duration,
+    bytes: [Counter; 2],
+) {
+    let (client, upstream) = tokio::join!(client, upstream);
+    drop(pooled);
+    let (client, upstream) = match (client, upstream) {
+        (Ok(c), Ok(u)) => (c, u),
+        (c, u) => {
+            tracing::debug!(client = ?c.err(), endpoint = ?u.err(), "upgrade failed");
+            return;
+        }
+    };
+    let origin = Instant::now();
+    let last = AtomicU64::new(0);
+    let [up, down] = bytes;
+    let mut client = Watched {
+        io: TokioIo::new(client),
+        origin,
+        last: &last,
+        bytes: up,
+    };
+    let mut upstream = Watched {
+        io: TokioIo::new(upstream),
+        origin,
+        last: &last,
+        bytes: down,
+    };
+    let relay = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    let quiet = async {
+        loop {
+            let moved = Duration::from_millis(last.load(Ordering::Relaxed));
+            let still = origin.elapsed().saturating_sub(moved);
+            if still >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - still).await;
+        }
+    };
+    tokio::select! {
+        r = relay => match r {
+            Ok((sent, received)) => tracing::debug!(sent, received, endpoint = %pick.address(), "tunnel closed"),
+            Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
+        },
+        () = quiet => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
+    }
+}
+
+/// One side of a tunnel: counts the bytes read from it and stamps every move (milliseconds
+/// since `origin`) for the idle timeout.
+struct Watched<'a, T> {
+    io: T,
+    origin: Instant,
+    last: &'a AtomicU64,
+    bytes: Counter,
+}
+
+impl<T> Watched<'_, T> {
+    fn moved(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            this.bytes.increment(n as u64);
+            this.moved();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.moved();
+        }
+        polled
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
