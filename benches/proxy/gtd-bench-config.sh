@@ -13,7 +13,7 @@
 # Without the options, ANCHOR_PORT / ANCHOR_BACKENDS / ANCHOR_RUN_DIR (exported by the harness)
 # are used.
 #
-# What it configures (see docs/config-reference.md):
+# What it configures (see "Configuration reference" in README.md):
 #   tcp:  one tcp listener on 127.0.0.1:PORT, one group, the backends as round-robin endpoints,
 #         idle_timeout long enough for any iperf3 run (the control connection sits idle while
 #         the data connection runs).
