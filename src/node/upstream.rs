@@ -5,7 +5,10 @@
 //!   one task per connection), opened from `[node] source_ip` within `connect_timeout`, with TLS
 //!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
 //!   first out) and closed after `idle_timeout`; a connection goes back when its response body
-//!   ends, and one that closed is dropped at the next look. The request path takes one short,
+//!   ends, and one that closed is dropped at the next look. A connection in use on which no byte
+//!   moves either way for `upstream_timeout` is closed (an endpoint that stalls in the middle of
+//!   a response body, or stops reading an upload: nginx's `proxy_read_timeout` and
+//!   `proxy_send_timeout`); the client's response is cut. The request path takes one short,
 //!   uncontended lock per endpoint and hashes nothing.
 //! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
 //!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
@@ -48,6 +51,8 @@ pub struct Upstream {
     /// Each endpoint's address and the host of its authority (for SNI), config order.
     targets: Vec<(Address, String)>,
     connect: ConnectCfg,
+    /// `upstream_timeout`: the longest silence of a connection in use.
+    stall_timeout: Duration,
     /// `path_prefix` without its trailing slash (`None` for none or `/`).
     path_prefix: Option<Box<str>>,
     /// `feedback`: the response header carrying the endpoint's value.
@@ -116,6 +121,7 @@ impl Upstream {
             pool,
             targets,
             connect,
+            stall_timeout: l.upstream_timeout,
             path_prefix,
             feedback,
             response_seconds,
@@ -220,10 +226,12 @@ impl Upstream {
             tracing::debug!(error = %e, "connect failed");
             Failure::Connect
         })?;
+        let moving = Moving::new(stream, None);
+        let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
             // One flat write per request, as on the listener side (src/node/http.rs).
             .writev(false)
-            .handshake::<_, UpBody>(TokioIo::new(stream))
+            .handshake::<_, UpBody>(TokioIo::new(moving))
             .await
             .map_err(|e| {
                 tracing::debug!(error = %e, "connect failed");
@@ -231,14 +239,14 @@ impl Upstream {
             })?;
         let clock = Arc::new(AtomicU64::new(BUSY));
         let watch = Arc::clone(&clock);
-        let (base, timeout) = (self.pool.base, self.pool.idle_timeout);
+        let (base, idle, stall) = (self.pool.base, self.pool.idle_timeout, self.stall_timeout);
         tokio::spawn(async move {
             tokio::select! {
                 biased;
                 r = conn.with_upgrades() => if let Err(e) = r {
                     tracing::debug!(error = %e, "upstream connection ended with an error");
                 },
-                () = expire(base, timeout, &watch) => {}
+                () = expire(base, idle, stall, &watch, &moves) => {}
             }
         });
         Ok(Idle { sender, clock })
@@ -253,20 +261,35 @@ fn stamp(base: Instant) -> u64 {
     u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
 }
 
-/// Ends when the connection has been idle in the pool for `timeout` (`idle_timeout`).
-async fn expire(base: Instant, timeout: Duration, clock: &AtomicU64) {
-    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX / 2);
+/// Ends when the connection has been idle in the pool for `idle` (`idle_timeout`), or when,
+/// in use, no byte has moved on it for `stall` (`upstream_timeout`; noticed between one and two
+/// `stall` periods after the last byte, never before one).
+async fn expire(
+    base: Instant,
+    idle: Duration,
+    stall: Duration,
+    clock: &AtomicU64,
+    moves: &AtomicU64,
+) {
+    let limit = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX / 2);
+    let mut seen = moves.load(Ordering::Relaxed);
     loop {
         let since = clock.load(Ordering::Relaxed);
-        let wait = if since == BUSY {
-            limit
-        } else {
-            match (since + limit).checked_sub(stamp(base)) {
-                Some(0) | None => return,
-                Some(ms) => ms,
+        if since == BUSY {
+            tokio::time::sleep(stall).await;
+            let now = moves.load(Ordering::Relaxed);
+            if now == seen && clock.load(Ordering::Relaxed) == BUSY {
+                tracing::debug!(?stall, "endpoint connection stalled; closing it");
+                return;
             }
-        };
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+            seen = now;
+            continue;
+        }
+        match (since + limit).checked_sub(stamp(base)) {
+            Some(0) | None => return,
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+        seen = moves.load(Ordering::Relaxed);
     }
 }
 
@@ -618,58 +641,54 @@ pub(crate) async fn tunnel(
             return;
         }
     };
-    let origin = Instant::now();
-    let last = AtomicU64::new(0);
     let [up, down] = bytes;
-    let mut client = Watched {
-        io: TokioIo::new(client),
-        origin,
-        last: &last,
-        bytes: up,
-    };
-    let mut upstream = Watched {
-        io: TokioIo::new(upstream),
-        origin,
-        last: &last,
-        bytes: down,
-    };
+    let mut client = Moving::new(TokioIo::new(client), Some(up));
+    let mut upstream = Moving::new(TokioIo::new(upstream), Some(down));
+    upstream.moves = Arc::clone(&client.moves);
+    let moves = Arc::clone(&client.moves);
     let relay = tokio::io::copy_bidirectional(&mut client, &mut upstream);
-    let quiet = async {
-        loop {
-            let moved = Duration::from_millis(last.load(Ordering::Relaxed));
-            let still = origin.elapsed().saturating_sub(moved);
-            if still >= idle {
-                return;
-            }
-            tokio::time::sleep(idle - still).await;
-        }
-    };
     tokio::select! {
         r = relay => match r {
             Ok((sent, received)) => tracing::debug!(sent, received, endpoint = %pick.address(), "tunnel closed"),
             Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
         },
-        () = quiet => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
+        () = quiet(&moves, idle) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
     }
 }
 
-/// One side of a tunnel: counts the bytes read from it and stamps every move (milliseconds
-/// since `origin`) for the idle timeout.
-struct Watched<'a, T> {
+/// Ends once no byte has moved during a whole `period` (so between one and two periods after
+/// the last one).
+async fn quiet(moves: &AtomicU64, period: Duration) {
+    let mut seen = moves.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(period).await;
+        let now = moves.load(Ordering::Relaxed);
+        if now == seen {
+            return;
+        }
+        seen = now;
+    }
+}
+
+/// A connection that counts its moves (reads and writes that carried bytes) for an inactivity
+/// timeout, and optionally the bytes read from it. One relaxed atomic add per move: no clock.
+struct Moving<T> {
     io: T,
-    origin: Instant,
-    last: &'a AtomicU64,
-    bytes: Counter,
+    moves: Arc<AtomicU64>,
+    read_bytes: Option<Counter>,
 }
 
-impl<T> Watched<'_, T> {
-    fn moved(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms, Ordering::Relaxed);
+impl<T> Moving<T> {
+    fn new(io: T, read_bytes: Option<Counter>) -> Moving<T> {
+        Moving {
+            io,
+            moves: Arc::default(),
+            read_bytes,
+        }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
+impl<T: AsyncRead + Unpin> AsyncRead for Moving<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -680,14 +699,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
-            this.bytes.increment(n as u64);
-            this.moved();
+            this.moves.fetch_add(1, Ordering::Relaxed);
+            if let Some(bytes) = &this.read_bytes {
+                bytes.increment(n as u64);
+            }
         }
         polled
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Moving<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -696,9 +717,26 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.moved();
+            this.moves.fetch_add(1, Ordering::Relaxed);
         }
         polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.moves.fetch_add(1, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
