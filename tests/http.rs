@@ -1713,3 +1713,44 @@ async fn an_endpoint_silent_mid_body_is_cut_off_a_slow_one_is_not() {
     stalled_task.abort();
     slow_task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_after_idle_timeout() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "idle_timeout = \"1s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let mut conn = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            Request::get(format!("http://{addr}/"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "one");
+    // Nothing more is sent: gtd says GOAWAY and closes, so the client's connection ends.
+    tokio::time::timeout(Duration::from_secs(60), &mut conn)
+        .await
+        .expect("gtd closes an idle HTTP/2 connection")
+        .unwrap()
+        .unwrap();
+    assert!(sender.is_closed());
+    node.shutdown().await;
+}

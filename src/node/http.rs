@@ -37,6 +37,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -57,6 +58,7 @@ use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
+use super::activity::{Moving, quiet};
 use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
@@ -257,6 +259,8 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     });
     match &http.tls {
         Some(acceptor) => {
+            let stream = Moving::new(stream, None);
+            let moves = Arc::clone(&stream.moves);
             let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
@@ -275,7 +279,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             } else {
                 http.server.clone().http1_only()
             };
-            run(node, &builder, TokioIo::new(stream), service).await;
+            run(node, l, &builder, TokioIo::new(stream), service, &moves).await;
         }
         None => {
             // hyper's protocol detection waits for bytes without a timer: bound the wait for the
@@ -285,7 +289,9 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
                 Ok(Ok(n)) if n > 0 => {}
                 _ => return,
             }
-            run(node, &http.server, TokioIo::new(stream), service).await;
+            let stream = Moving::new(stream, None);
+            let moves = Arc::clone(&stream.moves);
+            run(node, l, &http.server, TokioIo::new(stream), service, &moves).await;
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
@@ -295,8 +301,18 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     }
 }
 
-async fn run<I, S>(node: &Inner, builder: &auto::Builder<TokioExecutor>, io: I, service: S)
-where
+/// Serves one connection until it closes, the node stops (in-flight requests finish), or no
+/// byte has moved on it for the listener's `idle_timeout` (then it is shut down gracefully, for
+/// at most another `idle_timeout`: an idle HTTP/2 connection gets its GOAWAY, a client that
+/// stopped reading its response is let go).
+async fn run<I, S>(
+    node: &Inner,
+    l: &ListenerRt,
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    moves: &AtomicU64,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::Service<
             Request<Incoming>,
@@ -307,6 +323,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
+    let idle = l.cfg.idle_timeout;
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -314,6 +331,14 @@ where
         () = node.stop.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        () = quiet(moves, idle) => {
+            tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(idle, conn).await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
         }
     };
     if let Err(e) = result {

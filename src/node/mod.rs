@@ -8,6 +8,7 @@
 //! `POST /reload`) builds and validates a whole new snapshot, binds new ports, then swaps it in;
 //! a bad config keeps the running one. SIGTERM stops accepting and drains.
 
+mod activity;
 pub mod admin;
 pub mod http;
 pub mod metrics;

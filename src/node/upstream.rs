@@ -5,10 +5,10 @@
 //!   one task per connection), opened from `[node] source_ip` within `connect_timeout`, with TLS
 //!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
 //!   first out) and closed after `idle_timeout`; a connection goes back when its response body
-//!   ends, and one that closed is dropped at the next look. A connection in use on which no byte
-//!   moves either way for `upstream_timeout` is closed (an endpoint that stalls in the middle of
-//!   a response body, or stops reading an upload: nginx's `proxy_read_timeout` and
-//!   `proxy_send_timeout`); the client's response is cut. The request path takes one short,
+//!   ends, and one that closed is dropped at the next look. `upstream_timeout` bounds the wait for
+//!   the response headers (restarted while an upload moves) and then any silence of the
+//!   connection while the response streams (an endpoint that stalls in the middle of a body:
+//!   nginx's `proxy_read_timeout`); such a connection is closed and the client's response cut. The request path takes one short,
 //!   uncontended lock per endpoint and hashes nothing.
 //! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
 //!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
@@ -43,6 +43,7 @@ use tokio_rustls::TlsConnector;
 use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
+use super::activity::{Moving, quiet};
 use super::tls;
 
 /// A group's way to its endpoints over HTTP.
@@ -198,6 +199,7 @@ impl Upstream {
             }
             match idle.sender.try_send_request(request).await {
                 Ok(response) => {
+                    idle.clock.store(STREAMING, Ordering::Relaxed);
                     let pooled = Pooled {
                         idle,
                         pool: Arc::clone(&self.pool),
@@ -253,17 +255,21 @@ impl Upstream {
     }
 }
 
-/// `Idle::clock` of a connection in use.
+/// `Idle::clock` of a connection in use, before its response headers.
 const BUSY: u64 = 0;
 
-/// Milliseconds since `base`, plus one (never [`BUSY`]).
+/// `Idle::clock` of a connection in use whose response headers came: its silence is watched.
+const STREAMING: u64 = u64::MAX;
+
+/// Milliseconds since `base`, plus one (never [`BUSY`], never [`STREAMING`]).
 fn stamp(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 2) + 1
 }
 
 /// Ends when the connection has been idle in the pool for `idle` (`idle_timeout`), or when,
-/// in use, no byte has moved on it for `stall` (`upstream_timeout`; noticed between one and two
-/// `stall` periods after the last byte, never before one).
+/// its response headers in, no byte has moved on it for `stall` (`upstream_timeout`; noticed
+/// between one and two `stall` periods after the last byte, never before one). Before the
+/// headers, `Upstream::send` times the wait (and an upload that stops moving).
 async fn expire(
     base: Instant,
     idle: Duration,
@@ -276,9 +282,15 @@ async fn expire(
     loop {
         let since = clock.load(Ordering::Relaxed);
         if since == BUSY {
+            // Waiting for the response headers: `Upstream::send` times that (and an upload).
+            tokio::time::sleep(stall).await;
+            seen = moves.load(Ordering::Relaxed);
+            continue;
+        }
+        if since == STREAMING {
             tokio::time::sleep(stall).await;
             let now = moves.load(Ordering::Relaxed);
-            if now == seen && clock.load(Ordering::Relaxed) == BUSY {
+            if now == seen && clock.load(Ordering::Relaxed) == STREAMING {
                 tracing::debug!(?stall, "endpoint connection stalled; closing it");
                 return;
             }
@@ -653,98 +665,6 @@ pub(crate) async fn tunnel(
             Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
         },
         () = quiet(&moves, idle) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
-    }
-}
-
-/// Ends once no byte has moved during a whole `period` (so between one and two periods after
-/// the last one).
-async fn quiet(moves: &AtomicU64, period: Duration) {
-    let mut seen = moves.load(Ordering::Relaxed);
-    loop {
-        tokio::time::sleep(period).await;
-        let now = moves.load(Ordering::Relaxed);
-        if now == seen {
-            return;
-        }
-        seen = now;
-    }
-}
-
-/// A connection that counts its moves (reads and writes that carried bytes) for an inactivity
-/// timeout, and optionally the bytes read from it. One relaxed atomic add per move: no clock.
-struct Moving<T> {
-    io: T,
-    moves: Arc<AtomicU64>,
-    read_bytes: Option<Counter>,
-}
-
-impl<T> Moving<T> {
-    fn new(io: T, read_bytes: Option<Counter>) -> Moving<T> {
-        Moving {
-            io,
-            moves: Arc::default(),
-            read_bytes,
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Moving<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            this.moves.fetch_add(1, Ordering::Relaxed);
-            if let Some(bytes) = &this.read_bytes {
-                bytes.increment(n as u64);
-            }
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Moving<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.moves.fetch_add(1, Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.moves.fetch_add(1, Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
