@@ -1618,6 +1618,17 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
         !heads.lock().unwrap()[2].contains("\r\nupgrade:"),
         "no Upgrade is forwarded for a request that does not ask"
     );
+    // `curl --http2` on cleartext asks for h2c: not switched, the request goes on in HTTP/1.1.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /chat HTTP/1.1\r\nHost: chat.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 426"), "{head}");
+    assert!(
+        !heads.lock().unwrap()[3].contains("\r\nupgrade:"),
+        "h2c is not forwarded"
+    );
     node.shutdown().await;
     backend_task.abort();
 }

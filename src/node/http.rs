@@ -718,12 +718,20 @@ fn switch(
 }
 
 /// The `Upgrade` value of an HTTP/1.1 request that asks to switch protocols (`Connection:
-/// upgrade`), if it does.
+/// upgrade`), if it does. `h2c` (`curl --http2` on cleartext) is not one: switching the whole
+/// connection to one endpoint would end per-request decisions on it, so the request goes on as
+/// HTTP/1.1 (as when gtd answers it itself: hyper does not offer h2c upgrades).
 fn wants_upgrade(parts: &http::request::Parts) -> Option<HeaderValue> {
     if parts.version != Version::HTTP_11 {
         return None;
     }
     let proto = parts.headers.get(header::UPGRADE)?;
+    let h2c = proto.to_str().map_or(true, |p| {
+        p.split(',').any(|p| p.trim().eq_ignore_ascii_case("h2c"))
+    });
+    if h2c {
+        return None;
+    }
     parts
         .headers
         .get_all(header::CONNECTION)
