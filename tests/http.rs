@@ -1725,17 +1725,51 @@ async fn an_endpoint_silent_mid_body_is_cut_off_a_slow_one_is_not() {
     slow_task.abort();
 }
 
+/// A backend that answers every request `200 slow`, `delay` after reading its head.
+async fn delayed_backend(delay: Duration) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut open = tokio::task::JoinSet::new();
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            open.spawn(async move {
+                while !read_head(&mut s).await.is_empty() {
+                    tokio::time::sleep(delay).await;
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nslow";
+                    if s.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_http2_connection_is_closed_after_idle_timeout() {
+async fn an_idle_client_connection_is_closed_after_idle_timeout_a_waiting_one_is_not() {
     let b = Backend::start("one", 200).await;
+    let (slow, slow_task) = delayed_backend(Duration::from_millis(2500)).await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
-        &listener(
-            "web",
-            "http",
-            "idle_timeout = \"1s\"",
-            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        &format!(
+            "{}\n{}",
+            listener(
+                "web",
+                "http",
+                "idle_timeout = \"1s\"",
+                &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+            ),
+            listener(
+                "slow",
+                "http",
+                "idle_timeout = \"1s\"\nupstream_timeout = \"60s\"",
+                &group("g", "cn-beijing", 100.0, "", &[(slow, "")]),
+            ),
         ),
     );
     let node = start(&cfg).await;
@@ -1763,5 +1797,12 @@ async fn an_idle_http2_connection_is_closed_after_idle_timeout() {
         .unwrap()
         .unwrap();
     assert!(sender.is_closed());
+
+    // A request whose endpoint answers after 2.5 s keeps its connection: nothing moves on it,
+    // but a request is waiting for its response (idle_timeout 1 s, upstream_timeout 60 s).
+    let addr = listener_addr(&node, "slow").await;
+    let (status, _, body) = get(&client(), &format!("http://{addr}/"), &[]).await;
+    assert_eq!((status, body.as_str()), (200, "slow"));
     node.shutdown().await;
+    slow_task.abort();
 }

@@ -7,7 +7,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,16 +15,33 @@ use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Ends once no byte has moved during a whole `period` (so between one and two periods after
-/// the last one).
-pub(crate) async fn quiet(moves: &AtomicU64, period: Duration) {
+/// the last one) while nothing was `busy` (requests being served count as moving).
+pub(crate) async fn quiet(moves: &AtomicU64, period: Duration, busy: Option<&AtomicU32>) {
     let mut seen = moves.load(Ordering::Relaxed);
     loop {
         tokio::time::sleep(period).await;
         let now = moves.load(Ordering::Relaxed);
-        if now == seen {
+        let serving = busy.is_some_and(|b| b.load(Ordering::Relaxed) > 0);
+        if now == seen && !serving {
             return;
         }
         seen = now;
+    }
+}
+
+/// Counts one request being served in `busy` until dropped.
+pub(crate) struct Busy<'a>(&'a AtomicU32);
+
+impl Busy<'_> {
+    pub(crate) fn new(busy: &AtomicU32) -> Busy<'_> {
+        busy.fetch_add(1, Ordering::Relaxed);
+        Busy(busy)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -37,7 +37,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -58,7 +58,7 @@ use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
-use super::activity::{Moving, quiet};
+use super::activity::{Busy, Moving, quiet};
 use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
@@ -221,6 +221,9 @@ struct Conn {
     /// Where an upgraded request leaves its tunnel, for the connection's task to run once hyper
     /// hands the connection over.
     tunnel: Mutex<Option<Tunnel>>,
+    /// Requests of this connection waiting for their response headers (an HTTP/2 connection has
+    /// several): the connection is not idle meanwhile, however long the endpoint takes.
+    inflight: AtomicU32,
 }
 
 /// The relay of an upgraded connection.
@@ -235,6 +238,7 @@ impl Conn {
             https,
             xff,
             tunnel: Mutex::default(),
+            inflight: AtomicU32::new(0),
         }
     }
 }
@@ -279,7 +283,17 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             } else {
                 http.server.clone().http1_only()
             };
-            run(node, l, &builder, TokioIo::new(stream), service, &moves).await;
+            let inflight = &own_conn.inflight;
+            run(
+                node,
+                l,
+                &builder,
+                TokioIo::new(stream),
+                service,
+                &moves,
+                inflight,
+            )
+            .await;
         }
         None => {
             // hyper's protocol detection waits for bytes without a timer: bound the wait for the
@@ -291,7 +305,17 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             }
             let stream = Moving::new(stream, None);
             let moves = Arc::clone(&stream.moves);
-            run(node, l, &http.server, TokioIo::new(stream), service, &moves).await;
+            let inflight = &own_conn.inflight;
+            run(
+                node,
+                l,
+                &http.server,
+                TokioIo::new(stream),
+                service,
+                &moves,
+                inflight,
+            )
+            .await;
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
@@ -302,9 +326,10 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
 }
 
 /// Serves one connection until it closes, the node stops (in-flight requests finish), or no
-/// byte has moved on it for the listener's `idle_timeout` (then it is shut down gracefully, for
-/// at most another `idle_timeout`: an idle HTTP/2 connection gets its GOAWAY, a client that
-/// stopped reading its response is let go).
+/// byte has moved on it for the listener's `idle_timeout` while no request was waiting for its
+/// response headers (then it is shut down gracefully, for at most another `idle_timeout`: an
+/// idle HTTP/2 connection gets its GOAWAY, a client that stopped reading its response is let
+/// go).
 async fn run<I, S>(
     node: &Inner,
     l: &ListenerRt,
@@ -312,6 +337,7 @@ async fn run<I, S>(
     io: I,
     service: S,
     moves: &AtomicU64,
+    inflight: &AtomicU32,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::Service<
@@ -332,7 +358,7 @@ async fn run<I, S>(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
-        () = quiet(moves, idle) => {
+        () = quiet(moves, idle, Some(inflight)) => {
             tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
             conn.as_mut().graceful_shutdown();
             match tokio::time::timeout(idle, conn).await {
@@ -409,7 +435,10 @@ async fn handle(node: &Inner, conn: Arc<Conn>, req: Request<Incoming>) -> Respon
             .cloned()
     };
     match listener {
-        Some(l) => proxy(&l, conn, req).await,
+        Some(l) => {
+            let _busy = Busy::new(&conn.inflight);
+            proxy(&l, &conn, req).await
+        }
         // The listener on this port was removed or changed protocol by a reload.
         None => bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"),
     }
@@ -443,7 +472,7 @@ enum Last {
     Failed(Failure),
 }
 
-async fn proxy(l: &ListenerRt, conn: Arc<Conn>, req: Request<Incoming>) -> Response<DownBody> {
+async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<DownBody> {
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
     let (mut parts, body) = req.into_parts();
@@ -474,7 +503,7 @@ async fn proxy(l: &ListenerRt, conn: Arc<Conn>, req: Request<Incoming>) -> Respo
     // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
     let mut upgrade = wants_upgrade(&parts)
         .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
-    forward_headers(&mut parts.headers, &parts.uri, &conn);
+    forward_headers(&mut parts.headers, &parts.uri, conn);
     if let Some((proto, _)) = &upgrade {
         parts.headers.insert(header::CONNECTION, UPGRADE.clone());
         parts.headers.insert(header::UPGRADE, proto.clone());
@@ -602,7 +631,7 @@ async fn proxy(l: &ListenerRt, conn: Arc<Conn>, req: Request<Incoming>) -> Respo
                 }
                 if status == StatusCode::SWITCHING_PROTOCOLS {
                     return match upgrade.take() {
-                        Some((_, client)) => switch(l, &conn, attempt, response, pooled, client),
+                        Some((_, client)) => switch(l, conn, attempt, response, pooled, client),
                         None => own(
                             http,
                             StatusCode::BAD_GATEWAY,

@@ -664,7 +664,7 @@ pub(crate) async fn tunnel(
             Ok((sent, received)) => tracing::debug!(sent, received, endpoint = %pick.address(), "tunnel closed"),
             Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
         },
-        () = quiet(&moves, idle) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
+        () = quiet(&moves, idle, None) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
     }
 }
 
