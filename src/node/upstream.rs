@@ -8,8 +8,9 @@
 //!   ends, and one that closed is dropped at the next look. `upstream_timeout` bounds the wait for
 //!   the response headers (restarted while an upload moves) and then any silence of the
 //!   connection while the response streams (an endpoint that stalls in the middle of a body:
-//!   nginx's `proxy_read_timeout`); such a connection is closed and the client's response cut. The request path takes one short,
-//!   uncontended lock per endpoint and hashes nothing.
+//!   nginx's `proxy_read_timeout`); such a connection is closed and the client's response cut.
+//!   The request path takes one short, uncontended lock per endpoint and hashes nothing.
+//! - `tunnel`: an upgraded (`101`) client connection and its endpoint connection, relayed.
 //! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
 //!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
 //!   body back (through a oneshot) so a retry can send it again. A body of which any byte left
