@@ -1526,7 +1526,7 @@ async fn upgrade_backend() -> (
 }
 
 /// Reads up to the end of an HTTP head (bounded: 16 KiB, one minute).
-async fn read_head(s: &mut tokio::net::TcpStream) -> String {
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> String {
     let mut head = Vec::new();
     let mut byte = [0_u8; 1];
     while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
@@ -1805,4 +1805,46 @@ async fn an_idle_client_connection_is_closed_after_idle_timeout_a_waiting_one_is
     assert_eq!((status, body.as_str()), (200, "slow"));
     node.shutdown().await;
     slow_task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_over_https_is_relayed() {
+    let (backend, heads, backend_task) = upgrade_backend().await;
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = pki.issue(&["chat.test"], false);
+    std::fs::write(dir.path().join("chat.pem"), cert).unwrap();
+    std::fs::write(dir.path().join("chat.key"), key).unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "wss",
+            "https",
+            "tls = { certs = [{ cert = \"chat.pem\", key = \"chat.key\" }] }",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "wss").await;
+    let mut s = tls_connect(addr, &pki, "chat.test", &[b"http/1.1"]).await;
+    s.write_all(WEBSOCKET_REQUEST).await.unwrap();
+    let head = read_head(&mut s).await.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        heads.lock().unwrap()[0].contains("\r\nx-forwarded-proto: https\r\n"),
+        "the endpoint learns the client came over TLS"
+    );
+    for round in 0..5 {
+        let msg = format!("wss frame {round}");
+        s.write_all(msg.as_bytes()).await.unwrap();
+        let mut back = vec![0_u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(60), s.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .unwrap();
+        assert_eq!(back, msg.as_bytes());
+    }
+    drop(s);
+    node.shutdown().await;
+    backend_task.abort();
 }
