@@ -3,7 +3,7 @@
 //! sequence, retries (and what is never retried), failover across groups, 1 GB each way with
 //! bounded memory, HTTP/2 to HTTP/1.1, forwarding rules and their 404, sticky cookies, HTTPS with
 //! SNI and ALPN, TLS and mTLS to endpoints, header timeouts, WebSocket upgrades, endpoints that
-//! stall mid-body.
+//! stall mid-body, every response framing through gtd's own client and its keep-alive race.
 //!
 //! Every backend and node a test starts is stopped by its own handle. Waits are for events
 //! (with generous bounds), never fixed sleeps standing in for them; nothing asserts timing.
@@ -1847,4 +1847,130 @@ async fn websocket_over_https_is_relayed() {
     drop(s);
     node.shutdown().await;
     backend_task.abort();
+}
+
+// ------------------------------------------------------------------ gtd's own HTTP/1.1 client
+
+/// A raw backend: for each request head read, `answer(method, path)` gives the bytes to write
+/// back and whether to close the connection after them.
+async fn scripted_backend(
+    answer: fn(&str, &str) -> (Vec<u8>, bool),
+) -> (SocketAddr, Arc<AtomicU64>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&accepted);
+    let task = tokio::spawn(async move {
+        let mut open = tokio::task::JoinSet::new();
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            open.spawn(async move {
+                loop {
+                    let head = read_head(&mut s).await;
+                    let Some(line) = head.lines().next().filter(|l| !l.is_empty()) else {
+                        return;
+                    };
+                    let mut parts = line.split(' ');
+                    let (method, path) = (parts.next().unwrap(), parts.next().unwrap());
+                    let (bytes, close) = answer(method, path);
+                    if s.write_all(&bytes).await.is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted, task)
+}
+
+fn framings(method: &str, path: &str) -> (Vec<u8>, bool) {
+    let text: &str = match (method, path) {
+        ("GET", "/chunked") => {
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nx-t: 1\r\n\r\n"
+        }
+        ("GET", "/close") => return (b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(), true),
+        ("HEAD", "/head") => "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n",
+        ("GET", "/continue") => {
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+        }
+        ("GET", "/empty") => "HTTP/1.1 204 No Content\r\n\r\n",
+        ("GET", "/bad") => "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello",
+        _ => "HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nplain",
+    };
+    (text.as_bytes().to_vec(), false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodiless_requests_read_every_response_framing() {
+    let (backend, _, task) = scripted_backend(framings).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "max_fails = 0")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    let url = |p: &str| format!("http://{addr}{p}");
+    // Twice each, so the second one runs on a reused connection where there is one.
+    for _ in 0..2 {
+        assert_eq!(get(&c, &url("/chunked"), &[]).await.2, "hello world");
+        assert_eq!(get(&c, &url("/close"), &[]).await.2, "until the end");
+        assert_eq!(get(&c, &url("/continue"), &[]).await.2, "ok");
+        let (status, _, body) = get(&c, &url("/empty"), &[]).await;
+        assert_eq!((status, body.as_str()), (204, ""));
+        let (status, headers, body) = send(&c, "HEAD", &url("/head"), &[], empty()).await;
+        assert_eq!((status, body.as_str()), (200, ""));
+        assert_eq!(h(&headers, "content-length"), "100");
+        // Conflicting Content-Length: refused, the client gets 502.
+        assert_eq!(get(&c, &url("/bad"), &[]).await.0, 502);
+        // Content-Length says 4 and 5 bytes come: the client gets 4, and the connection, with
+        // a byte too many, is not reused.
+        assert_eq!(get(&c, &url("/"), &[]).await.2, "plai");
+    }
+    node.shutdown().await;
+    task.abort();
+}
+
+/// Answers, then closes the connection as an endpoint whose keep-alive timer fires does, with
+/// no `Connection: close` to warn.
+fn one_per_connection(_: &str, _: &str) -> (Vec<u8>, bool) {
+    (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+        true,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_endpoint_closed_is_replaced_without_an_error() {
+    let (backend, accepted, task) = scripted_backend(one_per_connection).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    for _ in 0..20 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+    }
+    // One connection per request: each reused one was found closed and replaced.
+    assert!(accepted.load(Ordering::Relaxed) >= 20);
+    node.shutdown().await;
+    task.abort();
 }

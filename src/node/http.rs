@@ -63,7 +63,7 @@ use super::metrics::{self as m, Registry};
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
 use super::tls;
-use super::upstream::{DownBody, Failure, Pooled, Relayed, RequestBody, tunnel};
+use super::upstream::{DownBody, EndpointBody, Failure, Pooled, Relayed, RequestBody, tunnel};
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
 pub struct HttpRt {
@@ -573,6 +573,11 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
         } else {
             std::mem::take(&mut headers)
         };
+        // A request with no body to send, no upgrade and an idempotent method takes gtd's own
+        // client (src/node/raw.rs): one that finds its pooled connection closed by the endpoint
+        // can always go again on a fresh one.
+        let bodiless =
+            matches!(body, RequestBody::Empty) && upgrade.is_none() && idempotent(&method);
         let (up_body, back) = body.take(&l.metrics.bytes_up);
         let mut request = Request::new(up_body);
         *request.method_mut() = method.clone();
@@ -587,6 +592,7 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
                 cfg.upstream_timeout,
                 sent_at,
                 body.progress(),
+                bodiless,
             )
             .await;
         body.recover(back);
@@ -618,7 +624,9 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
                             headers: &headers,
                         };
                         if let Some(a) = router.next(&view, now) {
-                            if hyper::body::Body::is_end_stream(response.body()) {
+                            if hyper::body::Body::is_end_stream(response.body())
+                                && let Some(pooled) = pooled
+                            {
                                 pooled.release();
                             }
                             tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %status, "unhealthy status; retrying");
@@ -688,8 +696,8 @@ fn respond(
     l: &ListenerRt,
     attempt: Attempt,
     sticky: Option<(usize, usize)>,
-    response: Response<Incoming>,
-    pooled: Pooled,
+    response: Response<EndpointBody>,
+    pooled: Option<Pooled>,
     sent_at: Instant,
 ) -> Response<DownBody> {
     let (mut parts, body) = response.into_parts();
@@ -720,8 +728,8 @@ fn switch(
     l: &ListenerRt,
     conn: &Conn,
     attempt: Attempt,
-    mut response: Response<Incoming>,
-    pooled: Pooled,
+    mut response: Response<EndpointBody>,
+    pooled: Option<Pooled>,
     client: OnUpgrade,
 ) -> Response<DownBody> {
     let upstream = hyper::upgrade::on(&mut response);

@@ -10,9 +10,11 @@
 
 mod activity;
 pub mod admin;
+pub mod h1;
 pub mod http;
 pub mod metrics;
 pub mod proxy_protocol;
+pub mod raw;
 pub mod relay;
 pub mod route;
 pub mod state;
@@ -393,7 +395,8 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
     }
 }
 
-/// Re-reads group health every 250 ms and keeps the metrics exporter tidy.
+/// Re-reads group health every 250 ms, closes expired idle endpoint connections every second
+/// and keeps the metrics exporter tidy.
 async fn planner(inner: Arc<Inner>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -408,6 +411,15 @@ async fn planner(inner: Arc<Inner>) {
             l.replan(now);
         }
         n += 1;
+        if n.is_multiple_of(4) {
+            for l in &inner.snapshot.load().listeners {
+                for g in &l.groups {
+                    if let Some(up) = &g.upstream {
+                        up.sweep();
+                    }
+                }
+            }
+        }
         if n.is_multiple_of(20) {
             inner.registry.upkeep();
         }

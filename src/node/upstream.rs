@@ -2,7 +2,8 @@
 //! through gtd in both directions.
 //!
 //! - [`Upstream`]: a small pool of HTTP/1.1 connections per endpoint (hyper's `conn::http1`,
-//!   one task per connection), opened from `[node] source_ip` within `connect_timeout`, with TLS
+//!   one task per connection) for requests with a body, TLS endpoints and upgrades, and
+//!   gtd's own client for the rest ([`super::raw`], its own pool), opened from `[node] source_ip` within `connect_timeout`, with TLS
 //!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
 //!   first out) and closed after `idle_timeout`; a connection goes back when its response body
 //!   ends, and one that closed is dropped at the next look. `upstream_timeout` bounds the wait for
@@ -45,11 +46,14 @@ use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
 use super::activity::{Moving, quiet};
+use super::raw::{BoxError, RawBody, RawError, RawPool};
 use super::tls;
 
 /// A group's way to its endpoints over HTTP.
 pub struct Upstream {
     pool: Arc<Pool>,
+    /// gtd's own client for requests without a body, when the endpoints are plain (no TLS).
+    raw: Option<Arc<RawPool>>,
     /// Each endpoint's address and the host of its authority (for SNI), config order.
     targets: Vec<(Address, String)>,
     connect: ConnectCfg,
@@ -106,6 +110,13 @@ impl Upstream {
             base: Instant::now(),
             idle_timeout: l.idle_timeout,
         });
+        let raw = connect.tls.is_none().then(|| {
+            Arc::new(RawPool::new(
+                targets.len(),
+                group.keepalive as usize,
+                l.idle_timeout,
+            ))
+        });
         let path_prefix = group
             .path_prefix
             .as_deref()
@@ -121,6 +132,7 @@ impl Upstream {
         };
         Ok(Upstream {
             pool,
+            raw,
             targets,
             connect,
             stall_timeout: l.upstream_timeout,
@@ -161,8 +173,17 @@ impl Upstream {
         timeout: Duration,
         sent_at: Instant,
         progress: Option<&Progress>,
-    ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
-        let response = self.exchange(index, request);
+        bodiless: bool,
+    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
+        let response = match (&self.raw, bodiless) {
+            (Some(raw), true) => {
+                tokio_util::either::Either::Left(self.exchange_raw(raw, index, request))
+            }
+            _ => tokio_util::either::Either::Right(async {
+                let (response, pooled) = self.exchange(index, request).await?;
+                Ok((response.map(EndpointBody::Hyper), Some(pooled)))
+            }),
+        };
         tokio::pin!(response);
         let mut seen = progress.map(Progress::moved);
         let mut deadline = sent_at + timeout;
@@ -180,6 +201,42 @@ impl Upstream {
                     return Err(Failure::Timeout);
                 }
             }
+        }
+    }
+
+    /// Closes the idle connections of gtd's own client that have passed `idle_timeout` (the
+    /// node calls this every second).
+    pub(crate) fn sweep(&self) {
+        if let Some(raw) = &self.raw {
+            raw.sweep();
+        }
+    }
+
+    /// A request without a body through gtd's own client (see [`super::raw`]).
+    async fn exchange_raw(
+        &self,
+        raw: &Arc<RawPool>,
+        index: usize,
+        request: http::Request<UpBody>,
+    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
+        let (address, _) = &self.targets[index];
+        let open = || async {
+            let tcp = super::tcp::connect(
+                address,
+                self.connect.source_ip,
+                self.connect.connect_timeout,
+            )
+            .await?;
+            let _ = tcp.set_nodelay(true);
+            Ok(tcp)
+        };
+        match raw
+            .exchange(index, &request, self.stall_timeout, open)
+            .await
+        {
+            Ok(response) => Ok((response.map(EndpointBody::Raw), None)),
+            Err(RawError::Connect) => Err(Failure::Connect),
+            Err(RawError::Broken) => Err(Failure::Broken),
         }
     }
 
@@ -640,7 +697,7 @@ impl Drop for ClientBody {
 pub(crate) async fn tunnel(
     client: OnUpgrade,
     upstream: OnUpgrade,
-    pooled: Pooled,
+    pooled: Option<Pooled>,
     pick: Pick,
     idle: Duration,
     bytes: [Counter; 2],
@@ -672,6 +729,9 @@ pub(crate) async fn tunnel(
 // ------------------------------------------------------------------------------- response body
 
 /// The body of a response to the client.
+// The relayed variant is the common one (every proxied response): boxing it would cost an
+// allocation per request to save moving a few hundred bytes once.
+#[allow(clippy::large_enum_variant)]
 pub enum DownBody {
     /// gtd's own answer (404, 502, 503, 504), sent in one frame.
     Own(Option<Bytes>),
@@ -681,7 +741,7 @@ pub enum DownBody {
 
 /// An endpoint's response body on its way to the client (see the module doc).
 pub struct Relayed {
-    inner: Incoming,
+    inner: EndpointBody,
     pick: Option<Pick>,
     conn: Option<Pooled>,
     started: Instant,
@@ -691,8 +751,8 @@ pub struct Relayed {
 impl Relayed {
     /// Wraps `inner`; `started` is when the attempt's request was sent.
     pub(crate) fn new(
-        inner: Incoming,
-        conn: Pooled,
+        inner: EndpointBody,
+        conn: Option<Pooled>,
         pick: Pick,
         started: Instant,
         bytes: Counter,
@@ -700,7 +760,7 @@ impl Relayed {
         Relayed {
             inner,
             pick: Some(pick),
-            conn: Some(conn),
+            conn,
             started,
             bytes,
         }
@@ -733,14 +793,51 @@ impl DownBody {
     }
 }
 
-impl Body for DownBody {
+/// An endpoint's response body, from hyper's client connection or gtd's own client.
+pub enum EndpointBody {
+    /// Through hyper (requests with a body, TLS endpoints, upgrades).
+    Hyper(Incoming),
+    /// Through [`super::raw`].
+    Raw(RawBody),
+}
+
+impl Body for EndpointBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            EndpointBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            EndpointBody::Raw(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            EndpointBody::Hyper(b) => b.is_end_stream(),
+            EndpointBody::Raw(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            EndpointBody::Hyper(b) => b.size_hint(),
+            EndpointBody::Raw(b) => b.size_hint(),
+        }
+    }
+}
+
+impl Body for DownBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             DownBody::Own(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             DownBody::Relayed(r) => {

@@ -1,0 +1,466 @@
+//! A small HTTP/1.1 codec for the client side of HTTP listeners, used by gtd's own client
+//! ([`super::raw`]).
+//!
+//! - [`encode_request`] writes a request head.
+//! - [`parse_response`] reads a response head: status, validated headers, and how its body is
+//!   framed ([`Framing`], RFC 9112 section 6.3) and whether the connection may carry another
+//!   request afterwards.
+//! - [`Chunked`] decodes a chunked body incrementally, from whatever bytes have arrived.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+
+/// The largest response head accepted (bytes).
+pub const MAX_HEAD: usize = 64 * 1024;
+/// The most response header fields accepted.
+pub const MAX_HEADERS: usize = 100;
+/// The longest chunk-size or trailer line accepted (bytes).
+const MAX_LINE: usize = 4096;
+
+/// Appends the head of a request for `target` (origin form) to `out`.
+pub fn encode_request(method: &Method, target: &str, headers: &HeaderMap, out: &mut Vec<u8>) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (HEAD, 1xx, 204, 304, or `content-length: 0`).
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// `transfer-encoding: chunked`.
+    Chunked,
+    /// Everything until the endpoint closes the connection.
+    Close,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct Head {
+    /// The status code.
+    pub status: StatusCode,
+    /// The header fields, validated, in order.
+    pub headers: HeaderMap,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// The connection may carry another request once the body is read.
+    pub reusable: bool,
+}
+
+/// Why a response head was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Longer than [`MAX_HEAD`] or more than [`MAX_HEADERS`] fields.
+    TooLarge,
+    /// Not a valid HTTP/1.x response head.
+    Invalid(&'static str),
+}
+
+/// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete, else the
+/// head and its length in bytes. Interim responses (1xx other than 101) come back like any
+/// other: the caller skips them. `head_request`: the request was HEAD (no body follows).
+pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<(Head, usize)>, HeadError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut fields);
+    let n = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Invalid("malformed response head")),
+    };
+    if n > MAX_HEAD {
+        return Err(HeadError::TooLarge);
+    }
+    let code = res.code.ok_or(HeadError::Invalid("no status"))?;
+    let status = StatusCode::from_u16(code).map_err(|_| HeadError::Invalid("bad status"))?;
+    let http10 = res.version == Some(0);
+    let mut headers = HeaderMap::with_capacity(res.headers.len());
+    let mut length: Option<u64> = None;
+    let (mut te, mut chunked, mut close, mut keep_alive) = (false, false, false, false);
+    for field in res.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| HeadError::Invalid("bad header name"))?;
+        let value =
+            HeaderValue::from_bytes(field.value).map_err(|_| HeadError::Invalid("bad header"))?;
+        if name == header::CONTENT_LENGTH {
+            let text = value
+                .to_str()
+                .map_err(|_| HeadError::Invalid("bad content-length"))?;
+            // A list of equal values is one value (RFC 9110 8.6); anything else is refused.
+            for part in text.split(',') {
+                let part = part.trim();
+                if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(HeadError::Invalid("bad content-length"));
+                }
+                let len: u64 = part
+                    .parse()
+                    .map_err(|_| HeadError::Invalid("bad content-length"))?;
+                if length.is_some_and(|l| l != len) {
+                    return Err(HeadError::Invalid("conflicting content-length"));
+                }
+                length = Some(len);
+            }
+        } else if name == header::TRANSFER_ENCODING {
+            te = true;
+            // Chunked only when it is the last coding of the last field.
+            let text = value
+                .to_str()
+                .map_err(|_| HeadError::Invalid("bad transfer-encoding"))?;
+            if let Some(last) = text.rsplit(',').map(str::trim).find(|c| !c.is_empty()) {
+                chunked = last.eq_ignore_ascii_case("chunked");
+            }
+        } else if name == header::CONNECTION {
+            for token in value.to_str().unwrap_or("").split(',').map(str::trim) {
+                close |= token.eq_ignore_ascii_case("close");
+                keep_alive |= token.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        headers.append(name, value);
+    }
+    let bodiless = head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if bodiless {
+        Framing::Empty
+    } else if te {
+        if chunked {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        }
+    } else {
+        match length {
+            Some(0) => Framing::Empty,
+            Some(len) => Framing::Length(len),
+            None => Framing::Close,
+        }
+    };
+    // Both Transfer-Encoding and Content-Length: the former wins and the connection is not
+    // reused (RFC 9112 6.3, a sign of smuggling). HTTP/1.0 keeps a connection only when asked.
+    let reusable =
+        !close && (!http10 || keep_alive) && framing != Framing::Close && !(te && length.is_some());
+    let head = Head {
+        status,
+        headers,
+        framing,
+        reusable,
+    };
+    Ok(Some((head, n)))
+}
+
+/// One step of a chunked body.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Body bytes.
+    Data(Bytes),
+    /// More input is needed.
+    More,
+    /// The body is over (last chunk and trailers read).
+    Done,
+}
+
+/// An incremental decoder of `transfer-encoding: chunked` (RFC 9112 section 7.1). Chunk
+/// extensions are ignored, trailer fields are read and dropped.
+#[derive(Debug, Default)]
+pub struct Chunked {
+    state: State,
+    remaining: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading a chunk-size line.
+    #[default]
+    Size,
+    /// Inside a chunk's data.
+    Data,
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer fields, up to the empty line.
+    Trailer,
+    /// The body is over.
+    Done,
+}
+
+impl Chunked {
+    /// Decodes from `buf` (consuming what it uses): data as soon as some is there.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, &'static str> {
+        loop {
+            match self.state {
+                State::Size => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Step::More);
+                    };
+                    let digits = line.split(|&b| b == b';').next().unwrap_or(&[]);
+                    let digits = trim(digits);
+                    if digits.is_empty() || digits.len() > 16 {
+                        return Err("bad chunk size");
+                    }
+                    let mut size: u64 = 0;
+                    for &d in digits {
+                        let v = (d as char).to_digit(16).ok_or("bad chunk size")?;
+                        size = (size << 4) | u64::from(v);
+                    }
+                    if size == 0 {
+                        self.state = State::Trailer;
+                    } else {
+                        self.remaining = size;
+                        self.state = State::Data;
+                    }
+                }
+                State::Data => {
+                    if buf.is_empty() {
+                        return Ok(Step::More);
+                    }
+                    let n = usize::try_from(self.remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(buf.len());
+                    let data = buf.split_to(n).freeze();
+                    self.remaining -= n as u64;
+                    if self.remaining == 0 {
+                        self.state = State::DataEnd;
+                    }
+                    return Ok(Step::Data(data));
+                }
+                State::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::More);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("chunk data not followed by CRLF");
+                    }
+                    buf.advance(2);
+                    self.state = State::Size;
+                }
+                State::Trailer => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Step::More);
+                    };
+                    if line.is_empty() {
+                        self.state = State::Done;
+                    }
+                }
+                State::Done => return Ok(Step::Done),
+            }
+        }
+    }
+}
+
+/// Takes one CRLF-terminated line off `buf` (without the CRLF), if a whole one is there.
+fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, &'static str> {
+    match buf.windows(2).position(|w| w == b"\r\n") {
+        Some(end) if end > MAX_LINE => Err("line too long"),
+        Some(end) => {
+            let line = buf.split_to(end).freeze();
+            buf.advance(2);
+            Ok(Some(line))
+        }
+        None if buf.len() > MAX_LINE => Err("line too long"),
+        None => Ok(None),
+    }
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str, head_request: bool) -> Result<Option<(Head, usize)>, HeadError> {
+        parse_response(text.as_bytes(), head_request)
+    }
+
+    fn framing(text: &str) -> (Framing, bool) {
+        let (h, _) = head(text, false).unwrap().unwrap();
+        (h.framing, h.reusable)
+    }
+
+    #[test]
+    fn request_head_is_written_in_order() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("example"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        let mut out = Vec::new();
+        encode_request(&Method::GET, "/p?q=1", &headers, &mut out);
+        assert_eq!(
+            out,
+            b"GET /p?q=1 HTTP/1.1\r\nhost: example\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let ok = "HTTP/1.1 200 OK\r\n";
+        assert_eq!(
+            framing(&format!("{ok}content-length: 5\r\n\r\n")),
+            (Framing::Length(5), true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}content-length: 0\r\n\r\n")),
+            (Framing::Empty, true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}content-length: 5, 5\r\n\r\n")),
+            (Framing::Length(5), true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}transfer-encoding: chunked\r\n\r\n")),
+            (Framing::Chunked, true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}transfer-encoding: gzip, chunked\r\n\r\n")),
+            (Framing::Chunked, true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}transfer-encoding: chunked, gzip\r\n\r\n")),
+            (Framing::Close, false)
+        );
+        // Both: chunked wins, the connection is not reused.
+        assert_eq!(
+            framing(&format!(
+                "{ok}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
+            )),
+            (Framing::Chunked, false)
+        );
+        assert_eq!(framing(&format!("{ok}\r\n")), (Framing::Close, false));
+        assert_eq!(
+            framing(&format!(
+                "{ok}connection: close\r\ncontent-length: 1\r\n\r\n"
+            )),
+            (Framing::Length(1), false)
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n"),
+            (Framing::Length(1), false)
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n"),
+            (Framing::Length(1), true)
+        );
+        for status in [
+            "204 No Content",
+            "304 Not Modified",
+            "100 Continue",
+            "101 Switching Protocols",
+        ] {
+            let text = format!("HTTP/1.1 {status}\r\ncontent-length: 9\r\n\r\n");
+            assert_eq!(framing(&text).0, Framing::Empty, "{status}");
+        }
+        let (h, _) = head(&format!("{ok}content-length: 9\r\n\r\n"), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, Framing::Empty, "a HEAD response has no body");
+    }
+
+    #[test]
+    fn bad_heads_are_refused() {
+        let bad = |text: &str| head(text, false).unwrap_err();
+        assert_eq!(
+            bad("HTTP/1.1 200 OK\r\ncontent-length: 5, 6\r\n\r\n"),
+            HeadError::Invalid("conflicting content-length")
+        );
+        assert_eq!(
+            bad("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n"),
+            HeadError::Invalid("conflicting content-length")
+        );
+        assert_eq!(
+            bad("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n"),
+            HeadError::Invalid("bad content-length")
+        );
+        assert_eq!(
+            bad("HTTP/1.1 200 OK\r\ncontent-length: +1\r\n\r\n"),
+            HeadError::Invalid("bad content-length")
+        );
+        assert!(matches!(bad("NOTHTTP\r\n\r\n"), HeadError::Invalid(_)));
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
+        assert_eq!(
+            bad(&format!("HTTP/1.1 200 OK\r\n{many}\r\n")),
+            HeadError::TooLarge
+        );
+        let long = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 1));
+        assert_eq!(bad(&long), HeadError::TooLarge);
+    }
+
+    #[test]
+    fn partial_heads_wait_for_more() {
+        let full = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-y: z\r\n\r\nok";
+        for cut in 0..full.len() - 2 {
+            assert!(head(&full[..cut], false).unwrap().is_none(), "{cut}");
+        }
+        let (h, n) = head(full, false).unwrap().unwrap();
+        assert_eq!(n, full.len() - 2);
+        assert_eq!(h.headers["x-y"], "z");
+        assert_eq!(h.status, StatusCode::OK);
+    }
+
+    /// Feeds `input` to a decoder `piece` bytes at a time; the body, or the error.
+    fn dechunk(input: &[u8], piece: usize) -> Result<(Vec<u8>, usize), &'static str> {
+        let mut d = Chunked::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut fed = 0;
+        loop {
+            match d.decode(&mut buf)? {
+                Step::Data(b) => out.extend_from_slice(&b),
+                Step::Done => return Ok((out, buf.len() + input.len() - fed)),
+                Step::More => {
+                    if fed == input.len() {
+                        return Err("ended early");
+                    }
+                    let n = piece.min(input.len() - fed);
+                    buf.extend_from_slice(&input[fed..fed + n]);
+                    fed += n;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_decode_in_any_pieces() {
+        let body =
+            b"5;ext=1\r\nhello\r\n1 \r\n,\r\nB\r\n 0123456789\r\n0\r\nx-trailer: t\r\n\r\nNEXT";
+        for piece in [1, 2, 3, 7, 64] {
+            let (out, left) = dechunk(body, piece).unwrap();
+            assert_eq!(out, b"hello, 0123456789", "piece {piece}");
+            assert!(left <= 4, "what follows the body stays: {left}");
+        }
+        assert_eq!(dechunk(b"0\r\n\r\n", 1).unwrap().0, b"");
+    }
+
+    #[test]
+    fn bad_chunked_bodies_are_refused() {
+        assert_eq!(dechunk(b"x\r\n", 8), Err("bad chunk size"));
+        assert_eq!(dechunk(b"\r\n", 8), Err("bad chunk size"));
+        assert_eq!(dechunk(b"11111111111111111\r\n", 64), Err("bad chunk size"));
+        assert_eq!(
+            dechunk(b"2\r\nabXY", 8),
+            Err("chunk data not followed by CRLF")
+        );
+        let long = vec![b'1'; MAX_LINE + 10];
+        assert_eq!(dechunk(&long, 64), Err("line too long"));
+        assert_eq!(dechunk(b"5\r\nhel", 8), Err("ended early"));
+    }
+}
