@@ -6,9 +6,9 @@
 //! endpoints, upgrades). Interleaved A/B runs with wrk put the difference at about 9 % more
 //! requests per second through a node.
 //!
-//! - [`RawPool`]: up to `keepalive` idle connections per endpoint, last in first out; one idle
-//!   for `idle_timeout` is closed when next looked at or by [`RawPool::sweep`].
-//! - [`RawPool::exchange`]: one request; a reused connection that turns out closed (the
+//! - `RawPool`: up to `keepalive` idle connections per endpoint, last in first out; one idle
+//!   for `idle_timeout` is closed when next looked at or by `RawPool::sweep`.
+//! - `RawPool::exchange`: one request; a reused connection that turns out closed (the
 //!   endpoint's keep-alive timer won the race: the write fails, or the connection ends before
 //!   any byte of an answer) is replaced by a fresh one for an idempotent request, as nginx and
 //!   Go's client do.
