@@ -31,6 +31,14 @@ use tokio::net::TcpStream;
 
 use super::h1::{self, Chunked, Framing, Step};
 
+/// Room made for the first read of a body; it doubles while reads fill it, up to
+/// [`MAX_READ`] (as hyper's adaptive reads: a bulk download through a node pinned to one CPU
+/// ran at 1.8 GB/s with fixed 32 KiB reads, and level with hyper's client, 2.0-2.3 GB/s, with
+/// reads growing to 256 KiB).
+const FIRST_READ: usize = 16 * 1024;
+/// The largest read of a body.
+const MAX_READ: usize = 256 * 1024;
+
 /// Errors of a relayed body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -237,6 +245,8 @@ pub struct RawBody {
     stall: Duration,
     /// Armed the first time the endpoint keeps the body waiting.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Room made for the next read.
+    read_size: usize,
 }
 
 enum Reading {
@@ -269,6 +279,7 @@ impl RawBody {
             index,
             stall,
             timer: None,
+            read_size: FIRST_READ,
         }
     }
 
@@ -336,7 +347,7 @@ impl Body for RawBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
-            conn.buf.reserve(32 * 1024);
+            conn.buf.reserve(this.read_size);
             let read = tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf);
             match read {
                 Poll::Pending => {
@@ -359,7 +370,10 @@ impl Body for RawBody {
                     this.conn = None;
                     return Poll::Ready(Some(Err("the endpoint closed mid-body".into())));
                 }
-                Poll::Ready(Ok(_)) => {
+                Poll::Ready(Ok(n)) => {
+                    if n >= this.read_size {
+                        this.read_size = (this.read_size * 2).min(MAX_READ);
+                    }
                     if let Some(timer) = this.timer.as_mut() {
                         let stall = this.stall;
                         timer.as_mut().reset(tokio::time::Instant::now() + stall);
