@@ -1400,14 +1400,11 @@ groups = [\"plain\"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_endpoint_times_out_with_504() {
     // Accepts connections and never answers.
-    let hung = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hung_addr = hung.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((s, _)) = hung.accept().await {
-            open.push(s);
-        }
-    });
+    let (hung_addr, hold) = socket_backend(|s| async move {
+        let _open = s;
+        std::future::pending::<()>().await;
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
@@ -1487,41 +1484,53 @@ async fn max_connections_applies_to_http_connections() {
 
 /// A backend that switches protocols: `101` to a request asking for `Upgrade: websocket`, then
 /// an echo until the client closes; `426` to anything else. Keeps the request heads it read.
+/// A backend on a raw socket: `serve` handles each accepted connection. Connections are served
+/// in a JoinSet owned by the returned task: aborting it stops them all.
+async fn socket_backend<F, Fut>(serve: F) -> (SocketAddr, JoinHandle<()>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut open = tokio::task::JoinSet::new();
+        while let Ok((s, _)) = listener.accept().await {
+            open.spawn(serve(s));
+        }
+    });
+    (addr, task)
+}
+
 async fn upgrade_backend() -> (
     SocketAddr,
     Arc<std::sync::Mutex<Vec<String>>>,
     JoinHandle<()>,
 ) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&heads);
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
+    let (addr, task) = socket_backend(move |mut s| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let head = read_head(&mut s).await.to_ascii_lowercase();
+            let upgrade = head.contains("\r\nupgrade: websocket\r\n");
+            seen.lock().unwrap().push(head);
+            if !upgrade {
+                let _ = s
+                    .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
+                    .await;
                 return;
-            };
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let head = read_head(&mut s).await.to_ascii_lowercase();
-                let upgrade = head.contains("\r\nupgrade: websocket\r\n");
-                seen.lock().unwrap().push(head);
-                if !upgrade {
-                    let _ = s
-                        .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
-                        .await;
-                    return;
-                }
-                s.write_all(
-                    b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-                )
-                .await
-                .unwrap();
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
+            }
+            s.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let (mut r, mut w) = s.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
         }
-    });
+    })
+    .await;
     (addr, heads, task)
 }
 
@@ -1639,35 +1648,24 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
 /// ten 10-byte chunks `gap` apart, or (no gap) only the first chunk and then nothing while the
 /// connection stays open.
 async fn dripping_backend(gap: Option<Duration>) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        // Connections are served in a JoinSet: aborting this task aborts them too.
-        let mut open = tokio::task::JoinSet::new();
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
+    socket_backend(move |mut s| async move {
+        read_head(&mut s).await;
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        let Some(gap) = gap else {
+            // Stalled: the connection stays open, silent, until the test ends.
+            std::future::pending::<()>().await;
+            return;
+        };
+        for _ in 1..10 {
+            tokio::time::sleep(gap).await;
+            if s.write_all(b"0123456789").await.is_err() {
                 return;
-            };
-            open.spawn(async move {
-                read_head(&mut s).await;
-                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
-                    .await
-                    .unwrap();
-                let Some(gap) = gap else {
-                    // Stalled: the connection stays open, silent, until the test ends.
-                    std::future::pending::<()>().await;
-                    return;
-                };
-                for _ in 1..10 {
-                    tokio::time::sleep(gap).await;
-                    if s.write_all(b"0123456789").await.is_err() {
-                        return;
-                    }
-                }
-            });
+            }
         }
-    });
-    (addr, task)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1727,26 +1725,16 @@ async fn an_endpoint_silent_mid_body_is_cut_off_a_slow_one_is_not() {
 
 /// A backend that answers every request `200 slow`, `delay` after reading its head.
 async fn delayed_backend(delay: Duration) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let mut open = tokio::task::JoinSet::new();
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
+    socket_backend(move |mut s| async move {
+        while !read_head(&mut s).await.is_empty() {
+            tokio::time::sleep(delay).await;
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nslow";
+            if s.write_all(answer).await.is_err() {
                 return;
-            };
-            open.spawn(async move {
-                while !read_head(&mut s).await.is_empty() {
-                    tokio::time::sleep(delay).await;
-                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nslow";
-                    if s.write_all(answer).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            }
         }
-    });
-    (addr, task)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1856,33 +1844,26 @@ async fn websocket_over_https_is_relayed() {
 async fn scripted_backend(
     answer: fn(&str, &str) -> (Vec<u8>, bool),
 ) -> (SocketAddr, Arc<AtomicU64>, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicU64::new(0));
     let count = Arc::clone(&accepted);
-    let task = tokio::spawn(async move {
-        let mut open = tokio::task::JoinSet::new();
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            count.fetch_add(1, Ordering::Relaxed);
-            open.spawn(async move {
-                loop {
-                    let head = read_head(&mut s).await;
-                    let Some(line) = head.lines().next().filter(|l| !l.is_empty()) else {
-                        return;
-                    };
-                    let mut parts = line.split(' ');
-                    let (method, path) = (parts.next().unwrap(), parts.next().unwrap());
-                    let (bytes, close) = answer(method, path);
-                    if s.write_all(&bytes).await.is_err() || close {
-                        return;
-                    }
+    let (addr, task) = socket_backend(move |mut s| {
+        count.fetch_add(1, Ordering::Relaxed);
+        async move {
+            loop {
+                let head = read_head(&mut s).await;
+                let Some(line) = head.lines().next().filter(|l| !l.is_empty()) else {
+                    return;
+                };
+                let mut parts = line.split(' ');
+                let (method, path) = (parts.next().unwrap(), parts.next().unwrap());
+                let (bytes, close) = answer(method, path);
+                if s.write_all(&bytes).await.is_err() || close {
+                    return;
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     (addr, accepted, task)
 }
 

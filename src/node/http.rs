@@ -459,7 +459,8 @@ fn own(http: &HttpRt, status: StatusCode, text: &'static str) -> Response<DownBo
     bare(status, text)
 }
 
-fn idempotent(method: &Method) -> bool {
+/// Methods a request may be sent again with (RFC 9110 9.2.2).
+pub(crate) fn idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS | Method::TRACE

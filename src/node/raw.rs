@@ -55,6 +55,8 @@ pub(crate) struct RawPool {
 pub(crate) struct RawConn {
     stream: TcpStream,
     buf: BytesMut,
+    /// The request head being sent, kept for the next one.
+    out: Vec<u8>,
     since: u64,
 }
 
@@ -135,27 +137,8 @@ impl RawPool {
         F: Fn() -> Fut,
         Fut: Future<Output = io::Result<TcpStream>>,
     {
-        let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        let mut head = Vec::with_capacity(512);
-        h1::encode_request(request.method(), target, request.headers(), &mut head);
-        // A PUT says it has no body (some servers answer 411 otherwise); an HTTP/2 client's
-        // empty PUT comes without the header.
-        if *request.method() == Method::PUT
-            && !request.headers().contains_key(http::header::CONTENT_LENGTH)
-        {
-            head.truncate(head.len() - 2);
-            head.extend_from_slice(b"content-length: 0\r\n\r\n");
-        }
         let head_request = request.method() == Method::HEAD;
-        let replayable = matches!(
-            *request.method(),
-            Method::GET
-                | Method::HEAD
-                | Method::PUT
-                | Method::DELETE
-                | Method::OPTIONS
-                | Method::TRACE
-        );
+        let replayable = super::http::idempotent(request.method());
         loop {
             let (mut conn, reused) = match self.take(index) {
                 Some(conn) => (conn, true),
@@ -164,12 +147,16 @@ impl RawPool {
                     let conn = RawConn {
                         stream,
                         buf: BytesMut::with_capacity(8 * 1024),
+                        out: Vec::with_capacity(1024),
                         since: 0,
                     };
                     (conn, false)
                 }
             };
-            match round_trip(&mut conn, &head, head_request).await {
+            // The head is written into the connection's own buffer: no allocation per request.
+            conn.out.clear();
+            encode(request, &mut conn.out);
+            match round_trip(&mut conn, head_request).await {
                 Ok(head) => {
                     let mut response = Response::new(RawBody::new(
                         conn,
@@ -200,10 +187,25 @@ enum Trip {
     Failed,
 }
 
-/// Writes `head` and reads the response head (interim 1xx answers skipped).
-async fn round_trip(conn: &mut RawConn, head: &[u8], head_request: bool) -> Result<h1::Head, Trip> {
+/// The request head of `request` for an endpoint.
+fn encode<B>(request: &Request<B>, out: &mut Vec<u8>) {
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    h1::encode_request(request.method(), target, request.headers(), out);
+    // A PUT says it has no body (some servers answer 411 otherwise); an HTTP/2 client's empty
+    // PUT comes without the header.
+    if *request.method() == Method::PUT
+        && !request.headers().contains_key(http::header::CONTENT_LENGTH)
+    {
+        out.truncate(out.len() - 2);
+        out.extend_from_slice(b"content-length: 0\r\n\r\n");
+    }
+}
+
+/// Writes the connection's request head and reads the response head (interim 1xx answers
+/// skipped).
+async fn round_trip(conn: &mut RawConn, head_request: bool) -> Result<h1::Head, Trip> {
     conn.stream
-        .write_all(head)
+        .write_all(&conn.out)
         .await
         .map_err(|_| Trip::Silent)?;
     let mut answered = false;
