@@ -18,11 +18,14 @@ pub const MAX_HEADERS: usize = 100;
 /// The longest chunk-size or trailer line accepted (bytes).
 const MAX_LINE: usize = 4096;
 
-/// Appends the head of a request for `target` (origin form) to `out`.
-pub fn encode_request(method: &Method, target: &str, headers: &HeaderMap, out: &mut Vec<u8>) {
+/// Appends the head of a request to `out`; its target (origin form) is the concatenation of
+/// `target`'s parts.
+pub fn encode_request(method: &Method, target: &[&str], headers: &HeaderMap, out: &mut Vec<u8>) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
+    for part in target {
+        out.extend_from_slice(part.as_bytes());
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in headers {
         out.extend_from_slice(name.as_str().as_bytes());
@@ -69,35 +72,52 @@ pub enum HeadError {
 }
 
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete, else the
-/// head and its length in bytes. Interim responses (1xx other than 101) come back like any
-/// other: the caller skips them. `head_request`: the request was HEAD (no body follows).
-pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<(Head, usize)>, HeadError> {
+/// head, taken out of `buf` (what follows it stays; after an error the connection is not to be
+/// read further). Header values share the head's bytes (no copy per field). Interim responses (1xx other than 101) come back like any other: the caller
+/// skips them. `head_request`: the request was HEAD (no body follows).
+pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, HeadError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut fields);
-    let n = match res.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Err(HeadError::TooLarge),
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(_) => return Err(HeadError::Invalid("malformed response head")),
+    // Where each field's name and value sit in the head, to slice them once it is split off.
+    let mut spans = [(0_u32, 0_u32, 0_u32, 0_u32); MAX_HEADERS];
+    let (n, code, http10, count) = {
+        let mut res = httparse::Response::new(&mut fields);
+        let n = match res.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(HeadError::TooLarge);
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+            Err(_) => return Err(HeadError::Invalid("malformed response head")),
+        };
+        if n > MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        for (span, field) in spans.iter_mut().zip(res.headers.iter()) {
+            *span = (
+                at(field.name.as_bytes()),
+                field.name.len() as u32,
+                at(field.value),
+                field.value.len() as u32,
+            );
+        }
+        (n, res.code, res.version == Some(0), res.headers.len())
     };
-    if n > MAX_HEAD {
-        return Err(HeadError::TooLarge);
-    }
-    let code = res.code.ok_or(HeadError::Invalid("no status"))?;
+    let code = code.ok_or(HeadError::Invalid("no status"))?;
     let status = StatusCode::from_u16(code).map_err(|_| HeadError::Invalid("bad status"))?;
-    let http10 = res.version == Some(0);
-    let mut headers = HeaderMap::with_capacity(res.headers.len());
+    let mut headers = HeaderMap::with_capacity(count);
     let mut length: Option<u64> = None;
     let (mut te, mut chunked, mut close, mut keep_alive) = (false, false, false, false);
-    for field in res.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| HeadError::Invalid("bad header name"))?;
-        let value =
-            HeaderValue::from_bytes(field.value).map_err(|_| HeadError::Invalid("bad header"))?;
+    let head = buf.split_to(n).freeze();
+    for &(name_at, name_len, value_at, value_len) in &spans[..count] {
+        let name = &head[name_at as usize..][..name_len as usize];
+        let value = head.slice(value_at as usize..(value_at + value_len) as usize);
+        let name =
+            HeaderName::from_bytes(name).map_err(|_| HeadError::Invalid("bad header name"))?;
         if name == header::CONTENT_LENGTH {
-            let text = value
-                .to_str()
+            let text = std::str::from_utf8(&value)
                 .map_err(|_| HeadError::Invalid("bad content-length"))?;
             // A list of equal values is one value (RFC 9110 8.6); anything else is refused.
             for part in text.split(',') {
@@ -116,18 +136,20 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<(Head, us
         } else if name == header::TRANSFER_ENCODING {
             te = true;
             // Chunked only when it is the last coding of the last field.
-            let text = value
-                .to_str()
+            let text = std::str::from_utf8(&value)
                 .map_err(|_| HeadError::Invalid("bad transfer-encoding"))?;
             if let Some(last) = text.rsplit(',').map(str::trim).find(|c| !c.is_empty()) {
                 chunked = last.eq_ignore_ascii_case("chunked");
             }
         } else if name == header::CONNECTION {
-            for token in value.to_str().unwrap_or("").split(',').map(str::trim) {
+            let text = std::str::from_utf8(&value).unwrap_or("");
+            for token in text.split(',').map(str::trim) {
                 close |= token.eq_ignore_ascii_case("close");
                 keep_alive |= token.eq_ignore_ascii_case("keep-alive");
             }
         }
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| HeadError::Invalid("bad header"))?;
         headers.append(name, value);
     }
     let bodiless = head_request
@@ -153,13 +175,12 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<(Head, us
     // reused (RFC 9112 6.3, a sign of smuggling). HTTP/1.0 keeps a connection only when asked.
     let reusable =
         !close && (!http10 || keep_alive) && framing != Framing::Close && !(te && length.is_some());
-    let head = Head {
+    Ok(Some(Head {
         status,
         headers,
         framing,
         reusable,
-    };
-    Ok(Some((head, n)))
+    }))
 }
 
 /// One step of a chunked body.
@@ -288,12 +309,12 @@ fn trim(mut s: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    fn head(text: &str, head_request: bool) -> Result<Option<(Head, usize)>, HeadError> {
-        parse_response(text.as_bytes(), head_request)
+    fn head(text: &str, head_request: bool) -> Result<Option<Head>, HeadError> {
+        parse_response(&mut BytesMut::from(text), head_request)
     }
 
     fn framing(text: &str) -> (Framing, bool) {
-        let (h, _) = head(text, false).unwrap().unwrap();
+        let h = head(text, false).unwrap().unwrap();
         (h.framing, h.reusable)
     }
 
@@ -304,7 +325,7 @@ mod tests {
         headers.append("x-a", HeaderValue::from_static("1"));
         headers.append("x-a", HeaderValue::from_static("2"));
         let mut out = Vec::new();
-        encode_request(&Method::GET, "/p?q=1", &headers, &mut out);
+        encode_request(&Method::GET, &["/p", "?q=1"], &headers, &mut out);
         assert_eq!(
             out,
             b"GET /p?q=1 HTTP/1.1\r\nhost: example\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
@@ -369,7 +390,7 @@ mod tests {
             let text = format!("HTTP/1.1 {status}\r\ncontent-length: 9\r\n\r\n");
             assert_eq!(framing(&text).0, Framing::Empty, "{status}");
         }
-        let (h, _) = head(&format!("{ok}content-length: 9\r\n\r\n"), true)
+        let h = head(&format!("{ok}content-length: 9\r\n\r\n"), true)
             .unwrap()
             .unwrap();
         assert_eq!(h.framing, Framing::Empty, "a HEAD response has no body");
@@ -410,10 +431,28 @@ mod tests {
         for cut in 0..full.len() - 2 {
             assert!(head(&full[..cut], false).unwrap().is_none(), "{cut}");
         }
-        let (h, n) = head(full, false).unwrap().unwrap();
-        assert_eq!(n, full.len() - 2);
+        let mut buf = BytesMut::from(full);
+        let h = parse_response(&mut buf, false).unwrap().unwrap();
+        assert_eq!(&buf[..], b"ok", "the body stays");
         assert_eq!(h.headers["x-y"], "z");
         assert_eq!(h.status, StatusCode::OK);
+    }
+
+    #[test]
+    fn repeated_fields_keep_their_order_and_share_the_head() {
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 200 OK\r\nset-cookie: a=1\r\nx-y: z\r\nSet-Cookie: b=2\r\n\r\nrest",
+        );
+        let h = parse_response(&mut buf, false).unwrap().unwrap();
+        let cookies: Vec<_> = h.headers.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(h.headers["x-y"], "z");
+        assert_eq!(&buf[..], b"rest");
+        let bad = parse_response(
+            &mut BytesMut::from("HTTP/1.1 200 OK\r\nx: a\x7fb\r\n\r\n"),
+            false,
+        );
+        assert!(bad.is_err(), "a control character in a value is refused");
     }
 
     /// Feeds `input` to a decoder `piece` bytes at a time; the body, or the error.

@@ -39,7 +39,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -60,10 +60,13 @@ use crate::split::rules::{Match, RouteRequest, Rules};
 use super::Inner;
 use super::activity::{Busy, Moving, quiet};
 use super::metrics::{self as m, Registry};
+use super::raw::Outgoing;
 use super::route::{Attempt, Router};
 use super::state::ListenerRt;
 use super::tls;
-use super::upstream::{DownBody, EndpointBody, Failure, Pooled, Relayed, RequestBody, tunnel};
+use super::upstream::{
+    DownBody, EndpointBody, Failure, Pooled, Relayed, RequestBody, Upstream, tunnel,
+};
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
 pub struct HttpRt {
@@ -561,42 +564,47 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
             break;
         };
         let index = attempt.pick.index();
-        let target = match up.uri(uri.path_and_query()) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot build the upstream URI");
-                return own(http, StatusCode::BAD_REQUEST, "bad request path\n");
-            }
-        };
-        // The headers go with this attempt; a copy stays only if another attempt could follow.
-        let attempt_headers = if cfg.retry && attempts < cfg.tries {
-            headers.clone()
-        } else {
-            std::mem::take(&mut headers)
-        };
+        let sent_at = now;
         // A request with no body to send, no upgrade and an idempotent method takes gtd's own
-        // client (src/node/raw.rs): one that finds its pooled connection closed by the endpoint
-        // can always go again on a fresh one.
+        // client (src/node/raw.rs) to a plain endpoint: the head is written from the borrowed
+        // parts, and one that finds its pooled connection closed by the endpoint can always go
+        // again on a fresh one. Anything else goes through hyper's client, its future boxed so
+        // that the common case does not carry (and move) its size.
         let bodiless =
             matches!(body, RequestBody::Empty) && upgrade.is_none() && idempotent(&method);
-        let (up_body, back) = body.take(&l.metrics.bytes_up);
-        let mut request = Request::new(up_body);
-        *request.method_mut() = method.clone();
-        *request.uri_mut() = target;
-        *request.version_mut() = Version::HTTP_11;
-        *request.headers_mut() = attempt_headers;
-        let sent_at = now;
-        let result = up
-            .send(
-                index,
-                request,
-                cfg.upstream_timeout,
+        let result = if bodiless && up.has_raw() {
+            let outgoing = Outgoing {
+                method: &method,
+                prefix: up.prefix(),
+                path: uri.path_and_query().map_or("/", |p| p.as_str()),
+                headers: &headers,
+            };
+            up.send_raw(index, &outgoing, cfg.upstream_timeout, sent_at)
+                .await
+        } else {
+            let target = match up.uri(uri.path_and_query()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot build the upstream URI");
+                    return own(http, StatusCode::BAD_REQUEST, "bad request path\n");
+                }
+            };
+            // The headers go with this attempt; a copy stays only if another attempt could
+            // follow.
+            let attempt_headers = if cfg.retry && attempts < cfg.tries {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            let hyper = Hyper {
+                method: method.clone(),
+                target,
+                headers: attempt_headers,
+                timeout: cfg.upstream_timeout,
                 sent_at,
-                body.progress(),
-                bodiless,
-            )
-            .await;
-        body.recover(back);
+            };
+            Box::pin(hyper.send(up, index, &mut body, &l.metrics.bytes_up)).await
+        };
         now = Instant::now();
         let elapsed = now.duration_since(sent_at);
         let endpoint = &group.endpoints[index];
@@ -687,6 +695,39 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
             StatusCode::BAD_GATEWAY,
             "no endpoint could be reached\n",
         ),
+    }
+}
+
+/// One attempt through hyper's client: what it sends.
+struct Hyper {
+    method: Method,
+    target: Uri,
+    headers: HeaderMap,
+    timeout: Duration,
+    sent_at: Instant,
+}
+
+impl Hyper {
+    /// Sends the request with `body` (taken back if the attempt did not touch it). Boxed by
+    /// the caller: its state stays out of the common case's future.
+    async fn send(
+        self,
+        up: &Upstream,
+        index: usize,
+        body: &mut RequestBody,
+        bytes_up: &Counter,
+    ) -> Result<(Response<EndpointBody>, Option<Pooled>), Failure> {
+        let (up_body, back) = body.take(bytes_up);
+        let mut request = Request::new(up_body);
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.target;
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = self.headers;
+        let result = up
+            .send(index, request, self.timeout, self.sent_at, body.progress())
+            .await;
+        body.recover(back);
+        result
     }
 }
 

@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response};
+use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -124,12 +124,12 @@ impl RawPool {
         }
     }
 
-    /// Sends `request` (its body is not sent: callers only bring requests without one) to
-    /// endpoint `index`, on an idle connection or one from `open`, and reads the response head.
-    pub(crate) async fn exchange<B, F, Fut>(
+    /// Sends the request head `request` to endpoint `index`, on an idle connection or one from
+    /// `open`, and reads the response head.
+    pub(crate) async fn exchange<F, Fut>(
         self: &Arc<Self>,
         index: usize,
-        request: &Request<B>,
+        request: &Outgoing<'_>,
         stall: Duration,
         open: F,
     ) -> Result<Response<RawBody>, RawError>
@@ -137,13 +137,13 @@ impl RawPool {
         F: Fn() -> Fut,
         Fut: Future<Output = io::Result<TcpStream>>,
     {
-        let head_request = request.method() == Method::HEAD;
-        let replayable = super::http::idempotent(request.method());
+        let head_request = *request.method == Method::HEAD;
+        let replayable = super::http::idempotent(request.method);
         loop {
             let (mut conn, reused) = match self.take(index) {
                 Some(conn) => (conn, true),
                 None => {
-                    let stream = open().await.map_err(|_| RawError::Connect)?;
+                    let stream = Box::pin(open()).await.map_err(|_| RawError::Connect)?;
                     let conn = RawConn {
                         stream,
                         buf: BytesMut::with_capacity(8 * 1024),
@@ -187,14 +187,23 @@ enum Trip {
     Failed,
 }
 
-/// The request head of `request` for an endpoint.
-fn encode<B>(request: &Request<B>, out: &mut Vec<u8>) {
-    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    h1::encode_request(request.method(), target, request.headers(), out);
+/// A request without a body, as gtd's own client sends it (borrowed: nothing is copied before
+/// the head is written into the connection's buffer).
+pub(crate) struct Outgoing<'a> {
+    pub(crate) method: &'a Method,
+    /// The group's `path_prefix` ("" without one), then the path and query as received.
+    pub(crate) prefix: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) headers: &'a http::HeaderMap,
+}
+
+/// The head of `request` for an endpoint.
+fn encode(request: &Outgoing<'_>, out: &mut Vec<u8>) {
+    let target = [request.prefix, request.path];
+    h1::encode_request(request.method, &target, request.headers, out);
     // A PUT says it has no body (some servers answer 411 otherwise); an HTTP/2 client's empty
     // PUT comes without the header.
-    if *request.method() == Method::PUT
-        && !request.headers().contains_key(http::header::CONTENT_LENGTH)
+    if *request.method == Method::PUT && !request.headers.contains_key(http::header::CONTENT_LENGTH)
     {
         out.truncate(out.len() - 2);
         out.extend_from_slice(b"content-length: 0\r\n\r\n");
@@ -210,9 +219,8 @@ async fn round_trip(conn: &mut RawConn, head_request: bool) -> Result<h1::Head, 
         .map_err(|_| Trip::Silent)?;
     let mut answered = false;
     loop {
-        match h1::parse_response(&conn.buf, head_request) {
-            Ok(Some((parsed, n))) => {
-                let _ = conn.buf.split_to(n);
+        match h1::parse_response(&mut conn.buf, head_request) {
+            Ok(Some(parsed)) => {
                 if parsed.status.is_informational() {
                     // 100 Continue and the like; 101 is never asked for on this path.
                     if parsed.status == http::StatusCode::SWITCHING_PROTOCOLS {

@@ -46,7 +46,7 @@ use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
 use super::activity::{Moving, quiet};
-use super::raw::{BoxError, RawBody, RawError, RawPool};
+use super::raw::{BoxError, Outgoing, RawBody, RawError, RawPool};
 use super::tls;
 
 /// A group's way to its endpoints over HTTP.
@@ -161,11 +161,56 @@ impl Upstream {
         Ok(Uri::from(path))
     }
 
-    /// Sends `request` to endpoint `index` (at `sent_at`) and waits for the response headers;
-    /// the connection comes back with the response, to be released when its body ends.
-    /// `upstream_timeout` runs from `sent_at` while the request body is not moving: it restarts
-    /// as long as the client keeps uploading, so a large upload is not cut, and counts from the
-    /// end of the body otherwise.
+    /// Whether gtd's own client ([`super::raw`]) carries this group's requests without a body
+    /// (plain endpoints; TLS ones take hyper's).
+    pub(crate) fn has_raw(&self) -> bool {
+        self.raw.is_some()
+    }
+
+    /// The group's `path_prefix` without its trailing slash ("" for none).
+    pub(crate) fn prefix(&self) -> &str {
+        self.path_prefix.as_deref().unwrap_or("")
+    }
+
+    /// Sends a request without a body through gtd's own client (the caller checked
+    /// [`Self::has_raw`]) to endpoint `index` (at `sent_at`) and waits for the response headers
+    /// for at most `timeout`.
+    pub(crate) async fn send_raw(
+        &self,
+        index: usize,
+        request: &Outgoing<'_>,
+        timeout: Duration,
+        sent_at: Instant,
+    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
+        let Some(raw) = &self.raw else {
+            return Err(Failure::Broken);
+        };
+        let (address, _) = &self.targets[index];
+        let open = || async {
+            let tcp = super::tcp::connect(
+                address,
+                self.connect.source_ip,
+                self.connect.connect_timeout,
+            )
+            .await?;
+            let _ = tcp.set_nodelay(true);
+            Ok(tcp)
+        };
+        let until = tokio::time::Instant::from_std(sent_at + timeout);
+        let exchange = raw.exchange(index, request, self.stall_timeout, open);
+        match tokio::time::timeout_at(until, exchange).await {
+            Ok(Ok(response)) => Ok((response.map(EndpointBody::Raw), None)),
+            Ok(Err(RawError::Connect)) => Err(Failure::Connect),
+            Ok(Err(RawError::Broken)) => Err(Failure::Broken),
+            Err(_) => Err(Failure::Timeout),
+        }
+    }
+
+    /// Sends `request` through hyper's client to endpoint `index` (at `sent_at`) and waits for
+    /// the response headers; the connection comes back with the response, to be released when
+    /// its body ends. `upstream_timeout` runs from `sent_at` while the request body is not
+    /// moving: it restarts as long as the client keeps uploading, so a large upload is not cut,
+    /// and counts from the end of the body otherwise.
     pub(crate) async fn send(
         &self,
         index: usize,
@@ -173,24 +218,18 @@ impl Upstream {
         timeout: Duration,
         sent_at: Instant,
         progress: Option<&Progress>,
-        bodiless: bool,
     ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
-        let response = match (&self.raw, bodiless) {
-            (Some(raw), true) => {
-                tokio_util::either::Either::Left(self.exchange_raw(raw, index, request))
-            }
-            _ => tokio_util::either::Either::Right(async {
-                let (response, pooled) = self.exchange(index, request).await?;
-                Ok((response.map(EndpointBody::Hyper), Some(pooled)))
-            }),
-        };
+        let response = self.exchange(index, request);
         tokio::pin!(response);
         let mut seen = progress.map(Progress::moved);
         let mut deadline = sent_at + timeout;
         loop {
             let until = tokio::time::Instant::from_std(deadline);
             match tokio::time::timeout_at(until, &mut response).await {
-                Ok(r) => return r,
+                Ok(Ok((response, pooled))) => {
+                    return Ok((response.map(EndpointBody::Hyper), Some(pooled)));
+                }
+                Ok(Err(failure)) => return Err(failure),
                 Err(_) => {
                     let now = progress.map(Progress::moved);
                     if now.is_some_and(|(done, _)| !done) && now != seen {
@@ -212,34 +251,6 @@ impl Upstream {
         }
     }
 
-    /// A request without a body through gtd's own client (see [`super::raw`]).
-    async fn exchange_raw(
-        &self,
-        raw: &Arc<RawPool>,
-        index: usize,
-        request: http::Request<UpBody>,
-    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
-        let (address, _) = &self.targets[index];
-        let open = || async {
-            let tcp = super::tcp::connect(
-                address,
-                self.connect.source_ip,
-                self.connect.connect_timeout,
-            )
-            .await?;
-            let _ = tcp.set_nodelay(true);
-            Ok(tcp)
-        };
-        match raw
-            .exchange(index, &request, self.stall_timeout, open)
-            .await
-        {
-            Ok(response) => Ok((response.map(EndpointBody::Raw), None)),
-            Err(RawError::Connect) => Err(Failure::Connect),
-            Err(RawError::Broken) => Err(Failure::Broken),
-        }
-    }
-
     /// One request on an idle connection of the endpoint, or a new one. A request an idle
     /// connection could not take (it closed meanwhile) goes to the next one, untouched.
     async fn exchange(
@@ -250,7 +261,7 @@ impl Upstream {
         loop {
             let (mut idle, fresh) = match self.pool.take(index) {
                 Some(idle) => (idle, false),
-                None => (self.open(index).await?, true),
+                None => (Box::pin(self.open(index)).await?, true),
             };
             if !fresh && !idle.sender.is_ready() && idle.sender.ready().await.is_err() {
                 continue;
