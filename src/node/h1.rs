@@ -7,12 +7,14 @@
 //!   request afterwards.
 //! - [`Chunked`] decodes a chunked body incrementally, from whatever bytes have arrived.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
 /// The largest response head accepted (bytes).
-pub const MAX_HEAD: usize = 64 * 1024;
+pub const MAX_HEAD: usize = 64 * 1024 - 1;
 /// The most response header fields accepted.
 pub const MAX_HEADERS: usize = 100;
 /// The longest chunk-size or trailer line accepted (bytes).
@@ -76,12 +78,18 @@ pub enum HeadError {
 /// read further). Header values share the head's bytes (no copy per field). Interim responses (1xx other than 101) come back like any other: the caller
 /// skips them. `head_request`: the request was HEAD (no body follows).
 pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, HeadError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    // Where each field's name and value sit in the head, to slice them once it is split off.
-    let mut spans = [(0_u32, 0_u32, 0_u32, 0_u32); MAX_HEADERS];
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    // Where each field's name and value sit in the head (offsets fit in 16 bits: the head is
+    // at most MAX_HEAD bytes), to slice them once it is split off.
+    let mut spans = [(0_u16, 0_u16, 0_u16, 0_u16); MAX_HEADERS];
     let (n, code, http10, count) = {
-        let mut res = httparse::Response::new(&mut fields);
-        let n = match res.parse(buf) {
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            buf,
+            &mut fields,
+        );
+        let n = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(HeadError::TooLarge);
@@ -94,13 +102,13 @@ pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<H
             return Err(HeadError::TooLarge);
         }
         let base = buf.as_ptr() as usize;
-        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u16;
         for (span, field) in spans.iter_mut().zip(res.headers.iter()) {
             *span = (
                 at(field.name.as_bytes()),
-                field.name.len() as u32,
+                field.name.len() as u16,
                 at(field.value),
-                field.value.len() as u32,
+                field.value.len() as u16,
             );
         }
         (n, res.code, res.version == Some(0), res.headers.len())
@@ -112,8 +120,9 @@ pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<H
     let (mut te, mut chunked, mut close, mut keep_alive) = (false, false, false, false);
     let head = buf.split_to(n).freeze();
     for &(name_at, name_len, value_at, value_len) in &spans[..count] {
-        let name = &head[name_at as usize..][..name_len as usize];
-        let value = head.slice(value_at as usize..(value_at + value_len) as usize);
+        let name = &head[usize::from(name_at)..][..usize::from(name_len)];
+        let value_at = usize::from(value_at);
+        let value = head.slice(value_at..value_at + usize::from(value_len));
         let name =
             HeaderName::from_bytes(name).map_err(|_| HeadError::Invalid("bad header name"))?;
         if name == header::CONTENT_LENGTH {

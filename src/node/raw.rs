@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 use super::h1::{self, Chunked, Framing, Step};
 
@@ -58,6 +59,76 @@ pub(crate) struct RawConn {
     /// The request head being sent, kept for the next one.
     out: Vec<u8>,
     since: u64,
+    /// The connection's one timer, for `upstream_timeout` (see [`RawConn::poll_deadline`]).
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl RawConn {
+    fn new(stream: TcpStream) -> RawConn {
+        RawConn {
+            stream,
+            buf: BytesMut::with_capacity(8 * 1024),
+            out: Vec::with_capacity(1024),
+            since: 0,
+            timer: None,
+        }
+    }
+
+    /// Ready once `deadline` has passed. The timer is armed once per connection and left
+    /// running: a deadline later than the timer's is checked when the timer fires (and the
+    /// timer set again), so a request answered in time costs no timer registration, only
+    /// one per `upstream_timeout` period of the connection's life.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            timer.as_mut().reset(deadline);
+        }
+    }
+
+    /// Writes the request head, by `deadline`.
+    async fn send_head(&mut self, deadline: Instant) -> Result<(), Trip> {
+        let mut written = 0;
+        while written < self.out.len() {
+            let step = std::future::poll_fn(|cx| {
+                match Pin::new(&mut self.stream).poll_write(cx, &self.out[written..]) {
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Pending => self.poll_deadline(cx, deadline).map(|()| None),
+                }
+            })
+            .await;
+            match step {
+                Some(Ok(n)) if n > 0 => written += n,
+                Some(_) => return Err(Trip::Silent),
+                None => return Err(Trip::Timeout),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads more of the answer into `buf`, by `deadline`: the bytes read (0 at its end).
+    async fn read_more(&mut self, deadline: Instant) -> Result<io::Result<usize>, Trip> {
+        std::future::poll_fn(|cx| {
+            match tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf) {
+                Poll::Ready(r) => Poll::Ready(Ok(r)),
+                Poll::Pending => self
+                    .poll_deadline(cx, deadline)
+                    .map(|()| Err(Trip::Timeout)),
+            }
+        })
+        .await
+    }
 }
 
 /// Why an exchange failed.
@@ -67,6 +138,8 @@ pub(crate) enum RawError {
     Connect,
     /// The request may have reached the endpoint, and no valid answer came back.
     Broken,
+    /// No answer by the deadline.
+    Timeout,
 }
 
 impl RawPool {
@@ -125,11 +198,12 @@ impl RawPool {
     }
 
     /// Sends the request head `request` to endpoint `index`, on an idle connection or one from
-    /// `open`, and reads the response head.
+    /// `open`, and reads the response head by `deadline`.
     pub(crate) async fn exchange<F, Fut>(
         self: &Arc<Self>,
         index: usize,
         request: &Outgoing<'_>,
+        deadline: Instant,
         stall: Duration,
         open: F,
     ) -> Result<Response<RawBody>, RawError>
@@ -143,20 +217,19 @@ impl RawPool {
             let (mut conn, reused) = match self.take(index) {
                 Some(conn) => (conn, true),
                 None => {
-                    let stream = Box::pin(open()).await.map_err(|_| RawError::Connect)?;
-                    let conn = RawConn {
-                        stream,
-                        buf: BytesMut::with_capacity(8 * 1024),
-                        out: Vec::with_capacity(1024),
-                        since: 0,
+                    let until = tokio::time::Instant::from_std(deadline);
+                    let stream = match tokio::time::timeout_at(until, Box::pin(open())).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(_)) => return Err(RawError::Connect),
+                        Err(_) => return Err(RawError::Timeout),
                     };
-                    (conn, false)
+                    (RawConn::new(stream), false)
                 }
             };
             // The head is written into the connection's own buffer: no allocation per request.
             conn.out.clear();
             encode(request, &mut conn.out);
-            match round_trip(&mut conn, head_request).await {
+            match round_trip(&mut conn, head_request, deadline).await {
                 Ok(head) => {
                     let mut response = Response::new(RawBody::new(
                         conn,
@@ -174,6 +247,7 @@ impl RawPool {
                     tracing::debug!("idle endpoint connection was closed; a fresh one");
                 }
                 Err(Trip::Silent | Trip::Failed) => return Err(RawError::Broken),
+                Err(Trip::Timeout) => return Err(RawError::Timeout),
             }
         }
     }
@@ -185,6 +259,8 @@ enum Trip {
     Silent,
     /// Anything else: a broken or invalid answer.
     Failed,
+    /// No answer by the deadline.
+    Timeout,
 }
 
 /// A request without a body, as gtd's own client sends it (borrowed: nothing is copied before
@@ -212,32 +288,35 @@ fn encode(request: &Outgoing<'_>, out: &mut Vec<u8>) {
 
 /// Writes the connection's request head and reads the response head (interim 1xx answers
 /// skipped).
-async fn round_trip(conn: &mut RawConn, head_request: bool) -> Result<h1::Head, Trip> {
-    conn.stream
-        .write_all(&conn.out)
-        .await
-        .map_err(|_| Trip::Silent)?;
+async fn round_trip(
+    conn: &mut RawConn,
+    head_request: bool,
+    deadline: Instant,
+) -> Result<h1::Head, Trip> {
+    conn.send_head(deadline).await?;
     let mut answered = false;
     loop {
-        match h1::parse_response(&mut conn.buf, head_request) {
-            Ok(Some(parsed)) => {
-                if parsed.status.is_informational() {
-                    // 100 Continue and the like; 101 is never asked for on this path.
-                    if parsed.status == http::StatusCode::SWITCHING_PROTOCOLS {
-                        return Err(Trip::Failed);
+        if !conn.buf.is_empty() {
+            match h1::parse_response(&mut conn.buf, head_request) {
+                Ok(Some(parsed)) => {
+                    if parsed.status.is_informational() {
+                        // 100 Continue and the like; 101 is never asked for on this path.
+                        if parsed.status == http::StatusCode::SWITCHING_PROTOCOLS {
+                            return Err(Trip::Failed);
+                        }
+                        continue;
                     }
-                    continue;
+                    return Ok(parsed);
                 }
-                return Ok(parsed);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(error = ?e, "invalid response head from the endpoint");
-                return Err(Trip::Failed);
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = ?e, "invalid response head from the endpoint");
+                    return Err(Trip::Failed);
+                }
             }
         }
         conn.buf.reserve(4096);
-        match conn.stream.read_buf(&mut conn.buf).await {
+        match conn.read_more(deadline).await? {
             Ok(0) | Err(_) if !answered && conn.buf.is_empty() => return Err(Trip::Silent),
             Ok(0) | Err(_) => return Err(Trip::Failed),
             Ok(_) => answered = true,
@@ -253,8 +332,8 @@ pub struct RawBody {
     pool: Arc<RawPool>,
     index: usize,
     stall: Duration,
-    /// Armed the first time the endpoint keeps the body waiting.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Since when the endpoint has kept the body waiting (`None` while it moves).
+    silent_since: Option<Instant>,
     /// Room made for the next read.
     read_size: usize,
 }
@@ -288,7 +367,7 @@ impl RawBody {
             pool,
             index,
             stall,
-            timer: None,
+            silent_since: None,
             read_size: FIRST_READ,
         }
     }
@@ -361,11 +440,8 @@ impl Body for RawBody {
             let read = tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf);
             match read {
                 Poll::Pending => {
-                    let stall = this.stall;
-                    let timer = this
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
-                    if timer.as_mut().poll(cx).is_ready() {
+                    let since = *this.silent_since.get_or_insert_with(Instant::now);
+                    if conn.poll_deadline(cx, since + this.stall).is_ready() {
                         this.conn = None;
                         return Poll::Ready(Some(Err("the endpoint went silent mid-body".into())));
                     }
@@ -384,10 +460,7 @@ impl Body for RawBody {
                     if n >= this.read_size {
                         this.read_size = (this.read_size * 2).min(MAX_READ);
                     }
-                    if let Some(timer) = this.timer.as_mut() {
-                        let stall = this.stall;
-                        timer.as_mut().reset(tokio::time::Instant::now() + stall);
-                    }
+                    this.silent_since = None;
                 }
                 Poll::Ready(Err(e)) => {
                     this.conn = None;

@@ -196,13 +196,12 @@ impl Upstream {
             let _ = tcp.set_nodelay(true);
             Ok(tcp)
         };
-        let until = tokio::time::Instant::from_std(sent_at + timeout);
-        let exchange = raw.exchange(index, request, self.stall_timeout, open);
-        match tokio::time::timeout_at(until, exchange).await {
-            Ok(Ok(response)) => Ok((response.map(EndpointBody::Raw), None)),
-            Ok(Err(RawError::Connect)) => Err(Failure::Connect),
-            Ok(Err(RawError::Broken)) => Err(Failure::Broken),
-            Err(_) => Err(Failure::Timeout),
+        let exchange = raw.exchange(index, request, sent_at + timeout, self.stall_timeout, open);
+        match exchange.await {
+            Ok(response) => Ok((response.map(EndpointBody::Raw), None)),
+            Err(RawError::Connect) => Err(Failure::Connect),
+            Err(RawError::Broken) => Err(Failure::Broken),
+            Err(RawError::Timeout) => Err(Failure::Timeout),
         }
     }
 
