@@ -1115,6 +1115,28 @@ async fn slow_client_headers_are_cut_off() {
         .ok();
     assert!(rest.is_empty());
     assert_eq!(b.hits(), 0);
+    // A kept-alive connection that starts its next request head and stalls is closed too.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"one") {
+        let mut chunk = [0_u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "answered before the connection closed");
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    s.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
+        .await
+        .expect("closed by gtd")
+        .ok();
+    assert_eq!(b.hits(), 1);
     // An ordinary client is unaffected.
     let (status, _, _) = get(&client(), &format!("http://{addr}/"), &[]).await;
     assert_eq!(status, 200);

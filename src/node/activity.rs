@@ -1,15 +1,20 @@
-//! Inactivity timeouts without a clock read per I/O: a connection counts its moves (reads and
-//! writes that carried bytes) and a watchdog compares the count once per period.
+//! Timeouts that cost nothing per request or per I/O in the common case.
 //!
-//! Used for the client side of HTTP connections (`idle_timeout`), endpoint connections in use
-//! (`upstream_timeout`) and upgraded tunnels (`idle_timeout`).
+//! - Inactivity without a clock read per I/O: a connection counts its moves (reads and writes
+//!   that carried bytes) and a watchdog compares the count once per period. Used for the
+//!   client side of HTTP connections (`idle_timeout`), hyper's endpoint connections in use
+//!   (`upstream_timeout`) and upgraded tunnels (`idle_timeout`).
+//! - [`Deadline`]: one timer per connection for deadlines that move forward request after
+//!   request (`upstream_timeout` on gtd's own client, `header_timeout` through [`HeadTimer`]),
+//!   registered once instead of once per request.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -121,5 +126,106 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Moving<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A connection's one timer for a deadline that moves forward from one request to the next.
+/// It is registered once and left running: when it fires before the deadline now asked for,
+/// it is set again to that one. A request served in time thus costs no timer registration
+/// (nor removal); a busy connection re-arms about once per timeout period.
+#[derive(Default)]
+pub(crate) struct Deadline {
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Deadline {
+    /// Ready once `deadline` has passed (the task is woken then, or earlier to check).
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            if tokio::time::Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    }
+}
+
+/// hyper's timer for one client connection, which hyper uses for HTTP/1's
+/// `header_read_timeout`: hyper asks for a new sleep for every request head it waits for; each
+/// one polls the connection's one [`Deadline`].
+#[derive(Clone, Default)]
+pub(crate) struct HeadTimer(Arc<Mutex<Deadline>>);
+
+struct HeadSleep {
+    deadline: Instant,
+    timer: Arc<Mutex<Deadline>>,
+}
+
+impl hyper::rt::Timer for HeadTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(Instant::now() + duration)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HeadSleep {
+            deadline,
+            timer: Arc::clone(&self.0),
+        })
+    }
+}
+
+impl Future for HeadSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut timer = self.timer.lock().unwrap_or_else(PoisonError::into_inner);
+        timer.poll(cx, self.deadline)
+    }
+}
+
+impl hyper::rt::Sleep for HeadSleep {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls `d` once for `deadline` (a std instant on tokio's clock).
+    fn ready(d: &mut Deadline, deadline: tokio::time::Instant) -> bool {
+        let waker = std::task::Waker::noop();
+        d.poll(&mut Context::from_waker(waker), deadline.into_std())
+            .is_ready()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_is_kept_on_one_timer_moved_forward_when_it_fires_early() {
+        let start = tokio::time::Instant::now();
+        let mut d = Deadline::default();
+        let first = start + Duration::from_secs(1);
+        assert!(!ready(&mut d, first));
+        // A later deadline leaves the timer where it was...
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let second = start + Duration::from_millis(1500);
+        assert!(!ready(&mut d, second));
+        // ...which fires at the first deadline: not yet the second one, so it waits on.
+        tokio::time::advance(Duration::from_millis(700)).await;
+        assert!(!ready(&mut d, second));
+        assert_eq!(d.timer.as_ref().map(|t| t.deadline()), Some(second));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(ready(&mut d, second));
+        // An earlier deadline than the timer's moves the timer back.
+        let third = tokio::time::Instant::now() + Duration::from_secs(10);
+        assert!(!ready(&mut d, third));
+        let sooner = tokio::time::Instant::now() + Duration::from_secs(1);
+        assert!(!ready(&mut d, sooner));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(ready(&mut d, sooner));
     }
 }

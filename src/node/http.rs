@@ -58,7 +58,7 @@ use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
-use super::activity::{Busy, Moving, quiet};
+use super::activity::{Busy, HeadTimer, Moving, quiet};
 use super::metrics::{self as m, Registry};
 use super::raw::Outgoing;
 use super::route::{Attempt, Router};
@@ -284,7 +284,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             let builder = if h2 {
                 http.server.clone().http2_only()
             } else {
-                http.server.clone().http1_only()
+                with_head_timer(&http.server).http1_only()
             };
             let inflight = &own_conn.inflight;
             run(
@@ -312,7 +312,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             run(
                 node,
                 l,
-                &http.server,
+                &with_head_timer(&http.server),
                 TokioIo::new(stream),
                 service,
                 &moves,
@@ -326,6 +326,15 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     if let Some(relay) = upgraded {
         relay.await;
     }
+}
+
+/// The listener's server settings with a timer of the connection's own for HTTP/1's
+/// `header_timeout` (see [`HeadTimer`]): a timer registered once per connection rather than
+/// once per request.
+fn with_head_timer(server: &auto::Builder<TokioExecutor>) -> auto::Builder<TokioExecutor> {
+    let mut server = server.clone();
+    server.http1().timer(HeadTimer::default());
+    server
 }
 
 /// Serves one connection until it closes, the node stops (in-flight requests finish), or no

@@ -28,8 +28,8 @@ use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
 
+use super::activity::Deadline;
 use super::h1::{self, Chunked, Framing, Step};
 
 /// Room made for the first read of a body; it doubles while reads fill it, up to
@@ -59,8 +59,8 @@ pub(crate) struct RawConn {
     /// The request head being sent, kept for the next one.
     out: Vec<u8>,
     since: u64,
-    /// The connection's one timer, for `upstream_timeout` (see [`RawConn::poll_deadline`]).
-    timer: Option<Pin<Box<Sleep>>>,
+    /// The connection's one timer, for `upstream_timeout`.
+    timer: Deadline,
 }
 
 impl RawConn {
@@ -70,30 +70,7 @@ impl RawConn {
             buf: BytesMut::with_capacity(8 * 1024),
             out: Vec::with_capacity(1024),
             since: 0,
-            timer: None,
-        }
-    }
-
-    /// Ready once `deadline` has passed. The timer is armed once per connection and left
-    /// running: a deadline later than the timer's is checked when the timer fires (and the
-    /// timer set again), so a request answered in time costs no timer registration, only
-    /// one per `upstream_timeout` period of the connection's life.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
-        let deadline = tokio::time::Instant::from_std(deadline);
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if timer.deadline() > deadline {
-            timer.as_mut().reset(deadline);
-        }
-        loop {
-            if timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Poll::Ready(());
-            }
-            timer.as_mut().reset(deadline);
+            timer: Deadline::default(),
         }
     }
 
@@ -104,7 +81,7 @@ impl RawConn {
             let step = std::future::poll_fn(|cx| {
                 match Pin::new(&mut self.stream).poll_write(cx, &self.out[written..]) {
                     Poll::Ready(r) => Poll::Ready(Some(r)),
-                    Poll::Pending => self.poll_deadline(cx, deadline).map(|()| None),
+                    Poll::Pending => self.timer.poll(cx, deadline).map(|()| None),
                 }
             })
             .await;
@@ -122,9 +99,7 @@ impl RawConn {
         std::future::poll_fn(|cx| {
             match tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf) {
                 Poll::Ready(r) => Poll::Ready(Ok(r)),
-                Poll::Pending => self
-                    .poll_deadline(cx, deadline)
-                    .map(|()| Err(Trip::Timeout)),
+                Poll::Pending => self.timer.poll(cx, deadline).map(|()| Err(Trip::Timeout)),
             }
         })
         .await
@@ -441,7 +416,7 @@ impl Body for RawBody {
             match read {
                 Poll::Pending => {
                     let since = *this.silent_since.get_or_insert_with(Instant::now);
-                    if conn.poll_deadline(cx, since + this.stall).is_ready() {
+                    if conn.timer.poll(cx, since + this.stall).is_ready() {
                         this.conn = None;
                         return Poll::Ready(Some(Err("the endpoint went silent mid-body".into())));
                     }
