@@ -260,9 +260,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     let own_conn = Arc::clone(&conn);
     let service_node = Arc::clone(node);
     let service = hyper::service::service_fn(move |req| {
-        let node = Arc::clone(&service_node);
-        let conn = Arc::clone(&conn);
-        async move { Ok::<_, Infallible>(handle(&node, conn, req).await) }
+        proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
     });
     match &http.tls {
         Some(acceptor) => {
@@ -439,23 +437,6 @@ impl RouteRequest for View<'_> {
     }
 }
 
-async fn handle(node: &Inner, conn: Arc<Conn>, req: Request<Incoming>) -> Response<DownBody> {
-    let listener = {
-        let snap = node.snapshot.load();
-        snap.listener_on(conn.port, false)
-            .filter(|l| l.http.is_some())
-            .cloned()
-    };
-    match listener {
-        Some(l) => {
-            let _busy = Busy::new(&conn.inflight);
-            proxy(&l, &conn, req).await
-        }
-        // The listener on this port was removed or changed protocol by a reload.
-        None => bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"),
-    }
-}
-
 fn bare(status: StatusCode, text: &'static str) -> Response<DownBody> {
     let mut r = Response::new(DownBody::own(text));
     *r.status_mut() = status;
@@ -485,16 +466,35 @@ enum Last {
     Failed(Failure),
 }
 
-async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<DownBody> {
+/// One request, up to its response head (the body follows as the client reads it). Listener
+/// lookup and proxying are one async fn, the future hyper stores: nested async calls would
+/// each move their (kilobytes of) state into the caller's when first polled.
+async fn proxy(
+    node: Arc<Inner>,
+    conn: Arc<Conn>,
+    req: Request<Incoming>,
+) -> Result<Response<DownBody>, Infallible> {
+    let listener = {
+        let snap = node.snapshot.load();
+        snap.listener_on(conn.port, false)
+            .filter(|l| l.http.is_some())
+            .cloned()
+    };
+    // The listener on this port was removed or changed protocol by a reload.
+    let Some(l) = listener else {
+        return Ok(bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"));
+    };
+    let _busy = Busy::new(&conn.inflight);
+    let (l, conn) = (&*l, &*conn);
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
     let (mut parts, body) = req.into_parts();
     if parts.method == Method::CONNECT {
-        return own(
+        return Ok(own(
             http,
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not proxied\n",
-        );
+        ));
     }
     let route = match http.rules.find(&View {
         ip: conn.peer,
@@ -503,7 +503,9 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
     }) {
         Match::Default => None,
         Match::Route(i) => Some(i),
-        Match::NotFound => return own(http, StatusCode::NOT_FOUND, "no route for this path\n"),
+        Match::NotFound => {
+            return Ok(own(http, StatusCode::NOT_FOUND, "no route for this path\n"));
+        }
     };
     let sticky = http.sticky.as_ref().and_then(|s| {
         let view = View {
@@ -595,7 +597,7 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
                 Ok(t) => t,
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot build the upstream URI");
-                    return own(http, StatusCode::BAD_REQUEST, "bad request path\n");
+                    return Ok(own(http, StatusCode::BAD_REQUEST, "bad request path\n"));
                 }
             };
             // The headers go with this attempt; a copy stays only if another attempt could
@@ -656,16 +658,16 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
                     attempt.pick.success(now);
                 }
                 if status == StatusCode::SWITCHING_PROTOCOLS {
-                    return match upgrade.take() {
+                    return Ok(match upgrade.take() {
                         Some((_, client)) => switch(l, conn, attempt, response, pooled, client),
                         None => own(
                             http,
                             StatusCode::BAD_GATEWAY,
                             "the endpoint switched protocols unasked\n",
                         ),
-                    };
+                    });
                 }
-                return respond(http, l, attempt, sticky, response, pooled, sent_at);
+                return Ok(respond(http, l, attempt, sticky, response, pooled, sent_at));
             }
             Err(failure) => {
                 tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
@@ -685,7 +687,7 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
             }
         }
     }
-    match last {
+    Ok(match last {
         Last::Nothing => {
             l.metrics.no_route.increment(1);
             own(
@@ -704,7 +706,7 @@ async fn proxy(l: &ListenerRt, conn: &Conn, req: Request<Incoming>) -> Response<
             StatusCode::BAD_GATEWAY,
             "no endpoint could be reached\n",
         ),
-    }
+    })
 }
 
 /// One attempt through hyper's client: what it sends.
