@@ -56,7 +56,8 @@ pub enum Framing {
 pub struct Head {
     /// The status code.
     pub status: StatusCode,
-    /// The header fields, validated, in order.
+    /// The header fields, validated, in order; without a `Connection` field that only says
+    /// `keep-alive` or `close` (what it says is in `reusable`).
     pub headers: HeaderMap,
     /// How the body is delimited.
     pub framing: Framing,
@@ -152,9 +153,19 @@ pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<H
             }
         } else if name == header::CONNECTION {
             let text = std::str::from_utf8(&value).unwrap_or("");
+            let mut others = false;
             for token in text.split(',').map(str::trim) {
                 close |= token.eq_ignore_ascii_case("close");
                 keep_alive |= token.eq_ignore_ascii_case("keep-alive");
+                others |= !token.is_empty()
+                    && !token.eq_ignore_ascii_case("close")
+                    && !token.eq_ignore_ascii_case("keep-alive");
+            }
+            // `Connection: keep-alive` or `close` (nearly every response) concerns this
+            // connection only and is consumed here; one naming other fields stays, for the
+            // proxy's hop-by-hop removal to read.
+            if !others {
+                continue;
             }
         }
         let value =
@@ -462,6 +473,18 @@ mod tests {
             false,
         );
         assert!(bad.is_err(), "a control character in a value is refused");
+        // Connection saying only keep-alive or close is consumed; one naming fields stays.
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\ncontent-length: 0\r\n\r\n",
+        );
+        let h = parse_response(&mut buf, false).unwrap().unwrap();
+        assert!(!h.headers.contains_key("connection") && h.reusable);
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 200 OK\r\nConnection: close, x-trace\r\ncontent-length: 0\r\n\r\n",
+        );
+        let h = parse_response(&mut buf, false).unwrap().unwrap();
+        assert_eq!(h.headers["connection"], "close, x-trace");
+        assert!(!h.reusable);
     }
 
     /// Feeds `input` to a decoder `piece` bytes at a time; the body, or the error.
