@@ -58,7 +58,7 @@ use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
-use super::activity::{Busy, HeadTimer, Moving, quiet};
+use super::activity::{Busy, First, HeadTimer, Moving, Watched, quiet};
 use super::metrics::{self as m, Registry};
 use super::raw::Outgoing;
 use super::route::{Attempt, Router};
@@ -362,18 +362,26 @@ async fn run<I, S>(
     let idle = l.cfg.idle_timeout;
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = node.stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    // The node's stop and the idle watchdog are polled only when they fire (see `Watched`).
+    let watch = async {
+        tokio::select! {
+            () = node.stop.cancelled() => false,
+            () = quiet(moves, idle, Some(inflight)) => true,
         }
-        () = quiet(moves, idle, Some(inflight)) => {
-            tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
+    };
+    tokio::pin!(watch);
+    let result = match Watched::new(conn.as_mut(), watch.as_mut()).await {
+        First::Main(r) => r,
+        First::Watch(idle_conn) => {
             conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout(idle, conn).await {
-                Ok(r) => r,
-                Err(_) => return,
+            if !idle_conn {
+                conn.await
+            } else {
+                tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
+                match tokio::time::timeout(idle, conn).await {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
             }
         }
     };

@@ -45,7 +45,7 @@ use tokio_rustls::TlsConnector;
 use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
-use super::activity::{Moving, quiet};
+use super::activity::{First, Moving, Watched, quiet};
 use super::raw::{BoxError, Outgoing, RawBody, RawError, RawPool};
 use super::tls;
 
@@ -311,12 +311,12 @@ impl Upstream {
         let watch = Arc::clone(&clock);
         let (base, idle, stall) = (self.pool.base, self.pool.idle_timeout, self.stall_timeout);
         tokio::spawn(async move {
-            tokio::select! {
-                biased;
-                r = conn.with_upgrades() => if let Err(e) = r {
-                    tracing::debug!(error = %e, "upstream connection ended with an error");
-                },
-                () = expire(base, idle, stall, &watch, &moves) => {}
+            let conn = conn.with_upgrades();
+            let expiry = expire(base, idle, stall, &watch, &moves);
+            tokio::pin!(conn, expiry);
+            // The expiry timer is polled only when it fires (see `Watched`).
+            if let First::Main(Err(e)) = Watched::new(conn, expiry).await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
             }
         });
         Ok(Idle { sender, clock })
