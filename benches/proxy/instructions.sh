@@ -7,7 +7,8 @@
 #   benches/proxy/instructions.sh [--gtd PATH] [--seconds N] [--conns N]
 #
 # It starts three nginx backends ("return 200 ok") on 127.0.0.1:18181-18183 and gtd under
-# callgrind with one HTTP listener on 127.0.0.1:18180 (round robin, keepalive = 128), warms up
+# callgrind with one HTTP listener on 127.0.0.1:18180 (round robin, keepalive = 128; gtd on CPU 1,
+# the rest on CPU 0, as the harness pins them), warms up
 # with wrk for 2 s, zeroes the counters, runs wrk -t1 for N seconds [10] with C connections [50],
 # dumps the counters and prints instructions per request. Everything it starts it stops by
 # PID; its files live in a temporary directory removed at the end (keep it with KEEP=1, e.g. to
@@ -62,7 +63,7 @@ http {
   }
 }
 EOF
-  nginx -p "$dir" -c "$dir/b$i.conf" -e "$dir/b$i.error.log" &
+  "${pin_load[@]}" nginx -p "$dir" -c "$dir/b$i.conf" -e "$dir/b$i.error.log" &
   pids+=($!)
 done
 
@@ -83,7 +84,13 @@ drain_timeout = "0s"
   keepalive = 128
 $(for i in 1 2 3; do printf '    [[listener.group.endpoint]]\n    address = "127.0.0.1:1818%s"\n    max_fails = 0\n' "$i"; done)
 EOF
-RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out.%p" \
+# Pinned to one CPU as in the harness (gtd then runs its single-threaded runtime), the
+# backends and wrk on the other.
+pin_gtd=() pin_load=()
+if command -v taskset >/dev/null && (($(nproc) > 1)); then
+  pin_gtd=(taskset -c 1) pin_load=(taskset -c 0)
+fi
+RUST_LOG=warn "${pin_gtd[@]}" valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out.%p" \
   "$gtd" run --config "$dir/gtd.toml" --region cn-beijing --bind 127.0.0.1 \
   >"$dir/gtd.log" 2>&1 &
 vg=$!
@@ -95,9 +102,9 @@ for _ in $(seq 300); do
 done
 curl -sf -o /dev/null http://127.0.0.1:18180/ || { echo "gtd does not answer" >&2; exit 1; }
 
-wrk -t1 -c"$conns" -d2s http://127.0.0.1:18180/ >/dev/null
+"${pin_load[@]}" wrk -t1 -c"$conns" -d2s http://127.0.0.1:18180/ >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
-requests=$(wrk -t1 -c"$conns" -d"${seconds}s" http://127.0.0.1:18180/ | awk '/requests in/ {print $1}')
+requests=$("${pin_load[@]}" wrk -t1 -c"$conns" -d"${seconds}s" http://127.0.0.1:18180/ | awk '/requests in/ {print $1}')
 callgrind_control -d "$vg" >/dev/null 2>&1
 total=""
 for _ in $(seq 100); do
