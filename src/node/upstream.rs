@@ -186,16 +186,7 @@ impl Upstream {
             return Err(Failure::Broken);
         };
         let (address, _) = &self.targets[index];
-        let open = || async {
-            let tcp = super::tcp::connect(
-                address,
-                self.connect.source_ip,
-                self.connect.connect_timeout,
-            )
-            .await?;
-            let _ = tcp.set_nodelay(true);
-            Ok(tcp)
-        };
+        let open = || self.connect.tcp(address);
         let exchange = raw.exchange(index, request, sent_at + timeout, self.stall_timeout, open);
         match exchange.await {
             Ok(response) => Ok((response.map(EndpointBody::Raw), None)),
@@ -449,9 +440,17 @@ struct ConnectCfg {
 }
 
 impl ConnectCfg {
-    async fn open(&self, address: &Address, host: &str) -> io::Result<Stream> {
+    /// A TCP connection to `address` (no TLS), Nagle off.
+    async fn tcp(&self, address: &Address) -> io::Result<TcpStream> {
         let tcp = super::tcp::connect(address, self.source_ip, self.connect_timeout).await?;
         let _ = tcp.set_nodelay(true);
+        Ok(tcp)
+    }
+
+    /// A connection to `address`, through TLS when the group asks for it (`host` names the
+    /// endpoint for SNI).
+    async fn open(&self, address: &Address, host: &str) -> io::Result<Stream> {
+        let tcp = self.tcp(address).await?;
         let Some((connector, sni)) = &self.tls else {
             return Ok(Stream::Plain(tcp));
         };
