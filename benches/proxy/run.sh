@@ -11,8 +11,9 @@
 # Options:
 #   --reps N          repetitions per target (harness --reps)              [harness: 3]
 #   --duration S      seconds per run (iperf3 -t via --time; wrk -d via --duration) [harness: 10]
-#   --targets "LIST"  anchors to measure: direct direct-split nginx haproxy (gtd is always
-#                     measured; haproxy is dropped for udp, which it cannot proxy) [all]
+#   --targets "LIST"  anchors to measure: direct direct-split nginx haproxy, in this order (gtd
+#                     is always measured: where the list names it, else last; haproxy is
+#                     dropped for udp, which it cannot proxy)                [all]
 #   --results DIR     results root; each mode writes DIR/<mode>           [target/bench]
 #   --harness DIR     the harness                    [$GTD_BENCH_HARNESS or ../shared/bench]
 #   --gtd PATH        use this gtd binary and skip the build
@@ -201,16 +202,17 @@ for mode in "${modes[@]}"; do
     if [[ "$mode" == http ]]; then args+=(--duration "$duration"); else args+=(--time "$duration"); fi
   fi
   if [[ -n "$targets" ]]; then
-    t_list=""
+    t_list="" with_gtd=0
     for t in $targets; do
       case "$t" in
-        gtd | extra) ;; # always measured
+        gtd | extra) t_list+=" extra" with_gtd=1 ;; # where it is named, else last
         haproxy) [[ "$mode" == udp ]] || t_list+=" $t" ;;
         direct | direct-split | nginx) t_list+=" $t" ;;
         *) die "--targets: unknown target '$t' (direct direct-split nginx haproxy gtd)" ;;
       esac
     done
-    args+=(--targets "${t_list# } extra")
+    ((with_gtd)) || t_list+=" extra"
+    args+=(--targets "${t_list# }")
   fi
   printf -v cmd '%q --proto %s --port {PORT} --backends {BACKENDS} --run-dir {RUN_DIR} --gtd %q' \
     "$config_script" "$mode" "$gtd"

@@ -420,8 +420,9 @@ async fn planner(inner: Arc<Inner>) {
                 }
             }
         }
-        if n.is_multiple_of(20) {
-            inner.registry.upkeep();
-        }
+        // Every tick: the exporter buffers each histogram sample until upkeep folds them into
+        // buckets, on this thread; at 60k requests/s, every 5 s (as before) that was a 1.7 ms
+        // stall of every connection, every 250 ms it is about 85 µs.
+        inner.registry.upkeep();
     }
 }
