@@ -370,29 +370,37 @@ impl EndpointState {
         self.start_ramp(self.rt.hub.nanos(now));
     }
 
-    /// A failed attempt (connect error, timeout, unhealthy status) at `t`.
-    pub(crate) fn record_failure(&self, t: u64) {
+    /// A failed attempt (connect error, timeout, unhealthy status) at `t`. True when this
+    /// failure took the endpoint out: `max_fails` reached, or the probe after `fail_timeout`
+    /// failed.
+    pub(crate) fn record_failure(&self, t: u64) -> bool {
         let rt = &self.rt;
         let cfg = &self.config;
         let prev = rt.accessed.swap(t, Ordering::AcqRel);
-        rt.checked.store(t, Ordering::Release);
+        let checked = rt.checked.swap(t, Ordering::AcqRel);
         let max = cfg.max_fails;
         if max == 0 {
             rt.fails.fetch_add(1, Ordering::AcqRel);
-            return;
+            return false;
         }
         let window = nanos(cfg.fail_timeout);
-        let _ = rt
+        let next = |f: u32| {
+            if f >= max {
+                f.saturating_add(1)
+            } else if f > 0 && t.saturating_sub(prev) > window {
+                1
+            } else {
+                f + 1
+            }
+        };
+        let before = rt
             .fails
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
-                Some(if f >= max {
-                    f.saturating_add(1)
-                } else if f > 0 && t.saturating_sub(prev) > window {
-                    1
-                } else {
-                    f + 1
-                })
-            });
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| Some(next(f)))
+            .unwrap_or_else(|f| f);
+        // Out from now on. Just before, it was in unless already marked: a marking ends when a
+        // pick probes it after fail_timeout (that pick moved `checked` past `accessed`).
+        let was_out = before >= max && prev >= checked && t.saturating_sub(checked) <= window;
+        let marked = next(before) >= max && !was_out;
         match cfg.slow_start {
             Some(ss) => {
                 let ss = i64::try_from(nanos(ss)).unwrap_or(i64::MAX);
@@ -416,10 +424,12 @@ impl EndpointState {
             }
         }
         rt.hub.bump();
+        marked
     }
 
-    /// A successful attempt at `t`.
-    pub(crate) fn record_success(&self, t: u64) {
+    /// A successful attempt at `t`. True when it ended a passive marking (the probe after
+    /// `fail_timeout` succeeded).
+    pub(crate) fn record_success(&self, t: u64) -> bool {
         let rt = &self.rt;
         // The common case, nothing to reset, costs two loads and no write.
         if rt.fails.load(Ordering::Relaxed) > 0
@@ -427,10 +437,11 @@ impl EndpointState {
         {
             let old = rt.fails.swap(0, Ordering::AcqRel);
             if self.config.max_fails > 0 && old >= self.config.max_fails {
-                // Recovered from a passive marking.
                 self.start_ramp(t);
+                return true;
             }
         }
+        false
     }
 
     /// Folds a response-time sample (nanoseconds) into the `least_time` EWMA.
@@ -503,12 +514,12 @@ mod tests {
         let e = EndpointState::new(endpoint(1, 3, None), Hub::new(base));
         for s in [1, 2] {
             assert!(e.try_acquire(s * S));
-            e.record_failure(s * S);
+            assert!(!e.record_failure(s * S), "not marked by failure {s}");
             e.release();
             assert!(e.available(s * S), "below max_fails after {s} failures");
         }
         assert!(e.try_acquire(3 * S));
-        e.record_failure(3 * S);
+        assert!(e.record_failure(3 * S), "the third failure marks");
         e.release();
         assert!(
             !e.available(3 * S) && !e.available(13 * S),
@@ -519,7 +530,11 @@ mod tests {
         assert!(e.try_acquire(13 * S + 1));
         assert!(!e.available(13 * S + 2));
         assert!(!e.try_acquire(13 * S + 2));
-        e.record_success(14 * S);
+        assert!(
+            e.record_success(14 * S),
+            "the probe's success ends the marking"
+        );
+        assert!(!e.record_success(14 * S), "later successes report nothing");
         e.release();
         assert_eq!(e.fails(), 0);
         assert!(e.available(14 * S));
@@ -529,13 +544,14 @@ mod tests {
     fn failed_probe_marks_again() {
         let base = Instant::now();
         let e = EndpointState::new(endpoint(1, 1, None), Hub::new(base));
-        e.record_failure(S);
+        assert!(e.record_failure(S));
         assert!(!e.available(5 * S));
-        assert!(e.try_acquire(12 * S));
-        e.record_failure(12 * S);
+        assert!(!e.record_failure(5 * S), "already out: not marked again");
+        assert!(e.try_acquire(16 * S));
+        assert!(e.record_failure(16 * S), "the failed probe marks again");
         e.release();
         assert!(!e.available(20 * S));
-        assert!(e.available(22 * S + 1));
+        assert!(e.available(26 * S + 1));
     }
 
     #[test]
@@ -543,10 +559,10 @@ mod tests {
         let base = Instant::now();
         let e = EndpointState::new(endpoint(1, 2, None), Hub::new(base));
         e.record_failure(S);
-        e.record_failure(30 * S);
+        assert!(!e.record_failure(30 * S), "the count starts again at 1");
         assert_eq!(e.fails(), 1);
         assert!(e.available(30 * S));
-        e.record_failure(31 * S);
+        assert!(e.record_failure(31 * S));
         assert!(!e.available(31 * S));
     }
 
@@ -554,7 +570,7 @@ mod tests {
     fn max_fails_zero_never_marks() {
         let e = EndpointState::new(endpoint(4, 0, None), Hub::new(Instant::now()));
         for i in 0..100 {
-            e.record_failure(i * S / 10);
+            assert!(!e.record_failure(i * S / 10));
         }
         assert!(e.available(10 * S));
         assert_eq!(

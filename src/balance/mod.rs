@@ -600,15 +600,17 @@ impl Pick {
     }
 
     /// The attempt succeeded (connected / got an acceptable response). Ends a passive marking
-    /// when this was the probe after `fail_timeout`.
-    pub fn success(&self, now: Instant) {
-        self.endpoint.record_success(self.endpoint.nanos(now));
+    /// when this was the probe after `fail_timeout`, and then returns true.
+    pub fn success(&self, now: Instant) -> bool {
+        self.endpoint.record_success(self.endpoint.nanos(now))
     }
 
     /// The attempt failed (connect error, timeout, unhealthy status): counts towards
     /// `max_fails` and lowers the effective weight (or steps back the slow-start ramp).
-    pub fn failure(&self, now: Instant) {
-        self.endpoint.record_failure(self.endpoint.nanos(now));
+    /// Returns true when this failure took the endpoint out of rotation (`max_fails` reached
+    /// within `fail_timeout`, or the probe after it failed): the moment to tell the operator.
+    pub fn failure(&self, now: Instant) -> bool {
+        self.endpoint.record_failure(self.endpoint.nanos(now))
     }
 
     /// Reports a timing of this attempt. Listeners may report every timing they have; only the

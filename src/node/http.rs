@@ -643,8 +643,7 @@ async fn proxy(
                 let status = response.status();
                 endpoint.requests[class(status)].increment(1);
                 if cfg.unhealthy_status.contains(status.as_u16()) {
-                    attempt.pick.failure(now);
-                    l.replan(now);
+                    l.attempt_failed(attempt.group, &attempt.pick, &status);
                     if retry_ok(true, attempts, &body) {
                         let view = View {
                             ip: conn.peer,
@@ -663,7 +662,7 @@ async fn proxy(
                         }
                     }
                 } else {
-                    attempt.pick.success(now);
+                    l.attempt_succeeded(attempt.group, &attempt.pick, now);
                 }
                 if status == StatusCode::SWITCHING_PROTOCOLS {
                     return Ok(match upgrade.take() {
@@ -685,9 +684,8 @@ async fn proxy(
                 if failure == Failure::Connect {
                     endpoint.failures.increment(1);
                 }
-                attempt.pick.failure(now);
+                l.attempt_failed(attempt.group, &attempt.pick, &failure);
                 drop(attempt);
-                l.replan(now);
                 last = Last::Failed(failure);
                 if !retry_ok(failure != Failure::Connect, attempts, &body) {
                     break;

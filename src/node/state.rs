@@ -23,7 +23,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::balance::GroupBalancer;
+use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
@@ -253,6 +253,38 @@ impl ListenerRt {
         };
         rt.publish(now);
         Ok(rt)
+    }
+
+    /// An attempt on `pick` (an endpoint of group `group`) failed: counts the passive failure,
+    /// warns when it takes the endpoint out of rotation (once per marking, as nginx's
+    /// "upstream server temporarily disabled"), and re-plans, as the group may be down now.
+    pub fn attempt_failed(&self, group: usize, pick: &Pick, cause: &dyn std::fmt::Display) {
+        let now = Instant::now();
+        if pick.failure(now) {
+            let e = pick.endpoint().config();
+            tracing::warn!(
+                listener = %self.cfg.name,
+                group = %self.groups[group].name,
+                endpoint = %pick.address(),
+                %cause,
+                max_fails = e.max_fails,
+                fail_timeout_s = e.fail_timeout.as_secs_f64(),
+                "endpoint out of rotation after max_fails failures; tried again after fail_timeout"
+            );
+        }
+        self.replan(now);
+    }
+
+    /// An attempt on `pick` succeeded; says so when it ends a passive marking.
+    pub fn attempt_succeeded(&self, group: usize, pick: &Pick, now: Instant) {
+        if pick.success(now) {
+            tracing::info!(
+                listener = %self.cfg.name,
+                group = %self.groups[group].name,
+                endpoint = %pick.address(),
+                "endpoint back in rotation: the attempt after fail_timeout succeeded"
+            );
+        }
     }
 
     /// Re-reads the facts (health of every group); when they changed, installs a new plan.

@@ -147,8 +147,7 @@ async fn serve(
             Err(e) => {
                 tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
                 group.endpoints[attempt.pick.index()].failures.increment(1);
-                attempt.pick.failure(Instant::now());
-                l.replan(Instant::now());
+                l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
     };
@@ -184,7 +183,7 @@ async fn serve(
                 attempt.pick.record_timing(Measure::FirstByte, first);
             }
             attempt.pick.record_timing(Measure::LastByte, r.last_byte);
-            attempt.pick.success(now);
+            l.attempt_succeeded(attempt.group, &attempt.pick, now);
         }
         Err(e) => {
             tracing::debug!(listener = %l.cfg.name, %peer, error = %e, "relay ended with an error")

@@ -109,11 +109,10 @@ pub(crate) async fn udp_loop(
                 // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
                 // the flow moves on the next datagram once the endpoint is marked.
                 tracing::debug!(%client, error = %e, "udp send to endpoint failed");
-                flow.pick.failure(Instant::now());
                 l.groups[flow.group].endpoints[flow.pick.index()]
                     .failures
                     .increment(1);
-                l.replan(Instant::now());
+                l.attempt_failed(flow.group, &flow.pick, &e);
             }
         }
     }
@@ -197,7 +196,7 @@ async fn open_flow(
                     last.clone(),
                     origin,
                     l.clone(),
-                    pick.clone(),
+                    (attempt.group, pick.clone()),
                 ));
                 return Some(Flow {
                     upstream,
@@ -210,7 +209,7 @@ async fn open_flow(
             }
             Err(e) => {
                 tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
-                attempt.pick.failure(Instant::now());
+                l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
     }
@@ -240,7 +239,7 @@ async fn replies(
     last: Arc<AtomicU64>,
     origin: Instant,
     l: Arc<ListenerRt>,
-    pick: Arc<Pick>,
+    (group, pick): (usize, Arc<Pick>),
 ) {
     let mut buf = vec![0_u8; MAX_DATAGRAM];
     loop {
@@ -252,8 +251,7 @@ async fn replies(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                pick.failure(Instant::now());
-                l.replan(Instant::now());
+                l.attempt_failed(group, &pick, &e);
                 // Keep listening: the flow moves when the loop sees the endpoint unusable.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

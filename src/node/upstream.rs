@@ -429,6 +429,16 @@ pub(crate) enum Failure {
     Broken,
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Failure::Connect => "no connection (refused, unreachable or connect_timeout)",
+            Failure::Timeout => "no response head within upstream_timeout",
+            Failure::Broken => "the connection broke during the request",
+        })
+    }
+}
+
 // ------------------------------------------------------------------------------- connector
 
 /// How to reach endpoints: TCP from `source_ip`, bounded by `connect_timeout`, then TLS when the
