@@ -31,7 +31,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 type TestBody = BoxBody<Bytes, Infallible>;
@@ -1393,6 +1393,21 @@ groups = [\"plain\"]
         (200, "tls"),
         "TLS 1.3, unverified"
     );
+
+    // A plaintext request on the HTTPS port is told so (400, as nginx does), not just cut off;
+    // the listener goes on serving TLS.
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: default.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(30), plain.read_to_string(&mut answer))
+        .await
+        .expect("answered and closed")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.ends_with("this port speaks HTTPS: the plain HTTP request was not read\n"));
 
     // Without a client certificate the endpoint refuses the handshake: 502.
     let s = tls_connect(addr, &pki, "default.test", &[b"http/1.1"]).await;

@@ -49,6 +49,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use metrics::Counter;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -262,11 +263,35 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     let service = hyper::service::service_fn(move |req| {
         proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
     });
+    // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
+    // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
+    // HTTP/2) take over.
+    let first_bytes_by = tokio::time::Instant::now() + deadline;
+    let mut first = [0_u8; 1];
+    match tokio::time::timeout_at(first_bytes_by, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
     match &http.tls {
+        // A TLS connection starts with a handshake record (22); a letter is a plaintext request,
+        // which gets a 400 saying so, as nginx answers it, instead of a closed connection.
+        Some(_) if first[0].is_ascii_alphabetic() => {
+            http.own[class(StatusCode::BAD_REQUEST)].increment(1);
+            let mut stream = stream;
+            let _ = stream.write_all(PLAIN_TO_HTTPS).await;
+            let _ = stream.shutdown().await;
+            // Drain what the client sent (bounded) so closing does not reset the answer away.
+            let mut sink = [0_u8; 4096];
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+            })
+            .await;
+        }
         Some(acceptor) => {
             let stream = Moving::new(stream, None);
             let moves = Arc::clone(&stream.moves);
-            let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+            let handshake = acceptor.accept(stream);
+            let stream = match tokio::time::timeout_at(first_bytes_by, handshake).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -297,13 +322,6 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             .await;
         }
         None => {
-            // hyper's protocol detection waits for bytes without a timer: bound the wait for the
-            // first one; from there HTTP/1's header_read_timeout (or HTTP/2) takes over.
-            let mut first = [0_u8; 1];
-            match tokio::time::timeout(deadline, stream.peek(&mut first)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
-            }
             let stream = Moving::new(stream, None);
             let moves = Arc::clone(&stream.moves);
             let inflight = &own_conn.inflight;
@@ -454,6 +472,11 @@ fn bare(status: StatusCode, text: &'static str) -> Response<DownBody> {
     );
     r
 }
+
+/// The answer to a plaintext HTTP request on an HTTPS listener.
+const PLAIN_TO_HTTPS: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Content-Length: 60\r\nConnection: close\r\n\r\n\
+this port speaks HTTPS: the plain HTTP request was not read\n";
 
 fn own(http: &HttpRt, status: StatusCode, text: &'static str) -> Response<DownBody> {
     http.own[class(status)].increment(1);
