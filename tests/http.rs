@@ -65,6 +65,17 @@ fn group(
     s
 }
 
+/// Reads `s` until gtd closes it (bounded: 60 s, else `what` fails the test); what came before
+/// the close. A reset counts as closed.
+async fn until_closed(s: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
+        .await
+        .expect(what)
+        .ok();
+    rest
+}
+
 // ------------------------------------------------------------------ helpers: backends
 
 /// A body of `remaining` bytes made of one shared chunk (no allocation per frame).
@@ -1101,18 +1112,10 @@ async fn slow_client_headers_are_cut_off() {
     // Half a header line, then silence: the connection is closed.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: exa").await.unwrap();
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
-        .await
-        .expect("closed by gtd")
-        .ok();
+    until_closed(&mut s, "closed by gtd").await;
     // A client that sends nothing at all is closed too.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
-        .await
-        .expect("closed by gtd")
-        .ok();
+    let rest = until_closed(&mut s, "closed by gtd").await;
     assert!(rest.is_empty());
     assert_eq!(b.hits(), 0);
     // A kept-alive connection that starts its next request head and stalls is closed too.
@@ -1131,11 +1134,7 @@ async fn slow_client_headers_are_cut_off() {
         answer.extend_from_slice(&chunk[..n]);
     }
     s.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut rest))
-        .await
-        .expect("closed by gtd")
-        .ok();
+    until_closed(&mut s, "closed by gtd").await;
     assert_eq!(b.hits(), 1);
     // An ordinary client is unaffected.
     let (status, _, _) = get(&client(), &format!("http://{addr}/"), &[]).await;
@@ -1493,10 +1492,7 @@ async fn max_connections_applies_to_http_connections() {
     // …so a second one is closed without an answer.
     let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
     let _ = second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    let mut rest = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(60), second.read_to_end(&mut rest))
-        .await
-        .expect("closed");
+    let rest = until_closed(&mut second, "closed").await;
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
     // Once the first closes, new connections are served again.
     drop(first);
@@ -1650,11 +1646,7 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
     let mut quiet = tokio::net::TcpStream::connect(addr).await.unwrap();
     quiet.write_all(WEBSOCKET_REQUEST).await.unwrap();
     assert!(read_head(&mut quiet).await.starts_with("HTTP/1.1 101"));
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), quiet.read_to_end(&mut rest))
-        .await
-        .expect("an idle tunnel is closed")
-        .ok();
+    let rest = until_closed(&mut quiet, "an idle tunnel is closed").await;
     assert!(rest.is_empty());
 
     // A request without Upgrade is an ordinary one: the backend's 426 comes back.

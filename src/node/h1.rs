@@ -76,8 +76,9 @@ pub enum HeadError {
 
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete, else the
 /// head, taken out of `buf` (what follows it stays; after an error the connection is not to be
-/// read further). Header values share the head's bytes (no copy per field). Interim responses (1xx other than 101) come back like any other: the caller
-/// skips them. `head_request`: the request was HEAD (no body follows).
+/// read further). Header values share the head's bytes (no copy per field). Interim responses
+/// (1xx other than 101) come back like any other: the caller skips them. `head_request`: the
+/// request was HEAD (no body follows).
 pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, HeadError> {
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     // Where each field's name and value sit in the head (offsets fit in 16 bits: the head is
@@ -155,11 +156,13 @@ pub fn parse_response(buf: &mut BytesMut, head_request: bool) -> Result<Option<H
             let text = std::str::from_utf8(&value).unwrap_or("");
             let mut others = false;
             for token in text.split(',').map(str::trim) {
-                close |= token.eq_ignore_ascii_case("close");
-                keep_alive |= token.eq_ignore_ascii_case("keep-alive");
-                others |= !token.is_empty()
-                    && !token.eq_ignore_ascii_case("close")
-                    && !token.eq_ignore_ascii_case("keep-alive");
+                let (c, k) = (
+                    token.eq_ignore_ascii_case("close"),
+                    token.eq_ignore_ascii_case("keep-alive"),
+                );
+                close |= c;
+                keep_alive |= k;
+                others |= !token.is_empty() && !c && !k;
             }
             // `Connection: keep-alive` or `close` (nearly every response) concerns this
             // connection only and is consumed here; one naming other fields stays, for the

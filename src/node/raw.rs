@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 
 use super::activity::Deadline;
 use super::h1::{self, Chunked, Framing, Step};
+use super::upstream::Failure;
 
 /// Room made for the first read of a body; it doubles while reads fill it, up to
 /// [`MAX_READ`] (as hyper's adaptive reads: a bulk download through a node pinned to one CPU
@@ -106,17 +107,6 @@ impl RawConn {
     }
 }
 
-/// Why an exchange failed.
-#[derive(Debug)]
-pub(crate) enum RawError {
-    /// No connection could be opened.
-    Connect,
-    /// The request may have reached the endpoint, and no valid answer came back.
-    Broken,
-    /// No answer by the deadline.
-    Timeout,
-}
-
 impl RawPool {
     pub(crate) fn new(endpoints: usize, keepalive: usize, idle: Duration) -> RawPool {
         RawPool {
@@ -181,7 +171,7 @@ impl RawPool {
         deadline: Instant,
         stall: Duration,
         open: F,
-    ) -> Result<Response<RawBody>, RawError>
+    ) -> Result<Response<RawBody>, Failure>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = io::Result<TcpStream>>,
@@ -195,8 +185,8 @@ impl RawPool {
                     let until = tokio::time::Instant::from_std(deadline);
                     let stream = match tokio::time::timeout_at(until, Box::pin(open())).await {
                         Ok(Ok(stream)) => stream,
-                        Ok(Err(_)) => return Err(RawError::Connect),
-                        Err(_) => return Err(RawError::Timeout),
+                        Ok(Err(_)) => return Err(Failure::Connect),
+                        Err(_) => return Err(Failure::Timeout),
                     };
                     (RawConn::new(stream), false)
                 }
@@ -221,8 +211,8 @@ impl RawPool {
                 Err(Trip::Silent) if reused && replayable => {
                     tracing::debug!("idle endpoint connection was closed; a fresh one");
                 }
-                Err(Trip::Silent | Trip::Failed) => return Err(RawError::Broken),
-                Err(Trip::Timeout) => return Err(RawError::Timeout),
+                Err(Trip::Silent | Trip::Failed) => return Err(Failure::Broken),
+                Err(Trip::Timeout) => return Err(Failure::Timeout),
             }
         }
     }

@@ -46,7 +46,7 @@ use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
 use super::activity::{First, Moving, Watched, quiet};
-use super::raw::{BoxError, Outgoing, RawBody, RawError, RawPool};
+use super::raw::{BoxError, Outgoing, RawBody, RawPool};
 use super::tls;
 
 /// A group's way to its endpoints over HTTP.
@@ -188,12 +188,8 @@ impl Upstream {
         let (address, _) = &self.targets[index];
         let open = || self.connect.tcp(address);
         let exchange = raw.exchange(index, request, sent_at + timeout, self.stall_timeout, open);
-        match exchange.await {
-            Ok(response) => Ok((response.map(EndpointBody::Raw), None)),
-            Err(RawError::Connect) => Err(Failure::Connect),
-            Err(RawError::Broken) => Err(Failure::Broken),
-            Err(RawError::Timeout) => Err(Failure::Timeout),
-        }
+        let response = exchange.await?;
+        Ok((response.map(EndpointBody::Raw), None))
     }
 
     /// Sends `request` through hyper's client to endpoint `index` (at `sent_at`) and waits for
