@@ -1466,6 +1466,31 @@ async fn a_silent_endpoint_times_out_with_504() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_does_not_stretch_upstream_timeout() {
+    // The endpoint answers 3.5 s after the head; upstream_timeout is 2 s from the end of the
+    // small body, so the answer must not be waited for (it once was: the deadline was re-armed
+    // because the upload never counted as finished).
+    let (addr, hold) = delayed_backend(Duration::from_millis(3500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "upstream_timeout = \"2s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(addr, "max_fails = 0")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let web = listener_addr(&node, "web").await;
+    let url = format!("http://{web}/form");
+    let (status, _, _) = send(&client(), "POST", &url, &[], full("a=1")).await;
+    assert_eq!(status, 504);
+    node.shutdown().await;
+    hold.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_applies_to_http_connections() {
     let b = Backend::start("one", 200).await;
     let dir = tempfile::tempdir().unwrap();

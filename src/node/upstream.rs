@@ -659,7 +659,7 @@ impl Body for UpBody {
         let Some(inner) = b.inner.as_mut() else {
             return Poll::Ready(None);
         };
-        let polled = Pin::new(inner).poll_frame(cx);
+        let polled = Pin::new(&mut *inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 b.streamed = true;
@@ -668,6 +668,11 @@ impl Body for UpBody {
                     b.progress
                         .bytes
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+                // hyper stops polling a body with a Content-Length once it has that many bytes,
+                // so the final `None` may never come: the upload is over when the body says so.
+                if inner.is_end_stream() {
+                    b.progress.done.store(true, Ordering::Release);
                 }
             }
             Poll::Ready(None) => b.progress.done.store(true, Ordering::Release),
