@@ -83,14 +83,18 @@ fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path, regions: Option<&std::path::Path>) -> Result<gtd::config::Config> {
-    gtd::config::load(path, regions).map_err(|errors| {
+    let config = gtd::config::load(path, regions).map_err(|errors| {
         let n = errors.0.len();
         anyhow::anyhow!(
             "{errors}\n{n} error{} in {}",
             if n == 1 { "" } else { "s" },
             path.display()
         )
-    })
+    })?;
+    for w in &config.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(config)
 }
 
 fn run(args: &Args) -> Result<String> {

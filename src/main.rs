@@ -108,6 +108,10 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
 fn check(config: PathBuf, regions: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     match gtd::config::load(&config, regions.as_deref()) {
         Ok(cfg) => {
+            let mut err = std::io::stderr().lock();
+            for w in &cfg.warnings {
+                writeln!(err, "warning: {w}")?;
+            }
             let mut out = std::io::stdout().lock();
             out.write_all(cfg.summary().as_bytes())
                 .context("writing the summary")?;

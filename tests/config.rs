@@ -550,7 +550,7 @@ fn toml_syntax_errors() {
 }
 
 #[test]
-fn keys_of_another_protocol_say_so() {
+fn keys_of_another_protocol_are_ignored_with_a_warning() {
     let text = r#"[[listener]]
 name = "game"
 protocol = "tcp"
@@ -588,21 +588,32 @@ tries = 2
     [[listener.group.endpoint]]
     address = "10.0.0.1:80"
 "#;
+    // SPEC's own schema sketch lists every listener key in one listener: a key of another
+    // protocol is valid, has no effect and says so (as HAProxy warns about a keyword of another
+    // mode), instead of failing the whole file.
+    let c = valid(text);
+    let warnings: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
-        errors(text),
+        warnings,
         [
-            r#"config.toml:6:1: listener "game": "sticky" is only for http/https listeners"#,
-            r#"config.toml:7:1: listener "game": "udp_max_flows" is only for udp listeners"#,
-            r#"config.toml:8:1: listener "game": "header_timeout" is only for http/https listeners"#,
-            r#"config.toml:9:1: listener "game": "tls" is only for https listeners"#,
-            r#"config.toml:11:14: listener "game": "route" is only for http/https listeners"#,
-            r#"config.toml:18:3: listener "game" group "beijing": "path_prefix" is only for http/https listeners"#,
-            r#"config.toml:19:3: listener "game" group "beijing": "keepalive" is only for http/https listeners"#,
-            r#"config.toml:21:5: listener "game" group "beijing" health_check: "path" is only for http/https health checks"#,
-            r#"config.toml:30:1: listener "voice": "proxy_protocol" is only for tcp listeners"#,
-            r#"config.toml:31:1: listener "voice": "tries" is only for tcp/http/https listeners"#,
+            r#"config.toml:6:1: listener "game": "sticky" is only for http/https listeners; ignored"#,
+            r#"config.toml:7:1: listener "game": "udp_max_flows" is only for udp listeners; ignored"#,
+            r#"config.toml:8:1: listener "game": "header_timeout" is only for http/https listeners; ignored"#,
+            r#"config.toml:9:1: listener "game": "tls" is only for https listeners; ignored"#,
+            r#"config.toml:11:14: listener "game": "route" is only for http/https listeners; ignored"#,
+            r#"config.toml:18:3: listener "game" group "beijing": "path_prefix" is only for http/https listeners; ignored"#,
+            r#"config.toml:19:3: listener "game" group "beijing": "keepalive" is only for http/https listeners; ignored"#,
+            r#"config.toml:21:5: listener "game" group "beijing" health_check: "path" is only for http/https health checks; ignored"#,
+            r#"config.toml:30:1: listener "voice": "proxy_protocol" is only for tcp listeners; ignored"#,
+            r#"config.toml:31:1: listener "voice": "tries" is only for tcp/http/https listeners; ignored"#,
         ]
     );
+    let game = &c.listeners[0];
+    assert!(game.sticky.is_none() && game.routes.is_empty() && game.tls.is_none());
+    assert_eq!(game.udp_max_flows, 65_536);
+    assert_eq!(game.groups[0].path_prefix, None);
+    let voice = &c.listeners[1];
+    assert_eq!((voice.proxy_protocol, voice.tries), (None, 3));
 }
 
 #[test]
@@ -1684,6 +1695,7 @@ fn gtd_check_prints_a_summary_and_exits_0() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no warnings");
     let stdout = String::from_utf8(out.stdout).unwrap();
     let expected = format!(
         "{}: ok — 3 listeners, 6 groups, 8 endpoints; {} regions in the catalogue
@@ -1701,6 +1713,28 @@ cn-shanghai  China (Shanghai)  3       4
         catalog().regions.len()
     );
     assert_eq!(stdout, expected);
+}
+
+#[test]
+fn gtd_check_prints_warnings_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let text = EXAMPLE.replacen("port = 8080\n", "port = 8080\nproxy_protocol = \"v2\"\n", 1);
+    std::fs::write(&file, text).unwrap();
+    let out = gtd_check(&file);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "warning: {}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n",
+            file.display()
+        )
+    );
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains(": ok — 3 listeners")
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::config::ConfigError;
 use crate::regions::Catalog;
 
 /// A whole `config.toml`, validated, with the region catalogue it refers to.
@@ -26,6 +27,10 @@ pub struct Config {
     pub admin: Admin,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
+    /// Things in the file that are valid but have no effect (a key of another protocol, as
+    /// HAProxy warns about a keyword of another mode), sorted by position; the node logs them
+    /// and `gtd check` prints them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// `[node]`: settings of the process itself.

@@ -31,6 +31,7 @@ pub(crate) struct Ctx<'s> {
     text: &'s str,
     file: PathBuf,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
 }
 
 impl<'s> Ctx<'s> {
@@ -40,6 +41,7 @@ impl<'s> Ctx<'s> {
             text,
             file: file.to_path_buf(),
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -50,14 +52,32 @@ impl<'s> Ctx<'s> {
 
     /// Records an error at byte offset `at`, under the path of names `path`.
     pub(crate) fn error(&mut self, at: usize, path: &str, message: impl Into<String>) {
+        let e = self.at(at, path, message.into());
+        self.errors.push(e);
+    }
+
+    /// Records a warning: the file is valid, but something in it has no effect.
+    pub(crate) fn warn(&mut self, at: usize, path: &str, message: impl Into<String>) {
+        let w = self.at(at, path, message.into());
+        self.warnings.push(w);
+    }
+
+    fn at(&self, at: usize, path: &str, message: String) -> ConfigError {
         let (line, column) = position(self.text, at);
-        self.errors.push(ConfigError {
+        ConfigError {
             file: self.file.clone(),
             line,
             column,
             path: path.to_owned(),
-            message: message.into(),
-        });
+            message,
+        }
+    }
+
+    /// The warnings, sorted by position.
+    pub(crate) fn take_warnings(&mut self) -> Vec<ConfigError> {
+        let mut w = std::mem::take(&mut self.warnings);
+        w.sort_by_key(|e| (e.line, e.column));
+        w
     }
 
     /// True once any error was recorded.

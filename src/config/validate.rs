@@ -72,6 +72,7 @@ pub(crate) fn config(
             node,
             admin,
             listeners,
+            warnings: ctx.take_warnings(),
         }),
         _ => {
             catalog_errors.extend(ctx.into_errors());
@@ -236,11 +237,13 @@ fn choice<T: Copy>(
     None
 }
 
-/// Records `"key" is only for WHO` when `key` is present but not `allowed`; true when it may be read.
+/// Warns `"key" is only for WHO; ignored` when `key` is present but not `allowed` (HAProxy warns
+/// the same way about a keyword of another mode); true when it may be read.
 fn only_for(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str, allowed: bool, who: &str) -> bool {
     match t.key_at(key) {
         Some(at) if !allowed => {
-            ctx.error(at, &t.path, format!("{} is only for {who}", quote(key)));
+            let msg = format!("{} is only for {who}; ignored", quote(key));
+            ctx.warn(at, &t.path, msg);
             false
         }
         _ => true,

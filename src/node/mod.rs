@@ -94,6 +94,9 @@ fn load(opts: &Options) -> Result<Config> {
             opts.config.display()
         )
     })?;
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     if config.catalog.get(&opts.region).is_none() {
         bail!("--region {}: not in the region catalogue", opts.region);
     }
