@@ -617,6 +617,54 @@ tries = 2
 }
 
 #[test]
+fn a_route_an_earlier_one_shadows_gets_a_warning() {
+    let text = r#"[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+
+  [[listener.route]]
+  host = "a.example.com"
+  path_prefix = ["/api/", "/v2/"]
+  groups = ["b"]
+
+  [[listener.route]]
+  host = "A.example.com"
+  path_prefix = ["/api/"]
+  header = { name = "X-Canary", value = "1" }
+  groups = ["b"]
+
+  [[listener.route]]
+  host = "a.example.com"
+  path_prefix = ["/api/", "/v3/"]
+  groups = ["b"]
+
+  [[listener.group]]
+  name = "b"
+  region = "cn-beijing"
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+"#;
+    let c = valid(text);
+    let warnings: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+    // Route 2 (a canary after its plain twin) can never win; route 3 still can (/v3/).
+    assert_eq!(
+        warnings,
+        [
+            r#"config.toml:12:3: listener "web" route 2: this route never matches: route 1 (line 7) comes first and takes every request it would (ties go by config order; put the narrower rule first)"#
+        ]
+    );
+    // In the other order both rules are reachable: no warning.
+    let swapped = text.replacen(
+        "path_prefix = [\"/api/\", \"/v2/\"]",
+        "path_prefix = [\"/v2/\"]",
+        1,
+    );
+    assert!(valid(&swapped).warnings.is_empty());
+}
+
+#[test]
 fn health_check_timeouts_never_exceed_the_interval() {
     let text = r#"[[listener]]
 name = "web"

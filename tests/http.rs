@@ -907,9 +907,10 @@ groups = [\"c\"]
             200,
             "c",
         ),
-        // The host is claimed, no rule covers /v1/, no host-only rule: 404.
+        // The host is claimed, no rule matches /v1/, no host-only rule: 404.
         ("api.example.com", "/v1/users", &[], 404, ""),
-        ("api.example.com", "/img/logo.png", &[], 404, ""),
+        // A path-only rule is a rule for its path, on a claimed host too.
+        ("api.example.com", "/img/logo.png", &[], 200, "c"),
         ("cdn.static.test", "/anything", &[], 200, "c"),
         ("other.test", "/img/logo.png", &[], 200, "c"),
         ("other.test", "/", &[], 200, "a"),
@@ -955,7 +956,7 @@ groups = [\"c\"]
     })
     .await
     .unwrap();
-    assert_eq!((not_found, no_route), (2.0, 1.0));
+    assert_eq!((not_found, no_route), (1.0, 1.0));
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
 

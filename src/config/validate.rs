@@ -731,6 +731,7 @@ fn server_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Ser
 
 fn routes(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'_>]) -> Vec<Route> {
     let mut out = Vec::new();
+    let mut at = Vec::new();
     for (i, v) in t.tables(ctx, "route").into_iter().enumerate() {
         let path = format!("{} route {}", t.path, i + 1);
         let Some(r) = Table::of(ctx, v, "route", &t.path, path) else {
@@ -784,8 +785,43 @@ fn routes(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'_>]) -> Vec
             header,
             groups: names,
         });
+        at.push((r.at, r.path));
+    }
+    for (j, later) in out.iter().enumerate() {
+        if let Some(i) = out[..j].iter().position(|earlier| shadows(earlier, later)) {
+            let (line, _) = crate::config::position(ctx.text(), at[i].0);
+            let msg = format!(
+                "this route never matches: route {} (line {line}) comes first and takes every \
+                 request it would (ties go by config order; put the narrower rule first)",
+                i + 1
+            );
+            ctx.warn(at[j].0, &at[j].1, msg);
+        }
     }
     out
+}
+
+/// True when `earlier` takes every request `later` would match (SPEC 3.5 ties go by config
+/// order): the same level and host, every prefix of `later` among its own, and no header
+/// condition or the same one.
+fn shadows(earlier: &Route, later: &Route) -> bool {
+    let same_host = match (&earlier.host, &later.host) {
+        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+        (None, None) => true,
+        _ => false,
+    };
+    same_host
+        && earlier.path_prefix.is_empty() == later.path_prefix.is_empty()
+        && later
+            .path_prefix
+            .iter()
+            .all(|p| earlier.path_prefix.contains(p))
+        && earlier.header.as_ref().is_none_or(|h| {
+            later
+                .header
+                .as_ref()
+                .is_some_and(|l| l.name.eq_ignore_ascii_case(&h.name) && l.value == h.value)
+        })
 }
 
 /// `path_prefix`: a list of paths (a single string is taken as a list of one).

@@ -9,13 +9,12 @@
 //! 5. the default (every group of the listener).
 //!
 //! Among rules of one level an exact host beats a wildcard, then the longest matching path
-//! prefix wins, then a rule with a header condition beats one without (the more specific rule:
-//! SPEC is silent on headers, and a canary rule listed after its plain twin would otherwise never
-//! match), then config order.
+//! prefix wins, then config order (SPEC 3.5; a header condition only filters: a canary rule must
+//! come before its plain twin, and `gtd check` warns about a rule an earlier one shadows).
 //!
-//! A request whose host matches some rule (its header condition, if any, met) while no rule for
-//! its path exists and no host-only rule exists gets 404 (as GA does): host rules claim their
-//! hosts, so path-only rules do not apply to them.
+//! A request whose host matches some rule (its header condition, if any, met) while no rule
+//! matches its path and no host-only rule exists gets 404 (as GA does) instead of the default.
+//! A path-only rule is a rule for the path, so it still applies to such a host.
 //!
 //! Hosts compare case-insensitively with the port stripped (`Example.COM:8080` is
 //! `example.com`); `*` matches any run of characters and `?` exactly one. Path prefixes compare
@@ -63,9 +62,9 @@ pub trait RouteRequest {
     fn header(&self, name: &str) -> Option<&str>;
 }
 
-/// Rank of a match within its level: exact host, prefix length, header condition, then earlier
-/// rules (higher is better).
-type Rank = (bool, usize, bool, std::cmp::Reverse<usize>);
+/// Rank of a match within its level: exact host, prefix length, then earlier rules (higher is
+/// better).
+type Rank = (bool, usize, std::cmp::Reverse<usize>);
 
 impl Rules {
     /// Prepares the listener's `[[listener.route]]` rules.
@@ -136,7 +135,7 @@ impl Rules {
                     .max()
             };
             let Some(prefix) = prefix else { continue };
-            let rank = (exact, prefix, rule.header.is_some(), std::cmp::Reverse(i));
+            let rank = (exact, prefix, std::cmp::Reverse(i));
             let slot = match (rule.host.is_some(), !rule.prefixes.is_empty()) {
                 (true, true) => &mut host_path,
                 (true, false) => &mut host_only,
@@ -147,14 +146,9 @@ impl Rules {
                 *slot = Some((rank, i));
             }
         }
-        if let Some((_, i)) = host_path.or(host_only) {
-            return Match::Route(i);
-        }
-        if host_claimed {
-            return Match::NotFound;
-        }
-        match path_only.or(header_only) {
+        match host_path.or(host_only).or(path_only).or(header_only) {
             Some((_, i)) => Match::Route(i),
+            None if host_claimed => Match::NotFound,
             None => Match::Default,
         }
     }
@@ -289,9 +283,9 @@ mod tests {
         assert_eq!(find(&rules, "c.example.com", "/api/x"), Match::Route(0));
         assert_eq!(find(&rules, "c.example.com", "/other"), Match::Default);
         assert_eq!(find(&rules, "b.example.com", "/v2/x"), Match::Route(3));
-        // b's host is claimed by a rule, no rule covers its path, no host-only rule: 404, even
-        // though a path-only rule would match.
-        assert_eq!(find(&rules, "b.example.com", "/api/x"), Match::NotFound);
+        // b's host is claimed by a rule and has no host-only rule: a path-only rule for its path
+        // still applies; a path no rule covers is 404, not the default.
+        assert_eq!(find(&rules, "b.example.com", "/api/x"), Match::Route(0));
         assert_eq!(find(&rules, "b.example.com", "/"), Match::NotFound);
     }
 
@@ -333,10 +327,11 @@ mod tests {
     }
 
     #[test]
-    fn headers_filter_and_make_a_rule_more_specific() {
+    fn headers_filter_and_ties_go_by_config_order() {
         let rules = Rules::new(&[
-            route(Some("a.example.com"), &["/"], None),
             route(Some("a.example.com"), &["/"], Some(("X-Canary", "1"))),
+            route(Some("a.example.com"), &["/"], None),
+            route(Some("a.example.com"), &["/"], Some(("X-Beta", "1"))), // shadowed by 1
             route(None, &[], Some(("x-beta", "yes"))),
         ]);
         let req = |headers| Req {
@@ -344,15 +339,28 @@ mod tests {
             path: "/x",
             headers,
         };
-        assert_eq!(rules.find(&req(&[])), Match::Route(0));
-        assert_eq!(rules.find(&req(&[("x-canary", "1")])), Match::Route(1));
-        assert_eq!(rules.find(&req(&[("x-canary", "2")])), Match::Route(0));
+        assert_eq!(rules.find(&req(&[])), Match::Route(1));
+        assert_eq!(rules.find(&req(&[("x-canary", "1")])), Match::Route(0));
+        assert_eq!(rules.find(&req(&[("x-canary", "2")])), Match::Route(1));
+        assert_eq!(rules.find(&req(&[("x-beta", "1")])), Match::Route(1));
         let other = Req {
             host: Some("z.example.com"),
             path: "/",
             headers: &[("x-beta", "yes")],
         };
-        assert_eq!(rules.find(&other), Match::Route(2));
+        assert_eq!(rules.find(&other), Match::Route(3));
+        // A header-only rule covers every path, so a claimed host with it is not 404.
+        let claimed = Req {
+            host: Some("a.example.com"),
+            path: "/",
+            headers: &[("x-beta", "yes")],
+        };
+        let rules = Rules::new(&[
+            route(Some("a.example.com"), &["/api/"], None),
+            route(None, &[], Some(("x-beta", "yes"))),
+        ]);
+        assert_eq!(rules.find(&claimed), Match::Route(1));
+        assert_eq!(find(&rules, "a.example.com", "/"), Match::NotFound);
     }
 
     #[test]
