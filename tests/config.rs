@@ -833,7 +833,7 @@ tls = { certs = [{ cert = "missing.pem" }] }
 }
 
 #[test]
-fn upstream_tls_needs_a_ca_or_an_explicit_skip() {
+fn upstream_tls_without_a_ca_uses_the_system_bundle_and_versions_read_as_written() {
     let text = r#"[[listener]]
 name = "web"
 protocol = "http"
@@ -847,12 +847,29 @@ regions = ["cn-beijing"]
     [[listener.group.endpoint]]
     address = "10.0.0.1:443"
 "#;
+    let tls = |text: &str| valid(text).listeners[0].groups[0].tls.clone().unwrap();
+    let t = tls(text);
+    assert!(t.enabled && t.ca.is_none() && !t.insecure_skip_verify);
+    assert_eq!(t.min_version, TlsVersion::V1_2);
+    for (written, version) in [
+        ("\"1.3\"", TlsVersion::V1_3),
+        ("\"TLSv1.3\"", TlsVersion::V1_3),
+        ("\"tls1.2\"", TlsVersion::V1_2),
+        ("\"TLSv1_3\"", TlsVersion::V1_3),
+        ("1.2", TlsVersion::V1_2),
+        ("1.3", TlsVersion::V1_3),
+    ] {
+        let t = tls(&text.replace("sni = ", &format!("min_version = {written}, sni = ")));
+        assert_eq!(t.min_version, version, "{written}");
+    }
     assert_eq!(
-        error(text),
-        r#"config.toml:10:9: listener "web" group "beijing": tls towards endpoints needs "ca" (a PEM bundle to verify them with; gtd does not use the system roots) or insecure_skip_verify = true"#
+        error(&text.replace("sni = ", "min_version = \"TLSv1.1\", sni = ")),
+        r#"config.toml:10:25: listener "web" group "beijing": min_version "TLSv1.1" is not supported: gtd speaks TLS 1.2 and 1.3 (rustls)"#
     );
-    assert!(parse(&text.replace("sni = ", "insecure_skip_verify = true, sni = ")).is_ok());
-    assert!(parse(&text.replace("sni = ", "enabled = false, sni = ")).is_ok());
+    assert_eq!(
+        error(&text.replace("sni = ", "min_version = \"1.4\", sni = ")),
+        r#"config.toml:10:25: listener "web" group "beijing": unknown min version "1.4" (expected "1.2" or "1.3")"#
+    );
 }
 
 #[test]

@@ -1327,6 +1327,9 @@ groups = [\"nocert\"]
 [[listener.route]]
 path_prefix = [\"/plain/\"]
 groups = [\"plain\"]
+[[listener.route]]
+path_prefix = [\"/system/\"]
+groups = [\"system\"]
 ";
     let cfg = write_config(
         dir.path(),
@@ -1335,7 +1338,7 @@ groups = [\"plain\"]
             "https",
             routes,
             &format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 group(
                     "mtls",
                     "cn-beijing",
@@ -1357,6 +1360,14 @@ groups = [\"plain\"]
                     100.0,
                     "tls = { insecure_skip_verify = true, min_version = \"1.3\" }",
                     &[(tls_only.addr, "")],
+                ),
+                // No `ca`: verified with the system bundle, which does not hold the test CA.
+                group(
+                    "system",
+                    "cn-shenzhen",
+                    100.0,
+                    "tls = { sni = \"backend.test\" }",
+                    &[(tls_only.addr, "max_fails = 0")],
                 ),
             ),
         ),
@@ -1408,6 +1419,11 @@ groups = [\"plain\"]
         .unwrap();
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     assert!(answer.ends_with("this port speaks HTTPS: the plain HTTP request was not read\n"));
+
+    // Verified against the system bundle, the endpoint's private CA is unknown: 502.
+    let s = tls_connect(addr, &pki, "default.test", &[b"http/1.1"]).await;
+    let (status, _, _) = get_over(s, false, "default.test", "/system/x").await;
+    assert_eq!(status, 502);
 
     // Without a client certificate the endpoint refuses the handshake: 502.
     let s = tls_connect(addr, &pki, "default.test", &[b"http/1.1"]).await;

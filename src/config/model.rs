@@ -469,7 +469,8 @@ pub struct UpstreamTls {
     pub enabled: bool,
     /// Server name sent; the endpoint's host when unset.
     pub sni: Option<String>,
-    /// CA bundle (PEM) to verify the endpoints; the system roots are not used.
+    /// CA bundle (PEM) to verify the endpoints; when unset, the system bundle (`SSL_CERT_FILE`,
+    /// else the distribution's file).
     pub ca: Option<PathBuf>,
     /// Client certificate chain (PEM) for mTLS.
     pub client_cert: Option<PathBuf>,

@@ -1830,21 +1830,7 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
         }
     }
     let insecure_skip_verify = t.bool(ctx, "insecure_skip_verify").unwrap_or(false);
-    if enabled && !insecure_skip_verify && !t.has("ca") {
-        ctx.error(
-            t.at,
-            &t.path,
-            "tls towards endpoints needs \"ca\" (a PEM bundle to verify them with; gtd does not \
-             use the system roots) or insecure_skip_verify = true",
-        );
-    }
-    let min_version = choice(
-        ctx,
-        t,
-        "min_version",
-        &[("1.2", TlsVersion::V1_2), ("1.3", TlsVersion::V1_3)],
-    )
-    .map_or(TlsVersion::V1_2, |v| v.v);
+    let min_version = tls_version(ctx, t).unwrap_or(TlsVersion::V1_2);
     Some(UpstreamTls {
         enabled,
         sni,
@@ -1854,6 +1840,48 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
         insecure_skip_verify,
         min_version,
     })
+}
+
+/// `min_version`: "1.2" or "1.3", also as written elsewhere ("TLSv1.2", "TLS1.3", any case)
+/// or as the number 1.2.
+fn tls_version(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<TlsVersion> {
+    let v = t.value("min_version")?;
+    let at = v.span().start;
+    let text = match v.get_ref() {
+        toml::de::DeValue::Float(f) => f.as_str().to_owned(),
+        toml::de::DeValue::String(s) => s.to_string(),
+        other => {
+            let msg = format!(
+                "\"min_version\" must be \"1.2\" or \"1.3\", found {}",
+                describe(other)
+            );
+            ctx.error(at, &t.path, msg);
+            return None;
+        }
+    };
+    let lower = text.to_ascii_lowercase();
+    let bare = lower.strip_prefix("tls").unwrap_or(&lower);
+    let bare = bare.strip_prefix('v').unwrap_or(bare).replace('_', ".");
+    match bare.trim() {
+        "1.2" => Some(TlsVersion::V1_2),
+        "1.3" => Some(TlsVersion::V1_3),
+        "1.0" | "1" | "1.1" => {
+            let msg = format!(
+                "min_version {} is not supported: gtd speaks TLS 1.2 and 1.3 (rustls)",
+                quote(&text)
+            );
+            ctx.error(at, &t.path, msg);
+            None
+        }
+        _ => {
+            let msg = format!(
+                "unknown min version {} (expected \"1.2\" or \"1.3\")",
+                quote(&text)
+            );
+            ctx.error(at, &t.path, msg);
+            None
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,35 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(chain)
 }
 
+/// Where Linux distributions keep their CA bundle (the paths OpenSSL-based clients probe).
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Arch, Gentoo
+    "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // RHEL 7+
+    "/etc/ssl/ca-bundle.pem",             // openSUSE
+    "/etc/ssl/cert.pem",                  // Alpine, macOS
+];
+
+/// The system's CA bundle for a group `tls` without `ca`: `SSL_CERT_FILE` when set (as for
+/// curl and OpenSSL), else the first of [`SYSTEM_BUNDLES`] that exists.
+fn system_bundle() -> Result<std::path::PathBuf, String> {
+    if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
+        return Ok(file.into());
+    }
+    SYSTEM_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| {
+            format!(
+                "tls towards endpoints without `ca` verifies them with the system CA bundle, and \
+                 none was found ({}; or set SSL_CERT_FILE); set `ca = \"bundle.pem\"`",
+                SYSTEM_BUNDLES.join(", ")
+            )
+        })
+}
+
 /// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{}: {e}", path.display()))
@@ -160,18 +189,27 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
     } else {
-        let Some(ca) = &tls.ca else {
-            return Err(
-                "tls towards endpoints needs `ca` (a PEM bundle to verify them with; \
-                 gtd does not use the system roots) or `insecure_skip_verify = true`"
-                    .into(),
-            );
-        };
         let mut roots = RootCertStore::empty();
-        for cert in read_chain(ca)? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", ca.display()))?;
+        match &tls.ca {
+            Some(ca) => {
+                for cert in read_chain(ca)? {
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("{}: {e}", ca.display()))?;
+                }
+            }
+            None => {
+                let bundle = system_bundle()?;
+                // A system bundle may hold a certificate rustls cannot use; skip it, as
+                // OpenSSL-based clients do, as long as some remain.
+                let (added, _) = roots.add_parsable_certificates(read_chain(&bundle)?);
+                if added == 0 {
+                    return Err(format!(
+                        "{}: no usable CA certificate in the system bundle",
+                        bundle.display()
+                    ));
+                }
+            }
         }
         builder.with_root_certificates(roots)
     };
