@@ -453,7 +453,7 @@ regions = ["cn-beijing", "cn-shanghai"]
   [[listener.group]]
   name = "beijing"
   region = "cn-beijing"
-  priority = { cn-hangzhou = 2, cn-shanghai = 0 }
+  priority = { cn-hangzou = 2, cn-shanghai = 0 }
     [[listener.group.endpoint]]
     address = "10.0.0.1:80"
 "#;
@@ -461,8 +461,24 @@ regions = ["cn-beijing", "cn-shanghai"]
         errors(text),
         [
             r#"config.toml:10:14: listener "web" group "beijing": priority has no rank for region "cn-beijing"; a priority table must rank every region of the listener"#,
-            r#"config.toml:10:16: listener "web" group "beijing": priority ranks region "cn-hangzhou", which is not a region of this listener (cn-beijing, cn-shanghai)"#,
-            r#"config.toml:10:47: listener "web" group "beijing": priority 0 for "cn-shanghai" must be at least 1"#,
+            r#"config.toml:10:16: listener "web" group "beijing": priority ranks region "cn-hangzou", which is not a region of this listener (cn-beijing, cn-shanghai)"#,
+            r#"config.toml:10:46: listener "web" group "beijing": priority 0 for "cn-shanghai" must be at least 1"#,
+        ]
+    );
+    // A region of the catalogue that does not serve this listener (SPEC's example table copied
+    // onto a listener served from Beijing only): its rank is never used, so it is a warning.
+    let one = text
+        .replace(r#"["cn-beijing", "cn-shanghai"]"#, r#"["cn-beijing"]"#)
+        .replace(
+            "cn-hangzou = 2, cn-shanghai = 0",
+            "cn-beijing = 1, cn-shanghai = 2",
+        );
+    let c = valid(&one);
+    let warnings: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"config.toml:10:32: listener "web" group "beijing": priority ranks region "cn-shanghai", which does not serve this listener (cn-beijing); ignored"#
         ]
     );
 }
@@ -617,6 +633,36 @@ tries = 2
 }
 
 #[test]
+fn spellings_operators_bring_from_other_proxies() {
+    let text = r#"[[listener]]
+name = "web"
+protocol = "HTTP"
+port = 8080
+regions = ["cn-beijing"]
+
+  [[listener.group]]
+  name = "b"
+  region = "cn-beijing"
+    [listener.group.health_check]
+    protocol = "http"
+    method = "get"
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+    max_conns = 0
+"#;
+    let c = valid(text);
+    let l = &c.listeners[0];
+    assert_eq!(l.protocol, Protocol::Http);
+    // nginx's max_conns=0: no limit.
+    assert_eq!(l.groups[0].endpoints[0].max_conns, None);
+    let check = l.groups[0].health_check.as_ref().unwrap();
+    assert_eq!(check.method, CheckMethod::Get);
+    // A status entry that does not parse is one error, not two.
+    let bad = text.replace("method = \"get\"", "expect_status = [\"2xx\"]");
+    assert_eq!(errors(&bad).len(), 1, "{:?}", errors(&bad));
+}
+
+#[test]
 fn a_route_an_earlier_one_shadows_gets_a_warning() {
     let text = r#"[[listener]]
 name = "web"
@@ -701,7 +747,7 @@ regions = ["cn-beijing"]
     connect_timeout = "1s"
     read_timeout = "1500ms"
     unhealthy_threshold = 0
-    method = "get"
+    method = "GETT"
     [[listener.group.endpoint]]
     address = "10.0.0.1:80"
 "#;
@@ -713,7 +759,7 @@ regions = ["cn-beijing"]
             r#"config.toml:22:5: listener "web" group "b" health_check: set either "timeout" or "connect_timeout" and "read_timeout", not both"#,
             r#"config.toml:34:20: listener "web" group "c" health_check: connect_timeout 1s + read_timeout 1500ms is above interval 2s; checks would overlap"#,
             r#"config.toml:35:27: listener "web" group "c" health_check: unhealthy_threshold 0 is out of range: it must be at least 1"#,
-            r#"config.toml:36:14: listener "web" group "c" health_check: unknown method "get" (expected "GET", "PUT", "POST" or "DELETE"); did you mean "GET"?"#,
+            r#"config.toml:36:14: listener "web" group "c" health_check: unknown method "GETT" (expected "GET", "PUT", "POST" or "DELETE"); did you mean "GET"?"#,
         ]
     );
 }

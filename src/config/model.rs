@@ -524,7 +524,7 @@ pub struct Endpoint {
     pub address: Address,
     /// Relative weight (>= 1, default 1).
     pub weight: u32,
-    /// Most concurrent connections/requests; unlimited when unset.
+    /// Most concurrent connections/requests; unlimited when unset (`max_conns = 0` too).
     pub max_conns: Option<u32>,
     /// Used only when no primary can serve.
     pub backup: bool,

@@ -220,7 +220,11 @@ fn choice<T: Copy>(
         ctx.error(at, &t.path, msg);
         return None;
     };
-    if let Some((_, value)) = options.iter().find(|(n, _)| *n == s) {
+    // Exact first, then in any case (`"get"`, `"HTTP"`): the names are distinct either way.
+    let found = options.iter().find(|(n, _)| *n == s);
+    if let Some((_, value)) =
+        found.or_else(|| options.iter().find(|(n, _)| n.eq_ignore_ascii_case(s)))
+    {
         return Some(At { v: *value, at });
     }
     let hint = did_you_mean(s, names.iter().copied());
@@ -1071,7 +1075,7 @@ fn group<'t>(
         .req_str(ctx, "region")
         .filter(|r| env.region(ctx, *r, &t.path));
     let ratio = ratio(ctx, &t);
-    let (priority, ranks) = priority(ctx, &t, regions);
+    let (priority, ranks) = priority(ctx, env, &t, regions);
     let balance = balance(ctx, &t, protocol);
     let health_check = t
         .table(ctx, "health_check", format!("{} health_check", t.path))
@@ -1149,6 +1153,7 @@ fn ratio(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
 /// `priority`: a rank >= 1, or a table region → rank covering every region of the listener.
 fn priority(
     ctx: &mut Ctx<'_>,
+    env: &Env<'_>,
     t: &Table<'_, '_>,
     regions: &[At<&str>],
 ) -> (Option<Priority>, Vec<(String, u32, usize)>) {
@@ -1175,6 +1180,18 @@ fn priority(
             let mut ranks = Vec::new();
             for (region, value) in table.entries() {
                 let names: Vec<&str> = regions.iter().map(|r| r.v).collect();
+                let known = env.catalog.is_some_and(|c| c.get(region.v).is_some());
+                if !names.contains(&region.v) && known {
+                    // One table copied to listeners served from fewer regions: a rank for a
+                    // region that does not serve this listener is never used.
+                    let msg = format!(
+                        "priority ranks region {}, which does not serve this listener ({}); ignored",
+                        quote(region.v),
+                        names.join(", ")
+                    );
+                    ctx.warn(region.at, &t.path, msg);
+                    continue;
+                }
                 if !names.contains(&region.v) {
                     let hint = did_you_mean(region.v, names.iter().copied());
                     let msg = format!(
@@ -1633,14 +1650,19 @@ fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<HealthCheck> {
     if read("expect_status")
         && let Some(set) = status_set(ctx, t, "expect_status")
     {
-        if set.is_empty() {
+        // Entries that did not parse were reported already; only a list written empty is.
+        let written_empty = t
+            .value("expect_status")
+            .and_then(|v| v.get_ref().as_array())
+            .is_some_and(|a| a.is_empty());
+        if written_empty {
             let at = t.value_at("expect_status").unwrap_or(t.at);
             ctx.error(
                 at,
                 &t.path,
                 "\"expect_status\" must list at least one status, like [200]",
             );
-        } else {
+        } else if !set.is_empty() {
             expect_status = set;
         }
     }
@@ -1976,7 +1998,11 @@ fn endpoint(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, method: Option<Method>) -> Opt
         None
     };
     let backup = backup_ok && t.bool(ctx, "backup").unwrap_or(false);
-    let max_conns = t.u32(ctx, "max_conns", 1, None).map(|n| n.v);
+    // 0 is "no limit", as in nginx.
+    let max_conns = t
+        .u32(ctx, "max_conns", 0, None)
+        .map(|n| n.v)
+        .filter(|&n| n > 0);
     let down = t.bool(ctx, "down").unwrap_or(false);
     let drain = t.bool(ctx, "drain").unwrap_or(false);
     let enabled = t.bool(ctx, "enabled").unwrap_or(true);
