@@ -51,7 +51,11 @@ const SYSTEM_BUNDLES: &[&str] = &[
 /// curl and OpenSSL), else the first of [`SYSTEM_BUNDLES`] that exists.
 fn system_bundle() -> Result<std::path::PathBuf, String> {
     if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
-        return Ok(file.into());
+        let file = std::path::PathBuf::from(file);
+        if !file.is_file() {
+            return Err(format!("SSL_CERT_FILE={}: not a file", file.display()));
+        }
+        return Ok(file);
     }
     SYSTEM_BUNDLES
         .iter()
