@@ -1811,10 +1811,10 @@ fn gtd_check_prints_a_summary_and_exits_0() {
     let expected = format!(
         "{}: ok — 3 listeners, 6 groups, 8 endpoints; {} regions in the catalogue
 
-listener  protocol  port  regions                 groups  endpoints
-web       http      8080  cn-beijing,cn-shanghai  2       4
-game      tcp       7000  cn-beijing,cn-shanghai  2       2
-voice     udp       7000  cn-beijing,cn-shanghai  2       2
+listener  protocol  port  regions                 groups  endpoints  routes
+web       http      8080  cn-beijing,cn-shanghai  2       4          0
+game      tcp       7000  cn-beijing,cn-shanghai  2       2          0
+voice     udp       7000  cn-beijing,cn-shanghai  2       2          0
 
 region       name              groups  endpoints
 cn-beijing   China (Beijing)   3       4

@@ -6,7 +6,7 @@ use super::model::Config;
 
 impl Config {
     /// A few lines an operator can read at a glance: per listener its protocol, port, regions,
-    /// groups and endpoints; then endpoints per group region.
+    /// groups, endpoints and forwarding rules; then endpoints per group region.
     pub fn summary(&self) -> String {
         let groups: usize = self.listeners.iter().map(|l| l.groups.len()).sum();
         let endpoints: usize = self
@@ -39,6 +39,7 @@ impl Config {
             "regions",
             "groups",
             "endpoints",
+            "routes",
         ])];
         for l in &self.listeners {
             let endpoints: usize = l.groups.iter().map(|g| g.endpoints.len()).sum();
@@ -49,6 +50,7 @@ impl Config {
                 l.regions.join(","),
                 l.groups.len().to_string(),
                 endpoints.to_string(),
+                l.routes.len().to_string(),
             ]);
         }
         out.push('\n');
