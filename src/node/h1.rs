@@ -537,4 +537,98 @@ mod tests {
         assert_eq!(dechunk(&long, 64), Err("line too long"));
         assert_eq!(dechunk(b"5\r\nhel", 8), Err("ended early"));
     }
+
+    mod props {
+        use super::*;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        /// A valid response head: status, then fields named from a small set of tokens.
+        fn head_text() -> impl Strategy<Value = (u16, Vec<(String, String)>, String)> {
+            let field = ("x-[a-z]{1,8}", "[!-~]([ -~]{0,20}[!-~])?");
+            (100u16..600, vec(field, 0..12)).prop_map(|(status, fields)| {
+                let mut text = format!("HTTP/1.1 {status} Whatever\r\n");
+                for (name, value) in &fields {
+                    text.push_str(&format!("{name}: {value}\r\n"));
+                }
+                text.push_str("content-length: 0\r\n\r\n");
+                (status, fields, text)
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_body_in_any_chunks_and_pieces_decodes_to_itself(
+                chunks in vec(vec(any::<u8>(), 1..300), 0..8),
+                piece in 1_usize..64,
+                extension in any::<bool>(),
+            ) {
+                let mut wire = Vec::new();
+                for c in &chunks {
+                    let ext = if extension { ";name=value" } else { "" };
+                    wire.extend_from_slice(format!("{:X}{ext}\r\n", c.len()).as_bytes());
+                    wire.extend_from_slice(c);
+                    wire.extend_from_slice(b"\r\n");
+                }
+                wire.extend_from_slice(b"0\r\nx-trailer: t\r\n\r\nNEXT");
+                let (out, left) = dechunk(&wire, piece).unwrap();
+                prop_assert_eq!(out, chunks.concat());
+                // The decoder stops at the body's end: at most the 4 bytes after it are left.
+                prop_assert!(left <= 4);
+            }
+
+            #[test]
+            fn a_head_is_incomplete_until_its_last_byte_then_parsed_whole(
+                (status, fields, text) in head_text(),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                let bytes = text.as_bytes();
+                let at = cut.index(bytes.len());
+                prop_assert_eq!(parse_response(&mut BytesMut::from(&bytes[..at]), false).unwrap().map(|h| h.status), None);
+                let mut buf = BytesMut::from(bytes);
+                buf.extend_from_slice(b"NEXT");
+                let h = parse_response(&mut buf, false).unwrap().unwrap();
+                prop_assert_eq!(h.status.as_u16(), status);
+                prop_assert_eq!(&buf[..], b"NEXT");
+                for (name, value) in &fields {
+                    let all: Vec<&[u8]> = h.headers.get_all(name.as_str()).iter().map(|v| v.as_bytes()).collect();
+                    prop_assert!(all.contains(&value.as_bytes()), "{} missing", name);
+                }
+            }
+
+            #[test]
+            fn arbitrary_bytes_are_refused_or_waited_for_never_misread(
+                input in (
+                    any::<bool>(),
+                    vec(
+                        prop_oneof![
+                            4 => any::<u8>(),
+                            1 => Just(b'\r'),
+                            1 => Just(b'\n'),
+                            1 => Just(b':'),
+                            1 => Just(b' '),
+                        ],
+                        0..400,
+                    ),
+                )
+                    .prop_map(|(status_line, tail)| {
+                        let start: &[u8] = if status_line { b"HTTP/1.1 200 OK\r\n" } else { b"" };
+                        [start, &tail].concat()
+                    }),
+                piece in 1_usize..32,
+            ) {
+                let mut buf = BytesMut::from(&input[..]);
+                if let Ok(Some(_)) = parse_response(&mut buf, false) {
+                    // Only a head that starts like one and ends with an empty line is taken.
+                    prop_assert!(input.starts_with(b"HTTP/1."));
+                    let taken = input.len() - buf.len();
+                    prop_assert!(input[..taken].ends_with(b"\n"));
+                }
+                // The chunked decoder either decodes, waits, or refuses: never panics or loops.
+                let _ = dechunk(&input, piece);
+            }
+        }
+    }
 }
