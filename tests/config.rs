@@ -663,6 +663,53 @@ regions = ["cn-beijing"]
 }
 
 #[test]
+fn route_hosts_may_carry_a_port_or_be_ipv6_literals() {
+    let text = r#"[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+
+  [[listener.route]]
+  host = "api.example.com:8080"
+  groups = ["b"]
+
+  [[listener.route]]
+  host = "[2001:db8::1]"
+  groups = ["b"]
+
+  [[listener.route]]
+  host = "[::1]:8080"
+  groups = ["b"]
+
+  [[listener.group]]
+  name = "b"
+  region = "cn-beijing"
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+"#;
+    let c = valid(text);
+    let hosts: Vec<_> = c.listeners[0]
+        .routes
+        .iter()
+        .map(|r| r.host.clone().unwrap())
+        .collect();
+    assert_eq!(hosts, ["api.example.com", "[2001:db8::1]", "[::1]"]);
+    let warnings: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"config.toml:8:10: listener "web" route 1: host "api.example.com:8080": the port is ignored; routes match the host name"#,
+            r#"config.toml:16:10: listener "web" route 3: host "[::1]:8080": the port is ignored; routes match the host name"#,
+        ]
+    );
+    assert_eq!(
+        error(&text.replace("[2001:db8::1]", "[2001:db8::zz]")),
+        r#"config.toml:12:10: listener "web" route 2: "[2001:db8::zz]" is not a valid host pattern (a host name; "*" and "?" are wildcards)"#
+    );
+}
+
+#[test]
 fn a_route_an_earlier_one_shadows_gets_a_warning() {
     let text = r#"[[listener]]
 name = "web"

@@ -123,6 +123,37 @@ pub(crate) fn is_host_pattern(p: &str) -> bool {
         && !p.contains("..")
 }
 
+/// A route host as written, split into the host and a port (`example.com:8080`,
+/// `[2001:db8::1]:443`); a bare IPv6 address has no port to split.
+pub(crate) fn split_route_host(h: &str) -> (&str, Option<&str>) {
+    if h.starts_with('[') {
+        return match h.find(']') {
+            Some(end) => match h[end + 1..].strip_prefix(':') {
+                Some(port) => (&h[..=end], Some(port)),
+                None => (h, None),
+            },
+            None => (h, None),
+        };
+    }
+    match h.rsplit_once(':') {
+        Some((name, port))
+            if !name.contains(':')
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            (name, Some(port))
+        }
+        _ => (h, None),
+    }
+}
+
+/// True for a bracketed IPv6 address, as a Host header carries one (`[2001:db8::1]`).
+pub(crate) fn is_ipv6_literal(h: &str) -> bool {
+    h.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok())
+}
+
 /// True for an HTTP header name (an RFC 9110 token).
 pub(crate) fn is_header_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(is_tchar)

@@ -750,8 +750,17 @@ fn routes(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'_>]) -> Vec
             );
         }
         let host = r.nonempty_str(ctx, "host").and_then(|h| {
-            if syntax::is_host_pattern(h.v) {
-                Some(h.v.to_owned())
+            // Requests match by host name, so a port written here is dropped (and said so).
+            let (name, port) = syntax::split_route_host(h.v);
+            if port.is_some() {
+                let msg = format!(
+                    "host {}: the port is ignored; routes match the host name",
+                    quote(h.v)
+                );
+                ctx.warn(h.at, &r.path, msg);
+            }
+            if syntax::is_host_pattern(name) || syntax::is_ipv6_literal(name) {
+                Some(name.to_owned())
             } else {
                 let msg = format!(
                     "{} is not a valid host pattern (a host name; \"*\" and \"?\" are wildcards)",

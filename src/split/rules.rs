@@ -268,6 +268,9 @@ mod tests {
         assert_eq!(strip_port("[::1]"), "[::1]");
         let rules = Rules::new(&[route(Some("Example.com"), &[], None)]);
         assert_eq!(find(&rules, "EXAMPLE.COM:8080", "/"), Match::Route(0));
+        let rules = Rules::new(&[route(Some("[::1]"), &[], None)]);
+        assert_eq!(find(&rules, "[::1]:8080", "/"), Match::Route(0));
+        assert_eq!(find(&rules, "[::1]", "/"), Match::Route(0));
     }
 
     #[test]
