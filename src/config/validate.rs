@@ -1088,7 +1088,14 @@ fn group<'t>(
     let balance = balance(ctx, &t, protocol);
     let health_check = t
         .table(ctx, "health_check", format!("{} health_check", t.path))
-        .and_then(|h| health_check(ctx, &h));
+        .and_then(|h| {
+            // Said plainly rather than left for an operator to discover under failure.
+            let msg = "active health checks are not run by this version: the table is checked \
+                       but has no effect; passive checks (max_fails, fail_timeout) and the admin \
+                       API decide which endpoints serve";
+            ctx.warn(h.at, &h.path, msg);
+            health_check(ctx, &h)
+        });
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
     let mut path_prefix = None;
     if only_for(ctx, &t, "path_prefix", is(Protocol::is_http), HTTP) {
