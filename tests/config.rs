@@ -619,7 +619,7 @@ tries = 2
             r#"config.toml:11:14: listener "game": "route" is only for http/https listeners; ignored"#,
             r#"config.toml:18:3: listener "game" group "beijing": "path_prefix" is only for http/https listeners; ignored"#,
             r#"config.toml:19:3: listener "game" group "beijing": "keepalive" is only for http/https listeners; ignored"#,
-            r#"config.toml:20:5: listener "game" group "beijing" health_check: active health checks are not run by this version: the table is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API decide which endpoints serve"#,
+            r#"config.toml:20:5: active health checks are not run by this version: the health_check table (line 20) is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API decide which endpoints serve"#,
             r#"config.toml:21:5: listener "game" group "beijing" health_check: "path" is only for http/https health checks; ignored"#,
             r#"config.toml:30:1: listener "voice": "proxy_protocol" is only for tcp listeners; ignored"#,
             r#"config.toml:31:1: listener "voice": "tries" is only for tcp/http/https listeners; ignored"#,
@@ -1807,7 +1807,14 @@ fn the_catalogue_is_found_next_to_the_config_by_default() {
 // ---------------------------------------------------------------------------------------------
 // `gtd check`
 
-const HEALTH_CHECKS_NOT_RUN: &str = "active health checks are not run by this version: the table is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API decide which endpoints serve";
+/// The warning a config with one health_check table gets (on the table's line).
+fn health_checks_not_run(line: usize) -> String {
+    format!(
+        "active health checks are not run by this version: the health_check table (line {line}) \
+         is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API \
+         decide which endpoints serve"
+    )
+}
 
 fn gtd_check(config: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gtd"))
@@ -1860,8 +1867,9 @@ fn gtd_check_prints_a_summary_and_exits_0() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "warning: {}:64:5: listener \"voice\" group \"beijing\" health_check: {HEALTH_CHECKS_NOT_RUN}\n",
-            file.display()
+            "warning: {}:64:5: {}\n",
+            file.display(),
+            health_checks_not_run(64)
         )
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -1895,7 +1903,8 @@ fn gtd_check_prints_warnings_and_exits_0() {
         String::from_utf8(out.stderr).unwrap(),
         format!(
             "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n\
-             warning: {f}:65:5: listener \"voice\" group \"beijing\" health_check: {HEALTH_CHECKS_NOT_RUN}\n",
+             warning: {f}:65:5: {}\n",
+            health_checks_not_run(65),
             f = file.display()
         )
     );
