@@ -1143,6 +1143,55 @@ async fn slow_client_headers_are_cut_off() {
     node.shutdown().await;
 }
 
+/// Sends one GET on `s` and reads its answer from backend "one" (bounded by a minute).
+async fn ask_one(s: &mut TcpStream) {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"one") {
+        let mut chunk = [0_u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "answered before the connection closed");
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200 "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_rest_is_bounded_by_idle_timeout_a_started_head_by_header_timeout() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "header_timeout = \"1s\"\nidle_timeout = \"8s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    // Resting three header_timeouts between two requests is keep-alive, not a slow head (as
+    // nginx's keepalive_timeout): the second request is served on the same connection.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    ask_one(&mut s).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ask_one(&mut s).await;
+    // A next head that starts and stalls gets header_timeout, not idle_timeout: it is cut well
+    // before the 8 s of rest would end.
+    s.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(6), s.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "a stalled head is cut by header_timeout");
+    assert_eq!(b.hits(), 2);
+    node.shutdown().await;
+}
+
 // ------------------------------------------------------------------ HTTPS and TLS
 
 /// A test PKI: one CA; server and client certificates signed by it.

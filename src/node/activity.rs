@@ -53,6 +53,15 @@ impl Drop for Busy<'_> {
     }
 }
 
+/// What a write adds to a [`Moving`] count (a read adds 1): any change of the count means
+/// something moved, and its low 32 bits count the reads alone (see [`reads`]).
+const WRITE: u64 = 1 << 32;
+
+/// The reads in a [`Moving`] count (modulo 2^32: only compared for change).
+pub(crate) fn reads(moves: u64) -> u32 {
+    moves as u32
+}
+
 /// A connection that counts its moves (reads and writes that carried bytes) for an inactivity
 /// timeout, and optionally the bytes read from it. One relaxed atomic add per move: no clock.
 pub(crate) struct Moving<T> {
@@ -101,7 +110,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Moving<T> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.moves.fetch_add(1, Ordering::Relaxed);
+            this.moves.fetch_add(WRITE, Ordering::Relaxed);
         }
         polled
     }
@@ -114,7 +123,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Moving<T> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.moves.fetch_add(1, Ordering::Relaxed);
+            this.moves.fetch_add(WRITE, Ordering::Relaxed);
         }
         polled
     }
@@ -246,15 +255,50 @@ impl Deadline {
     }
 }
 
-/// hyper's timer for one client connection, which hyper uses for HTTP/1's
-/// `header_read_timeout`: hyper asks for a new sleep for every request head it waits for; each
-/// one polls the connection's one [`Deadline`].
-#[derive(Clone, Default)]
-pub(crate) struct HeadTimer(Arc<Mutex<Deadline>>);
+/// hyper's timer for one client connection, for HTTP/1's `header_read_timeout`. hyper asks for
+/// a sleep of `header_timeout` each time it starts waiting for a request head, also while a
+/// kept-alive connection waits for its next request; every sleep polls the connection's one
+/// [`Deadline`].
+///
+/// The connection's first head must be in within `header_timeout` of the connection (a client
+/// that connects and sends nothing is cut off). For later heads the wait before the first byte
+/// is keep-alive rest, bounded by `idle_timeout` as nginx's `keepalive_timeout` bounds it; once
+/// bytes of the head arrive it gets `header_timeout` more. The sleep looks at the connection's
+/// read count once per `header_timeout`, so a stalled head is cut one to two periods after it
+/// began, and a resting connection within one period after `idle_timeout`.
+#[derive(Clone)]
+pub(crate) struct HeadTimer(Arc<HeadState>);
+
+struct HeadState {
+    deadline: Mutex<Deadline>,
+    /// The connection's [`Moving`] count.
+    moves: Arc<AtomicU64>,
+    /// `header_timeout`: hyper asks for sleeps of this length.
+    header: Duration,
+    idle: Duration,
+    /// A head has been waited for on this connection before.
+    waited: AtomicBool,
+}
+
+impl HeadTimer {
+    pub(crate) fn new(moves: Arc<AtomicU64>, header: Duration, idle: Duration) -> HeadTimer {
+        HeadTimer(Arc::new(HeadState {
+            deadline: Mutex::default(),
+            moves,
+            header,
+            idle,
+            waited: AtomicBool::new(false),
+        }))
+    }
+}
 
 struct HeadSleep {
+    state: Arc<HeadState>,
     deadline: Instant,
-    timer: Arc<Mutex<Deadline>>,
+    period: Duration,
+    /// For a head after the first while none of it has arrived: the read count when the wait
+    /// began and the end of the rest allowed.
+    rest: Option<(u32, Instant)>,
 }
 
 impl hyper::rt::Timer for HeadTimer {
@@ -263,9 +307,23 @@ impl hyper::rt::Timer for HeadTimer {
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        let state = &self.0;
+        let later = state.waited.swap(true, Ordering::Relaxed);
+        // hyper's deadline is its clock reading plus header_timeout: the rest ends idle_timeout
+        // after that same reading, without reading the clock again here.
+        let rest = later.then(|| {
+            let began = deadline.checked_sub(state.header).unwrap_or(deadline);
+            (
+                reads(state.moves.load(Ordering::Relaxed)),
+                began + state.idle,
+            )
+        });
         Box::pin(HeadSleep {
-            deadline,
-            timer: Arc::clone(&self.0),
+            state: Arc::clone(state),
+            // An idle_timeout shorter than header_timeout ends the rest first.
+            deadline: rest.map_or(deadline, |(_, until)| deadline.min(until)),
+            period: state.header,
+            rest,
         })
     }
 }
@@ -274,8 +332,35 @@ impl Future for HeadSleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut timer = self.timer.lock().unwrap_or_else(PoisonError::into_inner);
-        timer.poll(cx, self.deadline)
+        let this = self.get_mut();
+        loop {
+            {
+                let mut timer = this
+                    .state
+                    .deadline
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if timer.poll(cx, this.deadline).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            let Some((then, rest_until)) = this.rest else {
+                return Poll::Ready(());
+            };
+            // tokio's clock (the same as std's outside paused tests), as `Deadline` uses it.
+            let now = tokio::time::Instant::now().into_std();
+            if reads(this.state.moves.load(Ordering::Relaxed)) == then {
+                // Nothing of the next request yet: a kept-alive connection at rest.
+                if now >= rest_until {
+                    return Poll::Ready(());
+                }
+                this.deadline = (now + this.period).min(rest_until);
+            } else {
+                // The head began within the last period: one more, then no more.
+                this.rest = None;
+                this.deadline = now + this.period;
+            }
+        }
     }
 }
 
@@ -354,5 +439,71 @@ mod tests {
         assert!(!ready(&mut d, sooner));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(ready(&mut d, sooner));
+    }
+
+    /// Polls a sleep once.
+    fn sleep_ready(sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>) -> bool {
+        let waker = std::task::Waker::noop();
+        sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_ready()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resting_connection_gets_idle_timeout_a_started_head_header_timeout() {
+        use hyper::rt::Timer as _;
+        let moves = Arc::new(AtomicU64::new(0));
+        let (header, idle) = (Duration::from_secs(1), Duration::from_secs(5));
+        let timer = HeadTimer::new(Arc::clone(&moves), header, idle);
+        let now = || tokio::time::Instant::now().into_std();
+        // Polls `sleep` every 100 ms (as its task would be woken) while `during` runs each
+        // step (t in ms since the start); the time it was first ready at.
+        let ready_at = async |sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, during: &dyn Fn(u64)| {
+            for t in (0..=10_000).step_by(100) {
+                during(t);
+                if sleep_ready(sleep) {
+                    return t;
+                }
+                tokio::time::advance(Duration::from_millis(100)).await;
+            }
+            panic!("never ready");
+        };
+
+        // The connection's first head: header_timeout from the start, bytes or not.
+        let mut first = timer.sleep_until(now() + header);
+        let add_read = |t| {
+            if t == 300 {
+                moves.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        assert_eq!(ready_at(&mut first, &add_read).await, 1000);
+
+        // A later head, nothing of it arriving: rest until idle_timeout (writes do not count).
+        let mut rest = timer.sleep_until(now() + header);
+        let writes = |_| {
+            moves.fetch_add(WRITE, Ordering::Relaxed);
+        };
+        assert_eq!(ready_at(&mut rest, &writes).await, 5000);
+
+        // A later head whose first bytes come at 2.5 s and stall: cut at the second check
+        // after them, 1.5 s later.
+        let mut stalled = timer.sleep_until(now() + header);
+        let late_read = |t| {
+            if t == 2500 {
+                moves.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        assert_eq!(ready_at(&mut stalled, &late_read).await, 4000);
+
+        // An idle_timeout shorter than header_timeout ends the rest first.
+        let short = HeadTimer::new(
+            Arc::clone(&moves),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        drop(short.sleep_until(now() + Duration::from_secs(5)));
+        let mut rest = short.sleep_until(now() + Duration::from_secs(5));
+        assert_eq!(ready_at(&mut rest, &|_| ()).await, 1000);
     }
 }

@@ -307,7 +307,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             let builder = if h2 {
                 http.server.clone().http2_only()
             } else {
-                with_head_timer(&http.server).http1_only()
+                with_head_timer(&http.server, &moves, &l.cfg).http1_only()
             };
             let inflight = &own_conn.inflight;
             run(
@@ -328,7 +328,7 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             run(
                 node,
                 l,
-                &with_head_timer(&http.server),
+                &with_head_timer(&http.server, &moves, &l.cfg),
                 TokioIo::new(stream),
                 service,
                 &moves,
@@ -346,10 +346,18 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
 
 /// The listener's server settings with a timer of the connection's own for HTTP/1's
 /// `header_timeout` (see [`HeadTimer`]): a timer registered once per connection rather than
-/// once per request.
-fn with_head_timer(server: &auto::Builder<TokioExecutor>) -> auto::Builder<TokioExecutor> {
+/// once per request, which also lets a kept-alive connection rest for `idle_timeout` between
+/// requests.
+fn with_head_timer(
+    server: &auto::Builder<TokioExecutor>,
+    moves: &Arc<AtomicU64>,
+    l: &Listener,
+) -> auto::Builder<TokioExecutor> {
+    let (header, idle) = (l.header_timeout, l.idle_timeout);
     let mut server = server.clone();
-    server.http1().timer(HeadTimer::default());
+    server
+        .http1()
+        .timer(HeadTimer::new(Arc::clone(moves), header, idle));
     server
 }
 
