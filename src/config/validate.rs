@@ -1212,28 +1212,26 @@ fn priority(
             };
             let mut map = BTreeMap::new();
             let mut ranks = Vec::new();
+            let names: Vec<&str> = regions.iter().map(|r| r.v).collect();
             for (region, value) in table.entries() {
-                let names: Vec<&str> = regions.iter().map(|r| r.v).collect();
-                let known = env.catalog.is_some_and(|c| c.get(region.v).is_some());
-                if !names.contains(&region.v) && known {
-                    // One table copied to listeners served from fewer regions: a rank for a
-                    // region that does not serve this listener is never used.
-                    let msg = format!(
-                        "priority ranks region {}, which does not serve this listener ({}); ignored",
-                        quote(region.v),
-                        names.join(", ")
-                    );
-                    ctx.warn(region.at, &t.path, msg);
-                    continue;
-                }
                 if !names.contains(&region.v) {
-                    let hint = did_you_mean(region.v, names.iter().copied());
-                    let msg = format!(
-                        "priority ranks region {}, which is not a region of this listener ({}){hint}",
-                        quote(region.v),
-                        names.join(", ")
-                    );
-                    ctx.error(region.at, &t.path, msg);
+                    let (region_name, served) = (quote(region.v), names.join(", "));
+                    if env.catalog.is_some_and(|c| c.get(region.v).is_some()) {
+                        // One table copied to listeners served from fewer regions: a rank for
+                        // a region that does not serve this listener is never used.
+                        let msg = format!(
+                            "priority ranks region {region_name}, which does not serve this \
+                             listener ({served}); ignored"
+                        );
+                        ctx.warn(region.at, &t.path, msg);
+                    } else {
+                        let hint = did_you_mean(region.v, names.iter().copied());
+                        let msg = format!(
+                            "priority ranks region {region_name}, which is not a region of this \
+                             listener ({served}){hint}"
+                        );
+                        ctx.error(region.at, &t.path, msg);
+                    }
                     continue;
                 }
                 let what = format!("priority for {}", quote(region.v));

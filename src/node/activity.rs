@@ -295,7 +295,6 @@ impl HeadTimer {
 struct HeadSleep {
     state: Arc<HeadState>,
     deadline: Instant,
-    period: Duration,
     /// For a head after the first while none of it has arrived: the read count when the wait
     /// began and the end of the rest allowed.
     rest: Option<(u32, Instant)>,
@@ -322,7 +321,6 @@ impl hyper::rt::Timer for HeadTimer {
             state: Arc::clone(state),
             // An idle_timeout shorter than header_timeout ends the rest first.
             deadline: rest.map_or(deadline, |(_, until)| deadline.min(until)),
-            period: state.header,
             rest,
         })
     }
@@ -354,11 +352,11 @@ impl Future for HeadSleep {
                 if now >= rest_until {
                     return Poll::Ready(());
                 }
-                this.deadline = (now + this.period).min(rest_until);
+                this.deadline = (now + this.state.header).min(rest_until);
             } else {
                 // The head began within the last period: one more, then no more.
                 this.rest = None;
-                this.deadline = now + this.period;
+                this.deadline = now + this.state.header;
             }
         }
     }
