@@ -645,6 +645,74 @@ async fn udp_flows_stick_expire_and_move_on_disable() {
     node.shutdown().await;
 }
 
+/// Sends "ping" from `client` (connected to the listener) and returns the reply: a connected
+/// socket takes it only from the address it wrote to.
+async fn udp_connected_reply(client: &UdpSocket) -> String {
+    client.send(b"ping").await.unwrap();
+    let mut buf = [0_u8; 2048];
+    let n = tokio::time::timeout(Duration::from_secs(30), client.recv(&mut buf))
+        .await
+        .expect("a reply from the address the client wrote to")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// A node bound to a wildcard address answers each client from the address it wrote to, as
+/// clients with connected sockets (DNS, QUIC, VPNs) require; flows are per client and address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_on_a_wildcard_address_replies_from_the_address_written_to() {
+    let (a1, h1) = udp_backend("one").await;
+    let _b = Backends(vec![h1]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let cfg = write_config(
+        dir.path(),
+        &udp_listener(port, "", &group("g", "cn-beijing", 100.0, "", &[(a1, 1)])),
+    );
+    // IPv4 wildcard; and the IPv6 one (dual stack: IPv4 clients arrive as mapped addresses)
+    // where this host has IPv6 on loopback.
+    let ipv6 = std::net::UdpSocket::bind("[::1]:0").is_ok();
+    let wildcards: &[&str] = if ipv6 {
+        &["0.0.0.0", "::"]
+    } else {
+        &["0.0.0.0"]
+    };
+    for wildcard in wildcards {
+        let mut options = options(&cfg);
+        options.bind = wildcard.parse().unwrap();
+        let node = Node::start(options).await.expect("node starts");
+        let mut locals = vec!["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+        if *wildcard == "::" {
+            locals.push("::1");
+        }
+        for local in &locals {
+            let to: SocketAddr = SocketAddr::new(local.parse().unwrap(), port);
+            let from = if to.is_ipv4() {
+                "127.0.0.1:0"
+            } else {
+                "[::1]:0"
+            };
+            let client = UdpSocket::bind(from).await.unwrap();
+            client.connect(to).await.unwrap();
+            assert_eq!(
+                udp_connected_reply(&client).await,
+                "one:ping",
+                "{wildcard} via {to}"
+            );
+        }
+        // One client socket writing to two of the host's addresses: two flows, and each reply
+        // comes from the address its datagram went to.
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let flows = metric(&node, "gtd_udp_flows_active", &[]);
+        for local in ["127.0.0.4", "127.0.0.5"] {
+            let to = SocketAddr::new(local.parse().unwrap(), port);
+            assert_eq!(udp_name(&client, to).await, "one");
+        }
+        assert_eq!(metric(&node, "gtd_udp_flows_active", &[]), flows + 2.0);
+        node.shutdown().await;
+    }
+}
+
 // ------------------------------------------------------------------ reload and lifecycle
 
 fn tcp_two_groups(port: u16, a: SocketAddr, b: SocketAddr, ratio_a: f64) -> String {

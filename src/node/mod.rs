@@ -21,6 +21,7 @@ pub mod state;
 pub mod tcp;
 mod tls;
 pub mod udp;
+mod udp_listen;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -338,7 +339,7 @@ fn wanted_ports(snap: &Snapshot) -> Vec<(bool, u16)> {
 /// A socket bound for a port that had none.
 enum Fresh {
     Tcp(u16, TcpListener),
-    Udp(u16, UdpSocket),
+    Udp(u16, udp_listen::Listen),
 }
 
 /// Binds every wanted port not bound yet; all or nothing.
@@ -356,6 +357,7 @@ async fn bind_all(
         if udp {
             let s = UdpSocket::bind(addr)
                 .await
+                .and_then(udp_listen::Listen::new)
                 .with_context(|| format!("binding udp {addr}"))?;
             fresh.push(Fresh::Udp(port, s));
         } else {

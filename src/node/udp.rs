@@ -2,7 +2,8 @@
 //! receive loop, so looking a flow up takes no lock. Each flow has a task relaying replies back
 //! to the client from the listener's socket. Flows expire when idle and the table is bounded
 //! (the oldest idle flow is evicted). A flow whose endpoint becomes unusable moves to another
-//! endpoint (or group) on its next datagram.
+//! endpoint (or group) on its next datagram. A flow is a client address and the local address
+//! it wrote to (known on a wildcard listener, see [`Listen`]), which its replies come from.
 
 use std::collections::HashMap;
 use std::io;
@@ -21,9 +22,17 @@ use super::Inner;
 use super::route::Router;
 use super::state::ListenerRt;
 use super::tcp::StreamKey;
+use super::udp_listen::{Control, Listen};
 
 /// Largest datagram relayed.
 const MAX_DATAGRAM: usize = 64 * 1024;
+
+/// Who a flow serves: the client, and the local address it wrote to (on a wildcard listener).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Peer {
+    client: SocketAddr,
+    local: Option<IpAddr>,
+}
 
 struct Flow {
     upstream: Arc<UdpSocket>,
@@ -48,13 +57,14 @@ fn ms_since(origin: Instant) -> u64 {
 /// Receives on `socket` until `stop`, relaying datagrams through per-client flows.
 pub(crate) async fn udp_loop(
     node: Arc<Inner>,
-    socket: Arc<UdpSocket>,
+    socket: Arc<Listen>,
     port: u16,
     stop: CancellationToken,
 ) {
     let origin = Instant::now();
-    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    let mut flows: HashMap<Peer, Flow> = HashMap::new();
     let mut buf = vec![0_u8; MAX_DATAGRAM];
+    let mut control: Control = [0; 128];
     let mut sweep = tokio::time::interval(Duration::from_millis(250));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -64,10 +74,10 @@ pub(crate) async fn udp_loop(
                 expire(&node, port, &mut flows, origin);
                 continue;
             }
-            r = socket.recv_from(&mut buf) => r,
+            r = socket.recv(&mut buf, &mut control) => r,
         };
-        let (n, client) = match received {
-            Ok(x) => x,
+        let (n, peer) = match received {
+            Ok((n, client, local)) => (n, Peer { client, local }),
             Err(e) => {
                 // ICMP errors reported on the listening socket, buffer errors: never fatal.
                 tracing::debug!(port, error = %e, "udp receive failed");
@@ -80,18 +90,16 @@ pub(crate) async fn udp_loop(
         };
         let now = Instant::now();
 
-        let keep = flows
-            .get_mut(&client)
-            .is_some_and(|f| still_good(f, l, now));
+        let keep = flows.get_mut(&peer).is_some_and(|f| still_good(f, l, now));
         if !keep {
-            flows.remove(&client);
+            flows.remove(&peer);
             if flows.len() >= l.cfg.udp_max_flows {
                 evict_oldest(&mut flows);
                 l.metrics.udp_evicted.increment(1);
             }
-            match open_flow(&node, l, &socket, client, origin).await {
+            match open_flow(&node, l, &socket, peer, origin).await {
                 Some(flow) => {
-                    flows.insert(client, flow);
+                    flows.insert(peer, flow);
                 }
                 None => {
                     l.metrics.no_route.increment(1);
@@ -101,14 +109,14 @@ pub(crate) async fn udp_loop(
             }
             l.metrics.udp_flows.set(flows.len() as f64);
         }
-        let flow = flows.get(&client).expect("flow present");
+        let flow = flows.get(&peer).expect("flow present");
         flow.last.store(ms_since(origin), Ordering::Relaxed);
         match flow.upstream.send(&buf[..n]).await {
             Ok(_) => l.metrics.bytes_up.increment(n as u64),
             Err(e) => {
                 // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
                 // the flow moves on the next datagram once the endpoint is marked.
-                tracing::debug!(%client, error = %e, "udp send to endpoint failed");
+                tracing::debug!(client = %peer.client, error = %e, "udp send to endpoint failed");
                 l.groups[flow.group].endpoints[flow.pick.index()]
                     .failures
                     .increment(1);
@@ -141,7 +149,7 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerRt>, now: Instant) -> bool {
     flow.pick.endpoint().is_usable(now)
 }
 
-fn evict_oldest(flows: &mut HashMap<SocketAddr, Flow>) {
+fn evict_oldest(flows: &mut HashMap<Peer, Flow>) {
     if let Some(oldest) = flows
         .iter()
         .min_by_key(|(_, f)| f.last.load(Ordering::Relaxed))
@@ -151,7 +159,7 @@ fn evict_oldest(flows: &mut HashMap<SocketAddr, Flow>) {
     }
 }
 
-fn expire(node: &Inner, port: u16, flows: &mut HashMap<SocketAddr, Flow>, origin: Instant) {
+fn expire(node: &Inner, port: u16, flows: &mut HashMap<Peer, Flow>, origin: Instant) {
     let snapshot = node.snapshot.load();
     let Some(l) = snapshot.listener_on(port, true) else {
         flows.clear();
@@ -171,12 +179,12 @@ fn expire(node: &Inner, port: u16, flows: &mut HashMap<SocketAddr, Flow>, origin
 async fn open_flow(
     node: &Inner,
     l: &Arc<ListenerRt>,
-    listen: &Arc<UdpSocket>,
-    client: SocketAddr,
+    listen: &Arc<Listen>,
+    peer: Peer,
     origin: Instant,
 ) -> Option<Flow> {
-    let key = StreamKey(client.ip());
-    let mut router = Router::new(l, client.ip());
+    let key = StreamKey(peer.client.ip());
+    let mut router = Router::new(l, peer.client.ip());
     let mut attempts = 0;
     while attempts < l.cfg.tries.max(1) {
         let attempt = router.next(&key, Instant::now())?;
@@ -192,7 +200,7 @@ async fn open_flow(
                 let replies = tokio::spawn(replies(
                     upstream.clone(),
                     listen.clone(),
-                    client,
+                    peer,
                     last.clone(),
                     origin,
                     l.clone(),
@@ -234,8 +242,8 @@ async fn connect_udp(
 /// Relays the endpoint's datagrams back to the client from the listener's socket.
 async fn replies(
     upstream: Arc<UdpSocket>,
-    listen: Arc<UdpSocket>,
-    client: SocketAddr,
+    listen: Arc<Listen>,
+    peer: Peer,
     last: Arc<AtomicU64>,
     origin: Instant,
     l: Arc<ListenerRt>,
@@ -246,7 +254,11 @@ async fn replies(
         match upstream.recv(&mut buf).await {
             Ok(n) => {
                 last.store(ms_since(origin), Ordering::Relaxed);
-                if listen.send_to(&buf[..n], client).await.is_ok() {
+                if listen
+                    .send(&buf[..n], peer.client, peer.local)
+                    .await
+                    .is_ok()
+                {
                     l.metrics.bytes_down.increment(n as u64);
                 }
             }
@@ -256,7 +268,7 @@ async fn replies(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err(e) => {
-                tracing::debug!(%client, error = %e, "udp receive from endpoint failed");
+                tracing::debug!(client = %peer.client, error = %e, "udp receive from endpoint failed");
                 return;
             }
         }
