@@ -79,6 +79,7 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    raise_open_files_limit();
     // On one CPU (a container limit, `taskset`), a single-threaded runtime skips the
     // work-stealing scheduler's bookkeeping: about 12% more HTTP requests per second measured
     // with wrk against the same node pinned to one core. With more CPUs, one worker per CPU.
@@ -103,6 +104,29 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// Every connection gtd proxies holds two descriptors (and a UDP flow one more socket), so the
+/// usual soft limit of 1024 open files would cap a node near 500 connections. Like HAProxy and
+/// Go programs, gtd raises the soft limit to the hard one at start (`ulimit -Hn`, or systemd's
+/// `LimitNOFILE=`, sets how far).
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // An unlimited hard limit is not a valid soft one for open files; 1 Mi is the kernel's
+    // default ceiling (fs.nr_open).
+    let target = limit.maximum.unwrap_or(1 << 20);
+    let Some(current) = limit.current.filter(|&c| c < target) else {
+        return;
+    };
+    let raised = rustix::process::Rlimit {
+        current: Some(target),
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(from = current, to = target, "open files limit raised"),
+        Err(e) => tracing::warn!(limit = current, error = %e, "open files limit not raised"),
+    }
 }
 
 fn check(config: PathBuf, regions: Option<PathBuf>) -> anyhow::Result<ExitCode> {

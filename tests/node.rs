@@ -713,6 +713,163 @@ async fn udp_on_a_wildcard_address_replies_from_the_address_written_to() {
     }
 }
 
+/// A full flow table evicts the least recently active flow: one that moved since it was
+/// opened gets a second chance, an idle one goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_full_table_evicts_the_least_recently_active_flow() {
+    let (a1, h1) = udp_backend("one").await;
+    let _b = Backends(vec![h1]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let cfg = write_config(
+        dir.path(),
+        &udp_listener(
+            port,
+            "udp_max_flows = 3",
+            &group("g", "cn-beijing", 100.0, "", &[(a1, 1)]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "u").await;
+    let opened = || metric(&node, "gtd_connections_total", &["listener=\"u\""]);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        assert_eq!(udp_name(&c, addr).await, "one");
+        clients.push(c);
+    }
+    assert_eq!(opened(), 3.0);
+    // Activity is kept in milliseconds: let one pass, so the next datagram is later activity.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(udp_name(&clients[0], addr).await, "one");
+    assert_eq!(opened(), 3.0, "the first client's flow is reused");
+    // A fourth client: the second (idle since opened, unlike the first) is evicted.
+    let fourth = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    assert_eq!(udp_name(&fourth, addr).await, "one");
+    assert_eq!(metric(&node, "gtd_udp_flows_evicted_total", &[]), 1.0);
+    assert_eq!(udp_name(&clients[0], addr).await, "one");
+    assert_eq!(opened(), 4.0, "the first client kept its flow");
+    assert_eq!(udp_name(&clients[1], addr).await, "one");
+    assert_eq!(opened(), 5.0, "the second client needed a new one");
+    node.shutdown().await;
+}
+
+/// A node that runs out of open files blames no endpoint: UDP flows stay within their share of
+/// the limit (so the admin API keeps answering), and a TCP connection that cannot get a socket
+/// towards its endpoint is closed without counting a failure against it.
+#[test]
+fn out_of_open_files_blames_no_endpoint() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (u, hu) = rt.block_on(udp_backend("u1"));
+    let (t, ht) = rt.block_on(tcp_backend("t1"));
+    let _b = Backends(vec![hu, ht]);
+    let dir = tempfile::tempdir().unwrap();
+    let (udp_port, tcp_port, admin_port) = (free_port(true), free_port(false), free_port(false));
+    let cfg = dir.path().join("config.toml");
+    let text = format!(
+        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{admin_port}\"\n{}{}",
+        root().join("regions/catalog.toml").display().to_string(),
+        udp_listener(
+            udp_port,
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(u, 1)])
+        ),
+        tcp_listener(
+            tcp_port,
+            "",
+            &[group("g", "cn-beijing", 100.0, "", &[(t, 1)])]
+        ),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let log = dir.path().join("gtd.log");
+    // 96 open files, soft and hard, so gtd cannot raise it: 72 for the UDP listener's flows.
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 96 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_gtd"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let stop = |child: &mut std::process::Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let tcp: SocketAddr = format!("127.0.0.1:{tcp_port}").parse().unwrap();
+    let udp: SocketAddr = format!("127.0.0.1:{udp_port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while StdTcpStream::connect(admin).is_err() {
+        if Instant::now() > deadline {
+            stop(&mut child);
+            panic!(
+                "gtd did not start: {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // 150 UDP clients, one flow each: all answered, the table capped at 72.
+    // (The sockets stay open, so that no client port is reused.)
+    let clients = rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..150 {
+            let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            assert_eq!(udp_name(&c, udp).await, "u1");
+            clients.push(c);
+        }
+        clients
+    });
+    assert_eq!(metric_at(admin, "gtd_udp_flows_active", &[]), 72.0);
+    assert_eq!(metric_at(admin, "gtd_udp_flows_evicted_total", &[]), 78.0);
+
+    // TCP connections until one is not served: the node is out of open files.
+    let served = |conn: &mut StdTcpStream| {
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut name = [0_u8; 3];
+        conn.read_exact(&mut name).is_ok() && &name == b"t1\n"
+    };
+    let mut open = Vec::new();
+    loop {
+        assert!(
+            open.len() < 100,
+            "100 connections and still not out of open files"
+        );
+        let mut conn = StdTcpStream::connect(tcp).unwrap();
+        if !served(&mut conn) {
+            break;
+        }
+        open.push(conn);
+    }
+    drop(open);
+    // Free again: the endpoint serves at once, never marked out of rotation.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if StdTcpStream::connect(tcp).is_ok_and(|mut conn| served(&mut conn)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "TCP not served after connections closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(clients);
+    let failures = metric_at(admin, "gtd_connect_failures_total", &[]);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    stop(&mut child);
+    assert_eq!(failures, 0.0, "{log_text}");
+    assert!(!log_text.contains("out of rotation"), "{log_text}");
+    assert!(
+        log_text.contains("this node is out of open files"),
+        "{log_text}"
+    );
+    assert!(log_text.contains("udp_max_flows is above"), "{log_text}");
+}
+
 // ------------------------------------------------------------------ reload and lifecycle
 
 fn tcp_two_groups(port: u16, a: SocketAddr, b: SocketAddr, ratio_a: f64) -> String {

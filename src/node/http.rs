@@ -707,6 +707,11 @@ async fn proxy(
                 }
                 return Ok(respond(http, l, attempt, sticky, response, pooled, sent_at));
             }
+            Err(Failure::Exhausted) => {
+                // Out of open files: not the endpoint's failure, and no retry would fare better.
+                last = Last::Failed(Failure::Exhausted);
+                break;
+            }
             Err(failure) => {
                 tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
                 if failure == Failure::Timeout {
@@ -737,6 +742,11 @@ async fn proxy(
             http,
             StatusCode::GATEWAY_TIMEOUT,
             "the endpoint did not answer in time\n",
+        ),
+        Last::Failed(Failure::Exhausted) => own(
+            http,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this node cannot open a connection now\n",
         ),
         Last::Failed(_) => own(
             http,

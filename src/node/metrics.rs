@@ -90,12 +90,12 @@ pub const UDP_FLOWS_ACTIVE: Def = Def {
     labels: &["listener"],
     help: "UDP flows (client address to endpoint socket) in the flow table",
 };
-/// UDP flows evicted because the table was full.
+/// UDP flows evicted because the table was full or the node out of open files.
 pub const UDP_FLOWS_EVICTED_TOTAL: Def = Def {
     name: "gtd_udp_flows_evicted_total",
     kind: Kind::Counter,
     labels: &["listener"],
-    help: "UDP flows evicted (oldest idle first) because the table reached udp_max_flows",
+    help: "UDP flows evicted (least recently active first) because the table was full (udp_max_flows, or the listener's share of the open files limit) or the node out of open files",
 };
 /// Group share on this node.
 pub const GROUP_SHARE: Def = Def {

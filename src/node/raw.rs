@@ -185,7 +185,7 @@ impl RawPool {
                     let until = tokio::time::Instant::from_std(deadline);
                     let stream = match tokio::time::timeout_at(until, Box::pin(open())).await {
                         Ok(Ok(stream)) => stream,
-                        Ok(Err(_)) => return Err(Failure::Connect),
+                        Ok(Err(e)) => return Err(super::upstream::connect_failure(&e)),
                         Err(_) => return Err(Failure::Timeout),
                     };
                     (RawConn::new(stream), false)

@@ -127,7 +127,11 @@ async fn one_way(
     /// the user's `pipe-user-pages-soft` quota. If the kernel refuses, the pipe stays as it is.
     const BULK_AFTER: u64 = 1 << 20;
     const BULK_PIPE: usize = 1 << 20;
-    let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+    // Out of open files (a pipe is two), the bytes go through user space instead, as HAProxy
+    // falls back from splicing when it has no pipe: the connection is served either way.
+    let Ok((pipe_r, pipe_w)) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC) else {
+        return copy(src, dst, counter, activity, downstream).await;
+    };
     let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
     let (mut chunk, mut moved, mut grown) = (CHUNK, 0_u64, false);
     loop {
@@ -168,7 +172,10 @@ async fn one_way(
 }
 
 #[cfg(not(target_os = "linux"))]
-async fn one_way(
+use copy as one_way;
+
+/// One direction through a buffer in user space.
+async fn copy(
     src: &TcpStream,
     dst: &TcpStream,
     counter: &Counter,

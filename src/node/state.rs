@@ -38,6 +38,10 @@ pub struct Snapshot {
     pub config: Arc<Config>,
     /// Listeners this node serves (those listing its region), config order.
     pub listeners: Vec<Arc<ListenerRt>>,
+    /// Most flows each UDP listener keeps: its `udp_max_flows`, but at most its equal share of
+    /// three quarters of the open files limit (each flow holds a socket), so that UDP flows
+    /// never starve TCP connections, HTTP and the admin API of descriptors.
+    pub udp_flow_share: usize,
 }
 
 impl Snapshot {
@@ -158,8 +162,32 @@ impl Snapshot {
                 ListenerRt::build(l, old.map(|o| o.as_ref()), registry, &config, region, now)
                     .map(Arc::new)
             })
-            .collect::<Result<_, _>>()?;
-        Ok(Snapshot { config, listeners })
+            .collect::<Result<Vec<Arc<ListenerRt>>, _>>()?;
+        let udp: Vec<&ListenerRt> = listeners
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|l| l.cfg.protocol == crate::config::Protocol::Udp)
+            .collect();
+        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let udp_flow_share = open_files.map_or(usize::MAX, |n| {
+            usize::try_from(n / 4 * 3).unwrap_or(usize::MAX) / udp.len().max(1)
+        });
+        for l in udp.iter().filter(|l| l.cfg.udp_max_flows > udp_flow_share) {
+            tracing::warn!(
+                listener = %l.cfg.name,
+                udp_max_flows = l.cfg.udp_max_flows,
+                flows = udp_flow_share,
+                open_files = open_files.unwrap_or(0),
+                "udp_max_flows is above this listener's share of the open files limit (3/4 of \
+                 it, split between UDP listeners): the flow table holds fewer flows, evicting \
+                 the least recently active; raise the hard limit (ulimit -Hn, LimitNOFILE=)"
+            );
+        }
+        Ok(Snapshot {
+            config,
+            listeners,
+            udp_flow_share,
+        })
     }
 }
 

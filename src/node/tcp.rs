@@ -5,8 +5,8 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -144,6 +144,8 @@ async fn serve(
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
                 break (s, attempt);
             }
+            // Out of open files: the client is closed, the endpoint not blamed.
+            Err(e) if exhausted(&e) => return,
             Err(e) => {
                 tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
                 group.endpoints[attempt.pick.index()].failures.increment(1);
@@ -202,6 +204,38 @@ pub(crate) async fn resolve(address: &Address) -> io::Result<SocketAddr> {
                 io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
             }),
     }
+}
+
+/// True when `e` says this node is out of open files or socket memory (EMFILE, ENFILE,
+/// ENOBUFS, ENOMEM): not the endpoint's failure, so never counted as a passive one (nginx too
+/// answers without marking the server when socket() fails). Warns, at most every 10 s, since
+/// under exhaustion it is true for every new connection.
+pub(crate) fn exhausted(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    static WARNED_AT: AtomicU64 = AtomicU64::new(0);
+    let out = matches!(
+        Errno::from_io_error(e),
+        Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
+    );
+    if out {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = WARNED_AT.load(Ordering::Relaxed);
+        if now >= last + 10
+            && WARNED_AT
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                error = %e,
+                "this node is out of open files: new connections and UDP flows fail (the least \
+                 recently active UDP flows are evicted) without counting against endpoints; \
+                 raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
+            );
+        }
+    }
+    out
 }
 
 /// Connects to an endpoint within `timeout`, from `source` when set.

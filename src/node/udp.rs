@@ -1,11 +1,12 @@
 //! UDP listeners: a flow table (client address → connected upstream socket) owned by the
 //! receive loop, so looking a flow up takes no lock. Each flow has a task relaying replies back
-//! to the client from the listener's socket. Flows expire when idle and the table is bounded
-//! (the oldest idle flow is evicted). A flow whose endpoint becomes unusable moves to another
+//! to the client from the listener's socket. Flows expire when idle and the table is bounded:
+//! at `udp_max_flows`, or when the node runs out of open files (each flow holds a socket), the
+//! least recently active flow is evicted. A flow whose endpoint becomes unusable moves to another
 //! endpoint (or group) on its next datagram. A flow is a client address and the local address
 //! it wrote to (known on a wildcard listener, see [`Listen`]), which its replies come from.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -35,6 +36,8 @@ struct Peer {
 }
 
 struct Flow {
+    /// Tells this flow's entries in [`Flows::order`] from a former flow's of the same peer.
+    id: u64,
     upstream: Arc<UdpSocket>,
     pick: Arc<Pick>,
     group: usize,
@@ -50,6 +53,61 @@ impl Drop for Flow {
     }
 }
 
+/// The flow table, with the order in which flows are evicted: second chance, first in first
+/// out. The front entry is evicted unless its flow moved since the entry was queued; then it
+/// is queued again, stamped now. So the flow evicted is one idle since it was last looked at,
+/// the longest so: least recently active, found in amortised constant time (the flows' last
+/// activity is written by their reply tasks too, so no exact order is kept).
+#[derive(Default)]
+struct Flows {
+    map: HashMap<Peer, Flow>,
+    /// (peer, flow id, ms when queued); entries of flows gone are skipped and swept.
+    order: VecDeque<(Peer, u64, u64)>,
+    next_id: u64,
+}
+
+impl Flows {
+    fn insert(&mut self, peer: Peer, mut flow: Flow, now_ms: u64) {
+        self.next_id += 1;
+        flow.id = self.next_id;
+        self.order.push_back((peer, flow.id, now_ms));
+        self.map.insert(peer, flow);
+    }
+
+    /// Evicts the least recently active flow; false when the table is empty.
+    fn evict(&mut self, now_ms: u64) -> bool {
+        // Each flow is requeued at most once per call, so this ends within two rounds.
+        let mut budget = 2 * self.order.len() + 1;
+        while let Some((peer, id, queued)) = self.order.pop_front() {
+            let Some(flow) = self.map.get(&peer).filter(|f| f.id == id) else {
+                continue;
+            };
+            budget -= 1;
+            if flow.last.load(Ordering::Relaxed) > queued && budget > 0 {
+                self.order.push_back((peer, id, now_ms));
+                continue;
+            }
+            self.map.remove(&peer);
+            return true;
+        }
+        false
+    }
+
+    /// Drops the flows idle for `idle_ms`, and the order's entries of flows gone.
+    fn expire(&mut self, idle_ms: u64, now_ms: u64) {
+        self.map
+            .retain(|_, f| now_ms.saturating_sub(f.last.load(Ordering::Relaxed)) < idle_ms);
+        let map = &self.map;
+        self.order
+            .retain(|(peer, id, _)| map.get(peer).is_some_and(|f| f.id == *id));
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+}
+
 fn ms_since(origin: Instant) -> u64 {
     origin.elapsed().as_millis() as u64
 }
@@ -62,7 +120,7 @@ pub(crate) async fn udp_loop(
     stop: CancellationToken,
 ) {
     let origin = Instant::now();
-    let mut flows: HashMap<Peer, Flow> = HashMap::new();
+    let mut flows = Flows::default();
     let mut buf = vec![0_u8; MAX_DATAGRAM];
     let mut control: Control = [0; 128];
     let mut sweep = tokio::time::interval(Duration::from_millis(250));
@@ -90,26 +148,41 @@ pub(crate) async fn udp_loop(
         };
         let now = Instant::now();
 
-        let keep = flows.get_mut(&peer).is_some_and(|f| still_good(f, l, now));
+        let keep = flows
+            .map
+            .get_mut(&peer)
+            .is_some_and(|f| still_good(f, l, now));
         if !keep {
-            flows.remove(&peer);
-            if flows.len() >= l.cfg.udp_max_flows {
-                evict_oldest(&mut flows);
+            flows.map.remove(&peer);
+            // A loop, as a reload may have lowered the bound.
+            let most = l.cfg.udp_max_flows.min(snapshot.udp_flow_share);
+            while flows.map.len() >= most && flows.evict(ms_since(origin)) {
                 l.metrics.udp_evicted.increment(1);
             }
-            match open_flow(&node, l, &socket, peer, origin).await {
-                Some(flow) => {
-                    flows.insert(peer, flow);
+            let mut opened = open_flow(&node, l, &socket, peer, origin).await;
+            // Out of open files: each eviction closes a flow's socket (once its reply task,
+            // aborted, is dropped: hence the yield) and the flow is opened again.
+            for _ in 0..4 {
+                if !matches!(opened, Err(NoFlow::Exhausted)) || !flows.evict(ms_since(origin)) {
+                    break;
                 }
-                None => {
-                    l.metrics.no_route.increment(1);
-                    l.metrics.udp_flows.set(flows.len() as f64);
+                l.metrics.udp_evicted.increment(1);
+                tokio::task::yield_now().await;
+                opened = open_flow(&node, l, &socket, peer, origin).await;
+            }
+            match opened {
+                Ok(flow) => flows.insert(peer, flow, ms_since(origin)),
+                Err(no) => {
+                    if no == NoFlow::NoRoute {
+                        l.metrics.no_route.increment(1);
+                    }
+                    l.metrics.udp_flows.set(flows.map.len() as f64);
                     continue;
                 }
             }
-            l.metrics.udp_flows.set(flows.len() as f64);
+            l.metrics.udp_flows.set(flows.map.len() as f64);
         }
-        let flow = flows.get(&peer).expect("flow present");
+        let flow = flows.map.get(&peer).expect("flow present");
         flow.last.store(ms_since(origin), Ordering::Relaxed);
         match flow.upstream.send(&buf[..n]).await {
             Ok(_) => l.metrics.bytes_up.increment(n as u64),
@@ -149,29 +222,26 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerRt>, now: Instant) -> bool {
     flow.pick.endpoint().is_usable(now)
 }
 
-fn evict_oldest(flows: &mut HashMap<Peer, Flow>) {
-    if let Some(oldest) = flows
-        .iter()
-        .min_by_key(|(_, f)| f.last.load(Ordering::Relaxed))
-        .map(|(k, _)| *k)
-    {
-        flows.remove(&oldest);
-    }
-}
-
-fn expire(node: &Inner, port: u16, flows: &mut HashMap<Peer, Flow>, origin: Instant) {
+fn expire(node: &Inner, port: u16, flows: &mut Flows, origin: Instant) {
     let snapshot = node.snapshot.load();
     let Some(l) = snapshot.listener_on(port, true) else {
         flows.clear();
         return;
     };
-    let idle_ms = l.cfg.idle_timeout.as_millis() as u64;
-    let now = ms_since(origin);
-    let before = flows.len();
-    flows.retain(|_, f| now.saturating_sub(f.last.load(Ordering::Relaxed)) < idle_ms);
-    if flows.len() != before {
-        l.metrics.udp_flows.set(flows.len() as f64);
+    let before = flows.map.len();
+    flows.expire(l.cfg.idle_timeout.as_millis() as u64, ms_since(origin));
+    if flows.map.len() != before {
+        l.metrics.udp_flows.set(flows.map.len() as f64);
     }
+}
+
+/// Why no flow was opened.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum NoFlow {
+    /// Every attempt failed, or no group could take the flow.
+    NoRoute,
+    /// This node is out of open files (or socket memory): not the endpoint's failure.
+    Exhausted,
 }
 
 /// Chooses group and endpoint for a new flow and connects a socket to it (trying others on
@@ -182,12 +252,12 @@ async fn open_flow(
     listen: &Arc<Listen>,
     peer: Peer,
     origin: Instant,
-) -> Option<Flow> {
+) -> Result<Flow, NoFlow> {
     let key = StreamKey(peer.client.ip());
     let mut router = Router::new(l, peer.client.ip());
     let mut attempts = 0;
     while attempts < l.cfg.tries.max(1) {
-        let attempt = router.next(&key, Instant::now())?;
+        let attempt = router.next(&key, Instant::now()).ok_or(NoFlow::NoRoute)?;
         attempts += 1;
         match connect_udp(attempt.pick.address(), node.source_ip()).await {
             Ok(upstream) => {
@@ -206,7 +276,8 @@ async fn open_flow(
                     l.clone(),
                     (attempt.group, pick.clone()),
                 ));
-                return Some(Flow {
+                return Ok(Flow {
+                    id: 0,
                     upstream,
                     pick,
                     group: attempt.group,
@@ -215,13 +286,14 @@ async fn open_flow(
                     replies,
                 });
             }
+            Err(e) if super::tcp::exhausted(&e) => return Err(NoFlow::Exhausted),
             Err(e) => {
                 tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
     }
-    None
+    Err(NoFlow::NoRoute)
 }
 
 async fn connect_udp(

@@ -281,7 +281,7 @@ impl Upstream {
         let (address, host) = &self.targets[index];
         let stream = self.connect.open(address, host).await.map_err(|e| {
             tracing::debug!(error = %e, "connect failed");
-            Failure::Connect
+            connect_failure(&e)
         })?;
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
@@ -423,6 +423,17 @@ pub(crate) enum Failure {
     Timeout,
     /// The connection broke after the request started.
     Broken,
+    /// No connection because this node is out of open files: not the endpoint's failure.
+    Exhausted,
+}
+
+/// The failure a connect error is: the endpoint's, or this node's lack of open files.
+pub(crate) fn connect_failure(e: &io::Error) -> Failure {
+    if super::tcp::exhausted(e) {
+        Failure::Exhausted
+    } else {
+        Failure::Connect
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -431,6 +442,7 @@ impl std::fmt::Display for Failure {
             Failure::Connect => "no connection (refused, unreachable or connect_timeout)",
             Failure::Timeout => "no response head within upstream_timeout",
             Failure::Broken => "the connection broke during the request",
+            Failure::Exhausted => "this node is out of open files",
         })
     }
 }

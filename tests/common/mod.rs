@@ -77,7 +77,17 @@ pub(crate) async fn listener_addr(node: &Node, name: &str) -> SocketAddr {
 
 /// Plain HTTP/1.0 against the admin server; returns (status, body). Blocking, briefly.
 pub(crate) fn admin(node: &Node, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    admin_at(node.admin_addr(), method, path, token)
+}
+
+/// [`admin`] against the admin server at `addr` (a node in another process).
+pub(crate) fn admin_at(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut s = StdTcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
@@ -103,7 +113,12 @@ pub(crate) fn admin(node: &Node, method: &str, path: &str, token: Option<&str>) 
 
 /// The value of a Prometheus series (summed over lines that contain every fragment).
 pub(crate) fn metric(node: &Node, name: &str, fragments: &[&str]) -> f64 {
-    let (_, body) = admin(node, "GET", "/metrics", None);
+    metric_at(node.admin_addr(), name, fragments)
+}
+
+/// [`metric`] from the admin server at `addr`.
+pub(crate) fn metric_at(addr: SocketAddr, name: &str, fragments: &[&str]) -> f64 {
+    let (_, body) = admin_at(addr, "GET", "/metrics", None);
     body.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
         .filter(|l| fragments.iter().all(|f| l.contains(f)))
