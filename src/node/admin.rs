@@ -26,7 +26,9 @@ pub(crate) async fn serve(node: Arc<Inner>, socket: TcpListener, stop: Cancellat
             r = socket.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
+                    if !super::tcp::exhausted(&e) {
+                        tracing::warn!(error = %e, "admin accept failed");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }

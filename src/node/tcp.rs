@@ -45,8 +45,11 @@ pub(crate) async fn accept_loop(
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
-                // EMFILE and friends: log, back off a little, never die.
-                tracing::warn!(port, error = %e, "accept failed");
+                // EMFILE and friends: log (out of open files: at most every 10 s), back off a
+                // little, never die.
+                if !exhausted(&e) {
+                    tracing::warn!(port, error = %e, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -229,8 +232,8 @@ pub(crate) fn exhausted(e: &io::Error) -> bool {
         {
             tracing::warn!(
                 error = %e,
-                "this node is out of open files: new connections and UDP flows fail (the least \
-                 recently active UDP flows are evicted) without counting against endpoints; \
+                "this node is out of open files: new connections wait to be accepted or are \
+                 closed, UDP flows evict the least recently active, no endpoint is blamed; \
                  raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
             );
         }
