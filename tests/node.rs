@@ -783,31 +783,27 @@ fn out_of_open_files_blames_no_endpoint() {
     std::fs::write(&cfg, text).unwrap();
     let log = dir.path().join("gtd.log");
     // 96 open files, soft and hard, so gtd cannot raise it: 72 for the UDP listener's flows.
-    let mut child = Command::new("sh")
-        .args(["-c", "ulimit -n 96 && exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_gtd"))
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let stop = |child: &mut std::process::Child| {
-        let _ = child.kill();
-        let _ = child.wait();
-    };
+    let _child = Child(
+        Command::new("sh")
+            .args(["-c", "ulimit -n 96 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
     let tcp: SocketAddr = format!("127.0.0.1:{tcp_port}").parse().unwrap();
     let udp: SocketAddr = format!("127.0.0.1:{udp_port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while StdTcpStream::connect(admin).is_err() {
-        if Instant::now() > deadline {
-            stop(&mut child);
-            panic!(
-                "gtd did not start: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-        }
+        assert!(
+            Instant::now() < deadline,
+            "gtd did not start: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -860,7 +856,6 @@ fn out_of_open_files_blames_no_endpoint() {
     drop(clients);
     let failures = metric_at(admin, "gtd_connect_failures_total", &[]);
     let log_text = std::fs::read_to_string(&log).unwrap();
-    stop(&mut child);
     assert_eq!(failures, 0.0, "{log_text}");
     assert!(!log_text.contains("out of rotation"), "{log_text}");
     assert!(
@@ -1098,30 +1093,22 @@ fn sigterm_drains_open_connections() {
             &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
         ),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gtd"))
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--region",
-            "cn-beijing",
-            "--bind",
-            "127.0.0.1",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut conn = loop {
         match StdTcpStream::connect(addr) {
             Ok(s) => break s,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => {
-                let _ = child.kill();
-                panic!("gtd did not start: {e}");
-            }
+            Err(e) => panic!("gtd did not start: {e}"),
         }
     };
     conn.set_read_timeout(Some(Duration::from_secs(30)))
@@ -1130,7 +1117,7 @@ fn sigterm_drains_open_connections() {
     conn.read_exact(&mut name).unwrap();
     assert_eq!(&name, b"x\n");
 
-    let pid = child.id().to_string();
+    let pid = child.0.id().to_string();
     assert!(
         Command::new("kill")
             .args(["-TERM", &pid])
@@ -1153,19 +1140,19 @@ fn sigterm_drains_open_connections() {
     conn.read_exact(&mut echo).unwrap();
     assert_eq!(&echo, b"ping");
     assert!(
-        child.try_wait().unwrap().is_none(),
+        child.0.try_wait().unwrap().is_none(),
         "exited before the connection closed"
     );
     drop(conn);
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("gtd did not exit after the last connection closed");
-        }
+        assert!(
+            Instant::now() < deadline,
+            "gtd did not exit after the last connection closed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status {status}");

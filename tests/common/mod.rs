@@ -60,6 +60,17 @@ pub(crate) fn options(config: &Path) -> Options {
     }
 }
 
+/// A child process that is killed and reaped when this goes out of scope, whether the test
+/// passed or panicked.
+pub(crate) struct Child(pub(crate) std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts a node in this process.
 pub(crate) async fn start(config: &Path) -> Node {
     Node::start(options(config)).await.expect("node starts")
