@@ -47,6 +47,19 @@ impl Listen {
         pktinfo::recv(&self.socket, buf, control).await
     }
 
+    /// [`Listen::send`] without waiting: `WouldBlock` when the socket's buffer is full.
+    pub(crate) fn try_send(
+        &self,
+        buf: &[u8],
+        to: SocketAddr,
+        local: Option<IpAddr>,
+    ) -> io::Result<usize> {
+        match local {
+            Some(local) if self.pktinfo => pktinfo::try_send(&self.socket, buf, to, local),
+            _ => self.socket.try_send_to(buf, to),
+        }
+    }
+
     /// Sends `buf` to `to`, from `local` when the datagram it answers named one.
     pub(crate) async fn send(
         &self,
@@ -138,8 +151,27 @@ mod pktinfo {
         to: SocketAddr,
         local: IpAddr,
     ) -> io::Result<usize> {
-        let fd = socket.as_raw_fd();
-        let dest = SockaddrStorage::from(to);
+        socket
+            .async_io(Interest::WRITABLE, || send_from(socket, buf, to, local))
+            .await
+    }
+
+    pub(super) fn try_send(
+        socket: &UdpSocket,
+        buf: &[u8],
+        to: SocketAddr,
+        local: IpAddr,
+    ) -> io::Result<usize> {
+        socket.try_io(Interest::WRITABLE, || send_from(socket, buf, to, local))
+    }
+
+    /// One sendmsg of `buf` to `to` with `local` as its source address.
+    fn send_from(
+        socket: &UdpSocket,
+        buf: &[u8],
+        to: SocketAddr,
+        local: IpAddr,
+    ) -> io::Result<usize> {
         let (v4, v6) = match local {
             IpAddr::V4(ip) => (u32::from(ip).to_be(), [0; 16]),
             IpAddr::V6(ip) => (0, ip.octets()),
@@ -157,12 +189,15 @@ mod pktinfo {
             IpAddr::V4(_) => ControlMessage::Ipv4PacketInfo(&v4),
             IpAddr::V6(_) => ControlMessage::Ipv6PacketInfo(&v6),
         };
-        socket
-            .async_io(Interest::WRITABLE, || {
-                let iov = [IoSlice::new(buf)];
-                Ok(sendmsg(fd, &iov, &[cmsg], MsgFlags::empty(), Some(&dest))?)
-            })
-            .await
+        let iov = [IoSlice::new(buf)];
+        let dest = SockaddrStorage::from(to);
+        Ok(sendmsg(
+            socket.as_raw_fd(),
+            &iov,
+            &[cmsg],
+            MsgFlags::empty(),
+            Some(&dest),
+        )?)
     }
 
     fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -208,5 +243,14 @@ mod pktinfo {
         _: IpAddr,
     ) -> io::Result<usize> {
         socket.send_to(buf, to).await
+    }
+
+    pub(super) fn try_send(
+        socket: &UdpSocket,
+        buf: &[u8],
+        to: SocketAddr,
+        _: IpAddr,
+    ) -> io::Result<usize> {
+        socket.try_send_to(buf, to)
     }
 }
