@@ -6,7 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -221,9 +221,9 @@ pub(crate) fn exhausted(e: &io::Error) -> bool {
         Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
     );
     if out {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // Seconds on the monotonic clock, from the first exhaustion on (+10: warn at once).
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = ORIGIN.get_or_init(Instant::now).elapsed().as_secs() + 10;
         let last = WARNED_AT.load(Ordering::Relaxed);
         if now >= last + 10
             && WARNED_AT
