@@ -21,5 +21,6 @@
 pub mod balance;
 pub mod config;
 pub mod node;
+mod pem;
 pub mod regions;
 pub mod split;

@@ -14,6 +14,8 @@ use gtd::config::{
 };
 use gtd::regions::Catalog;
 
+mod common;
+
 fn catalog_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("regions/catalog.toml")
 }
@@ -1240,18 +1242,7 @@ fn the_example_config_validates_with_defaults_applied() {
 #[test]
 fn a_config_using_every_field() {
     let dir = tempfile::tempdir().unwrap();
-    for f in [
-        "site.pem",
-        "site.key",
-        "other.pem",
-        "other.key",
-        "ca.pem",
-        "client.pem",
-        "client.key",
-    ] {
-        std::fs::create_dir_all(dir.path().join("certs")).unwrap();
-        std::fs::write(dir.path().join("certs").join(f), "-----BEGIN TEST-----\n").unwrap();
-    }
+    write_pki(&dir.path().join("certs"));
     let text = format!(
         r#"catalog = "{catalog}"
 
@@ -1927,5 +1918,105 @@ fn gtd_check_reports_a_missing_file() {
     assert!(
         stderr.ends_with("1 error in /nonexistent/gtd.toml\n"),
         "{stderr}"
+    );
+}
+
+/// Real certificates and keys in `dir`: site.pem/.key, other.pem/.key (server), client.pem/.key
+/// (client) and the CA that signed them, ca.pem.
+fn write_pki(dir: &Path) {
+    let pki = common::Pki::new();
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, names, client) in [
+        ("site", &["site.example.com"][..], false),
+        ("other", &["*.other.example.com"][..], false),
+        ("client", &[][..], true),
+    ] {
+        let (cert, key) = pki.issue(names, client);
+        std::fs::write(dir.join(format!("{name}.pem")), cert).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key).unwrap();
+    }
+    std::fs::write(dir.join("ca.pem"), pki.ca_pem()).unwrap();
+}
+
+/// Certificates and keys are read by the check, as `nginx -t` and `haproxy -c` read them: a
+/// file holding something else, or a key that is not its certificate's, is an error at the
+/// value naming it, not a node that then refuses to start.
+#[test]
+fn certificate_and_key_contents_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(&dir.path().join("certs"));
+    let config = |site_cert: &str, site_key: &str, ca: &str, client_key: &str| {
+        format!(
+            r#"catalog = "{catalog}"
+[[listener]]
+name = "site"
+protocol = "https"
+port = 8443
+regions = ["cn-beijing"]
+tls = {{ certs = [{{ cert = "{site_cert}", key = "{site_key}" }}] }}
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  tls = {{ enabled = true, ca = "{ca}", client_cert = "certs/client.pem", client_key = "{client_key}" }}
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:443"
+"#,
+            catalog = catalog_path().display()
+        )
+    };
+    let check = |text: String| {
+        let file = dir.path().join("gtd.toml");
+        std::fs::write(&file, text).unwrap();
+        match config::load(&file, None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }
+    };
+    let good = (
+        "certs/site.pem",
+        "certs/site.key",
+        "certs/ca.pem",
+        "certs/client.key",
+    );
+    assert_eq!(
+        check(config(good.0, good.1, good.2, good.3)),
+        Vec::<String>::new()
+    );
+
+    let certs = dir.path().join("certs");
+    let shown = |f: &str| certs.join(f).display().to_string();
+    let errors = check(config(
+        "certs/site.key",
+        "certs/other.key",
+        "certs/client.key",
+        "certs/client.pem",
+    ));
+    let file = dir.path().join("gtd.toml").display().to_string();
+    assert_eq!(
+        errors,
+        [
+            format!(
+                "{file}:7:27: listener \"site\": {}: no certificate found (expected PEM \"BEGIN CERTIFICATE\" blocks)",
+                shown("site.key")
+            ),
+            format!(
+                "{file}:11:32: listener \"site\" group \"beijing\": {}: no certificate found (expected PEM \"BEGIN CERTIFICATE\" blocks)",
+                shown("client.key")
+            ),
+            format!(
+                "{file}:11:99: listener \"site\" group \"beijing\": {}: no private key found (expected a PEM \"BEGIN PRIVATE KEY\", \"BEGIN RSA PRIVATE KEY\" or \"BEGIN EC PRIVATE KEY\" block)",
+                shown("client.pem")
+            ),
+        ]
+    );
+    let errors = check(config("certs/site.pem", "certs/other.key", good.2, good.3));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!(
+            "{file}:7:51: listener \"site\": {}: the key does not belong to the certificate {}",
+            shown("other.key"),
+            shown("site.pem")
+        )),
+        "{errors:?}"
     );
 }

@@ -1182,54 +1182,6 @@ async fn keep_alive_rest_is_bounded_by_idle_timeout_a_started_head_by_header_tim
 
 // ------------------------------------------------------------------ HTTPS and TLS
 
-/// A test PKI: one CA; server and client certificates signed by it.
-struct Pki {
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "gtd test CA");
-        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
-            .unwrap();
-        Pki { ca }
-    }
-
-    /// (certificate PEM, key PEM) for these DNS names; `client` for client authentication.
-    fn issue(&self, names: &[&str], client: bool) -> (String, String) {
-        let mut params = rcgen::CertificateParams::new(
-            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
-        )
-        .unwrap();
-        params.extended_key_usages = vec![if client {
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth
-        }];
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    fn ca_pem(&self) -> String {
-        self.ca.pem()
-    }
-
-    fn roots(&self) -> rustls::RootCertStore {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        roots
-    }
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

@@ -746,10 +746,31 @@ fn server_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Ser
         let cert = env.file(ctx, &pair, "cert");
         let key = env.file(ctx, &pair, "key");
         if let (Some(cert), Some(key)) = (cert, key) {
+            pem_pair(ctx, &pair, ("cert", &cert), ("key", &key));
             certs.push(CertPair { cert, key });
         }
     }
     Some(ServerTls { certs })
+}
+
+/// Reads a certificate chain and its key as the node will (`nginx -t` and `haproxy -c` load
+/// them too): a file that holds something else, or a key that does not belong to its
+/// certificate, is an error at the value that names it.
+fn pem_pair(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    (cert_key, cert): (&str, &Path),
+    (key_key, key): (&str, &Path),
+) {
+    if let Err((faulty, e)) = crate::pem::certified(cert, key, &crate::pem::provider()) {
+        let field = match faulty {
+            crate::pem::Faulty::Cert => cert_key,
+            crate::pem::Faulty::Key => key_key,
+        };
+        if let Some(at) = t.value_at(field) {
+            ctx.error(at, &t.path, e);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1866,6 +1887,11 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
         }
     });
     let ca = t.has("ca").then(|| env.file(ctx, t, "ca")).flatten();
+    if let (Some(ca), Some(at)) = (&ca, t.value_at("ca"))
+        && let Err(e) = crate::pem::roots(ca)
+    {
+        ctx.error(at, &t.path, e);
+    }
     let client_cert = t
         .has("client_cert")
         .then(|| env.file(ctx, t, "client_cert"))
@@ -1874,6 +1900,9 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
         .has("client_key")
         .then(|| env.file(ctx, t, "client_key"))
         .flatten();
+    if let (Some(cert), Some(key)) = (&client_cert, &client_key) {
+        pem_pair(ctx, t, ("client_cert", cert), ("client_key", key));
+    }
     for (key, other) in [("client_cert", "client_key"), ("client_key", "client_cert")] {
         if let (Some(at), false) = (t.key_at(key), t.has(other)) {
             ctx.error(

@@ -11,32 +11,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, ring};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 use crate::config::{ServerTls, TlsVersion, UpstreamTls};
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(ring::default_provider())
-}
-
-/// Reads a PEM certificate chain (leaf first).
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if chain.is_empty() {
-        return Err(format!(
-            "{}: no certificate found (expected PEM \"BEGIN CERTIFICATE\" blocks)",
-            path.display()
-        ));
-    }
-    Ok(chain)
-}
+use crate::pem::{self, provider, read_chain, read_key};
 
 /// Where Linux distributions keep their CA bundle (the paths OpenSSL-based clients probe).
 const SYSTEM_BUNDLES: &[&str] = &[
@@ -69,11 +51,6 @@ fn system_bundle() -> Result<std::path::PathBuf, String> {
                 SYSTEM_BUNDLES.join(", ")
             )
         })
-}
-
-/// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A certificate with its key and the DNS names (SANs, lower case) it serves.
@@ -137,29 +114,8 @@ pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String
     let provider = provider();
     let mut certs = Vec::with_capacity(tls.certs.len());
     for pair in &tls.certs {
-        let chain = read_chain(&pair.cert)?;
-        let key = read_key(&pair.key)?;
-        let names = webpki::EndEntityCert::try_from(&chain[0])
-            .map_err(|e| format!("{}: not a usable certificate: {e}", pair.cert.display()))?
-            .valid_dns_names()
-            .map(str::to_ascii_lowercase)
-            .collect();
-        let signing = provider
-            .key_provider
-            .load_private_key(key)
-            .map_err(|e| format!("{}: {e}", pair.key.display()))?;
-        let certified = CertifiedKey::new(chain, signing);
-        match certified.keys_match() {
-            // A key type whose public half the provider cannot tell: nothing to compare.
-            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
-            Err(e) => {
-                return Err(format!(
-                    "{}: the key does not belong to the certificate {} ({e})",
-                    pair.key.display(),
-                    pair.cert.display()
-                ));
-            }
-        }
+        let (certified, names) =
+            pem::certified(&pair.cert, &pair.key, &provider).map_err(|(_, e)| e)?;
         certs.push(Served {
             names,
             key: Arc::new(certified),
@@ -177,8 +133,9 @@ pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String
     Ok(Arc::new(config))
 }
 
-/// The client config towards a group's endpoints. gtd does not read the system's roots: a group
-/// that verifies its endpoints names its CA bundle (`ca`), or sets `insecure_skip_verify`.
+/// The client config towards a group's endpoints: verified with the group's CA bundle (`ca`),
+/// else the system's; or not at all with `insecure_skip_verify` (tests); mTLS when the group
+/// names a client certificate and key.
 pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, String> {
     let provider = provider();
     let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
@@ -193,19 +150,13 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
     } else {
-        let mut roots = RootCertStore::empty();
-        match &tls.ca {
-            Some(ca) => {
-                for cert in read_chain(ca)? {
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("{}: {e}", ca.display()))?;
-                }
-            }
+        let roots = match &tls.ca {
+            Some(ca) => pem::roots(ca)?,
             None => {
                 let bundle = system_bundle()?;
                 // A system bundle may hold a certificate rustls cannot use; skip it, as
                 // OpenSSL-based clients do, as long as some remain.
+                let mut roots = RootCertStore::empty();
                 let (added, _) = roots.add_parsable_certificates(read_chain(&bundle)?);
                 if added == 0 {
                     return Err(format!(
@@ -213,8 +164,9 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
                         bundle.display()
                     ));
                 }
+                roots
             }
-        }
+        };
         builder.with_root_certificates(roots)
     };
     let mut config = match (&tls.client_cert, &tls.client_key) {
@@ -290,6 +242,7 @@ impl ServerCertVerifier for NoVerify {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::PrivateKeyDer;
 
     fn served(names: &[&str]) -> Served {
         let cert = rcgen::generate_simple_self_signed(vec!["x.invalid".to_owned()]).unwrap();

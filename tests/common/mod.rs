@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests that run nodes on loopback (`node.rs`, `http.rs`):
 //! free ports, configs written to temp dirs, starting a node in-process, the admin API, metrics,
-//! bounded waits, and `sim`'s expectation for a config.
+//! bounded waits, `sim`'s expectation for a config, and a test PKI (rcgen).
 
 #![allow(dead_code)]
 
@@ -189,4 +189,52 @@ pub(crate) fn sim_expectation(
         }
     }
     (groups, endpoints)
+}
+
+/// A test PKI: one CA; server and client certificates signed by it.
+pub(crate) struct Pki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    pub(crate) fn new() -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "gtd test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        Pki { ca }
+    }
+
+    /// (certificate PEM, key PEM) for these DNS names; `client` for client authentication.
+    pub(crate) fn issue(&self, names: &[&str], client: bool) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    pub(crate) fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    pub(crate) fn roots(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        roots
+    }
 }
