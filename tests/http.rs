@@ -776,6 +776,19 @@ async fn http2_client_reaches_an_http1_backend() {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "one");
     }
+    // Cookies sent as two fields (as browsers send them over HTTP/2) reach the HTTP/1.1
+    // backend as one header (RFC 9113 8.2.3).
+    let resp = h2
+        .request(
+            Request::get(format!("http://{addr}/"))
+                .header("cookie", "a=1")
+                .header("cookie", "b=2; c=3")
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(h(resp.headers(), "x-seen-cookie"), "a=1; b=2; c=3");
     // A POST body over HTTP/2 reaches the HTTP/1.1 backend whole.
     let resp = h2
         .request(
@@ -787,6 +800,53 @@ async fn http2_client_reaches_an_http1_backend() {
         .unwrap();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, format!("one {}", 3 << 20));
+    node.shutdown().await;
+}
+
+/// The request target's host wins over a Host header (RFC 9112 3.2.2): an absolute-form request
+/// is routed by, and reaches the endpoint with, the host it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_target_names_the_host() {
+    let b = Backend::start("one", 200).await;
+    let other = Backend::start("two", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "[[listener.route]]\nhost = \"routed.example\"\ngroups = [\"r\"]\n",
+            &[
+                group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+                group("r", "cn-beijing", 100.0, "", &[(other.addr, "")]),
+            ]
+            .concat(),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET http://routed.example/x HTTP/1.1\r\nHost: other.example\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("\r\nx-backend: two\r\n"), "{answer}");
+    assert!(
+        answer.contains("\r\nx-seen-host: routed.example\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("\r\nx-seen-xfh: routed.example\r\n"),
+        "{answer}"
+    );
     node.shutdown().await;
 }
 

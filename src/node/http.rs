@@ -184,7 +184,9 @@ impl HttpRt {
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(100)
-            .max_header_list_size(16 * 1024)
+            // The same 64 KiB of request headers as HTTP/1.1 (`max_buf_size`): a request that
+            // passes on one protocol passes on the other.
+            .max_header_list_size(64 * 1024)
             .max_pending_accept_reset_streams(20)
             .max_local_error_reset_streams(1024)
             .initial_stream_window_size(64 * 1024)
@@ -456,9 +458,9 @@ impl RequestKey for View<'_> {
 
 impl RouteRequest for View<'_> {
     fn host(&self) -> Option<&str> {
-        match self.headers.get(header::HOST) {
-            Some(h) => h.to_str().ok(),
-            None => self.uri.authority().map(|a| a.as_str()),
+        match authority(self.uri) {
+            Some(a) => Some(a),
+            None => self.headers.get(header::HOST)?.to_str().ok(),
         }
     }
 
@@ -557,7 +559,7 @@ async fn proxy(
     // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
     let mut upgrade = wants_upgrade(&parts)
         .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
-    forward_headers(&mut parts.headers, &parts.uri, conn);
+    forward_headers(&mut parts.headers, &parts.uri, parts.version, conn);
     if let Some((proto, _)) = &upgrade {
         parts.headers.insert(header::CONNECTION, UPGRADE.clone());
         parts.headers.insert(header::UPGRADE, proto.clone());
@@ -888,21 +890,16 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Rewrites the client's headers for the endpoint (see the module doc).
-fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: &Conn) {
+fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &Conn) {
     strip_hop_by_hop(headers);
     headers.remove(header::EXPECT);
-    let host = match headers.get(header::HOST) {
-        Some(h) => Some(h.clone()),
-        None => {
-            // HTTP/2 clients name the host in :authority; HTTP/1.1 endpoints need Host.
-            let from_authority = uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
-            if let Some(h) = &from_authority {
-                headers.insert(header::HOST, h.clone());
-            }
-            from_authority
+    // HTTP/1.1 endpoints get the request target's authority as Host.
+    let host = match authority(uri).and_then(|a| HeaderValue::from_str(a).ok()) {
+        Some(h) => {
+            headers.insert(header::HOST, h.clone());
+            Some(h)
         }
+        None => headers.get(header::HOST).cloned(),
     };
     // X-Forwarded-For: what came in, then the client's address, on one line.
     match headers.entry(X_FORWARDED_FOR) {
@@ -910,18 +907,19 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: &Conn) {
             e.insert(conn.xff.clone());
         }
         header::Entry::Occupied(mut e) => {
-            let mut xff = Vec::new();
-            for v in e.iter() {
-                if v.to_str().is_ok() {
-                    xff.extend_from_slice(v.as_bytes());
-                    xff.extend_from_slice(b", ");
-                }
-            }
-            xff.extend_from_slice(conn.xff.as_bytes());
-            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(xff)) {
+            let came = e.iter().filter(|v| v.to_str().is_ok());
+            if let Some(v) = joined(came.chain([&conn.xff]), b", ") {
                 e.insert(v);
             }
         }
+    }
+    // HTTP/2 clients may send cookies as several fields; an HTTP/1.1 endpoint gets one, joined
+    // with "; " (RFC 9113 8.2.3), as nginx, HAProxy and Envoy pass them.
+    if version == Version::HTTP_2
+        && headers.get_all(header::COOKIE).iter().nth(1).is_some()
+        && let Some(v) = joined(headers.get_all(header::COOKIE).iter(), b"; ")
+    {
+        headers.insert(header::COOKIE, v);
     }
     headers.insert(
         X_FORWARDED_PROTO,
@@ -939,6 +937,29 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, conn: &Conn) {
             headers.remove(X_FORWARDED_HOST);
         }
     }
+}
+
+/// The host (and port) the request target names: HTTP/2's :authority, or the host of an
+/// absolute-form HTTP/1.1 target. It wins over a Host header (RFC 9113 8.3.1, RFC 9112 3.2.2),
+/// for routes as for the endpoint. Without userinfo, which clients should not send.
+fn authority(uri: &Uri) -> Option<&str> {
+    let a = uri.authority()?.as_str();
+    Some(a.rsplit_once('@').map_or(a, |(_, host)| host))
+}
+
+/// The values, in order, as one value with `separator` between them.
+fn joined<'a>(
+    values: impl Iterator<Item = &'a HeaderValue>,
+    separator: &[u8],
+) -> Option<HeaderValue> {
+    let mut out = Vec::new();
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            out.extend_from_slice(separator);
+        }
+        out.extend_from_slice(v.as_bytes());
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(out)).ok()
 }
 
 /// True for the fixed hop-by-hop headers (Proxy-* and `Proxy` itself included: httpoxy).
@@ -1056,7 +1077,7 @@ mod tests {
             ("x-forwarded-proto", "http"),
             ("expect", "100-continue"),
         ]);
-        forward_headers(&mut h, &uri, &conn);
+        forward_headers(&mut h, &uri, Version::HTTP_11, &conn);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-proto"], "https");
@@ -1066,7 +1087,7 @@ mod tests {
         // HTTP/2: no Host header, the authority becomes Host.
         let uri: Uri = "https://h2.example.com/p".parse().unwrap();
         let mut h = HeaderMap::new();
-        forward_headers(&mut h, &uri, &conn);
+        forward_headers(&mut h, &uri, Version::HTTP_2, &conn);
         assert_eq!(h["host"], "h2.example.com");
         assert_eq!(h["x-forwarded-host"], "h2.example.com");
         assert_eq!(h["x-forwarded-for"], "192.0.2.7");
