@@ -1054,6 +1054,16 @@ async fn admin_api_status_metrics_and_token() {
     assert_eq!(status, 401);
     let (status, _) = admin(&node, "POST", "/reload", Some("s3cret"));
     assert_eq!(status, 200);
+    // The scheme in any case, as HTTP has it.
+    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(
+        b"POST /reload HTTP/1.0\r\nAuthorization: bearer s3cret\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.split(' ').nth(1) == Some("200"), "{text}");
     let (status, _) = admin(
         &node,
         "POST",

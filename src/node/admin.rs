@@ -74,8 +74,10 @@ fn authorized(node: &Inner, req: &Request<Incoming>) -> bool {
     req.headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+        // The scheme in any case (RFC 9110 11.1), then the token after any spaces.
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .is_some_and(|(_, t)| constant_time_eq(t.trim_start().as_bytes(), token.as_bytes()))
 }
 
 /// Compares without an early exit, so response timing does not reveal the token's prefix.
