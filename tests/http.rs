@@ -382,15 +382,23 @@ async fn http_split_across_groups_and_endpoints_matches_sim() {
     // Every answer was counted under its endpoint, none as gtd's own.
     let node = Arc::new(node);
     let n2 = node.clone();
-    let (two_xx, own) = tokio::task::spawn_blocking(move || {
+    let (two_xx, own, opened, timed, body) = tokio::task::spawn_blocking(move || {
         (
             metric(&n2, "gtd_requests_total", &["code_class=\"2xx\""]),
             metric(&n2, "gtd_requests_total", &["group=\"\""]),
+            metric(&n2, "gtd_connections_total", &[]),
+            metric(&n2, "gtd_connect_seconds_count", &[]),
+            admin(&n2, "GET", "/metrics", None).1,
         )
     })
     .await
     .unwrap();
     assert_eq!((two_xx, own), (N as f64, 0.0));
+    // The connections gtd opened to the endpoints were counted and timed, and an HTTP listener
+    // has no UDP flow series.
+    assert!(opened >= names.len() as f64, "{opened} connections opened");
+    assert_eq!(opened, timed);
+    assert!(!body.contains("gtd_udp_flows"), "{body}");
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
 

@@ -39,7 +39,7 @@ pub const CONNECTIONS_TOTAL: Def = Def {
     name: "gtd_connections_total",
     kind: Kind::Counter,
     labels: &["listener", "group", "endpoint"],
-    help: "TCP connections and UDP flows established to an endpoint",
+    help: "Connections and UDP flows established to an endpoint (TCP: one per client connection; HTTP: each pooled connection gtd opens)",
 };
 /// Client connections open now.
 pub const CONNECTIONS_ACTIVE: Def = Def {
@@ -81,7 +81,7 @@ pub const CONNECT_SECONDS: Def = Def {
     name: "gtd_connect_seconds",
     kind: Kind::Histogram,
     labels: &["listener", "group"],
-    help: "Time to establish a TCP connection to an endpoint",
+    help: "Time to establish a connection to an endpoint (HTTP: TLS handshake included)",
 };
 /// UDP flows in the table now.
 pub const UDP_FLOWS_ACTIVE: Def = Def {

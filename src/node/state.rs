@@ -29,7 +29,7 @@ use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
 use super::http::{HttpRt, code_classes};
 use super::metrics::{self as m, Registry};
-use super::upstream::Upstream;
+use super::upstream::{Connects, Upstream};
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
@@ -202,6 +202,7 @@ impl ListenerRt {
     ) -> Result<ListenerRt, String> {
         let name = l.name.as_str();
         let http_listener = l.protocol.is_http();
+        let udp = l.protocol == crate::config::Protocol::Udp;
         let groups: Vec<GroupRt> = l
             .groups
             .iter()
@@ -216,10 +217,21 @@ impl ListenerRt {
                 let gname = g.name.as_str();
                 let upstream = if http_listener {
                     let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &[name, gname]);
+                    let connects = Connects {
+                        seconds: registry.histogram(&m::CONNECT_SECONDS, &[name, gname]),
+                        opened: g
+                            .endpoints
+                            .iter()
+                            .map(|e| {
+                                let labels = [name, gname, e.address.text.as_str()];
+                                registry.counter(&m::CONNECTIONS_TOTAL, &labels)
+                            })
+                            .collect(),
+                    };
                     Some(
-                        Upstream::build(l, g, config.node.source_ip, seconds).map_err(|e| {
-                            format!("listener {:?} group {:?}: {e}", l.name, g.name)
-                        })?,
+                        Upstream::build(l, g, config.node.source_ip, seconds, connects).map_err(
+                            |e| format!("listener {:?} group {:?}: {e}", l.name, g.name),
+                        )?,
                     )
                 } else {
                     None
@@ -263,8 +275,17 @@ impl ListenerRt {
             bytes_up: registry.counter(&m::BYTES_TOTAL, &[name, "upstream"]),
             bytes_down: registry.counter(&m::BYTES_TOTAL, &[name, "downstream"]),
             retries: registry.counter(&m::RETRIES_TOTAL, &[name]),
-            udp_flows: registry.gauge(&m::UDP_FLOWS_ACTIVE, &[name]),
-            udp_evicted: registry.counter(&m::UDP_FLOWS_EVICTED_TOTAL, &[name]),
+            // Only UDP listeners have flows: no always-zero series for the others.
+            udp_flows: if udp {
+                registry.gauge(&m::UDP_FLOWS_ACTIVE, &[name])
+            } else {
+                Gauge::noop()
+            },
+            udp_evicted: if udp {
+                registry.counter(&m::UDP_FLOWS_EVICTED_TOTAL, &[name])
+            } else {
+                Counter::noop()
+            },
             failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
         };
         let ranking = split::rank(l, &config.catalog, region, |_| None);

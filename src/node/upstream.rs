@@ -65,6 +65,15 @@ pub struct Upstream {
     pub(crate) feedback: Option<HeaderName>,
     /// Time from sending a request to the response headers.
     pub(crate) response_seconds: Histogram,
+    /// New connections to the endpoints: how long each took (TLS included), how many per
+    /// endpoint (config order), the same series TCP listeners count into.
+    pub(crate) connects: Connects,
+}
+
+/// Metric handles for the connections an HTTP group opens to its endpoints.
+pub(crate) struct Connects {
+    pub(crate) seconds: Histogram,
+    pub(crate) opened: Vec<Counter>,
 }
 
 impl fmt::Debug for Upstream {
@@ -83,6 +92,7 @@ impl Upstream {
         group: &Group,
         source_ip: Option<IpAddr>,
         response_seconds: Histogram,
+        connects: Connects,
     ) -> Result<Upstream, String> {
         let tls = match &group.tls {
             Some(t) if t.enabled => {
@@ -139,6 +149,7 @@ impl Upstream {
             path_prefix,
             feedback,
             response_seconds,
+            connects,
         })
     }
 
@@ -186,7 +197,7 @@ impl Upstream {
             return Err(Failure::Broken);
         };
         let (address, _) = &self.targets[index];
-        let open = || self.connect.tcp(address);
+        let open = || self.counted(index, self.connect.tcp(address));
         let exchange = raw.exchange(index, request, sent_at + timeout, self.stall_timeout, open);
         let response = exchange.await?;
         Ok((response.map(EndpointBody::Raw), None))
@@ -276,10 +287,26 @@ impl Upstream {
         }
     }
 
+    /// `connect` (to endpoint `index`), timed and counted when it succeeds.
+    async fn counted<T>(
+        &self,
+        index: usize,
+        connect: impl Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        let started = Instant::now();
+        let connection = connect.await?;
+        self.connects
+            .seconds
+            .record(started.elapsed().as_secs_f64());
+        self.connects.opened[index].increment(1);
+        Ok(connection)
+    }
+
     /// A new connection to endpoint `index`, its task spawned.
     async fn open(&self, index: usize) -> Result<Idle, Failure> {
         let (address, host) = &self.targets[index];
-        let stream = self.connect.open(address, host).await.map_err(|e| {
+        let stream = self.counted(index, self.connect.open(address, host));
+        let stream = stream.await.map_err(|e| {
             tracing::debug!(error = %e, "connect failed");
             connect_failure(&e)
         })?;
