@@ -966,6 +966,25 @@ regions = ["cn-beijing"]
         error(&text.replace("sni = ", "min_version = \"1.4\", sni = ")),
         r#"config.toml:10:25: listener "web" group "beijing": unknown min version "1.4" (expected "1.2" or "1.3")"#
     );
+    // Keys that do nothing are said to.
+    let warnings = |text: &str| -> Vec<String> {
+        valid(text)
+            .warnings
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    assert!(warnings(text).is_empty());
+    assert_eq!(
+        warnings(&text.replace("sni = ", "enabled = false, min_version = \"1.3\", sni = ")),
+        [
+            r#"config.toml:10:49: listener "web" group "beijing": "sni", "min_version" have no effect: enabled = false"#
+        ]
+    );
+    assert_eq!(
+        warnings(&text.replace("sni = ", "insecure_skip_verify = true, sni = ")),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

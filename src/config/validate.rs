@@ -1914,6 +1914,24 @@ fn upstream_tls(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<U
     }
     let insecure_skip_verify = t.bool(ctx, "insecure_skip_verify").unwrap_or(false);
     let min_version = tls_version(ctx, t).unwrap_or(TlsVersion::V1_2);
+    // Valid but without effect: a warning, as for other such keys.
+    let (idle, why): (Vec<&str>, _) = if enabled {
+        let ca = ["ca"]
+            .into_iter()
+            .filter(|k| insecure_skip_verify && t.has(k));
+        (ca.collect(), "insecure_skip_verify = true verifies nothing")
+    } else {
+        let keys = ["sni", "ca", "client_cert", "client_key"];
+        let keys = keys
+            .into_iter()
+            .chain(["insecure_skip_verify", "min_version"]);
+        (keys.filter(|k| t.has(k)).collect(), "enabled = false")
+    };
+    if let Some(at) = idle.first().and_then(|k| t.key_at(k)) {
+        let keys = idle.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", ");
+        let verb = if idle.len() == 1 { "has" } else { "have" };
+        ctx.warn(at, &t.path, format!("{keys} {verb} no effect: {why}"));
+    }
     Some(UpstreamTls {
         enabled,
         sni,
