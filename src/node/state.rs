@@ -215,18 +215,30 @@ impl ListenerRt {
                     _ => GroupBalancer::new(g, l.protocol, now),
                 };
                 let gname = g.name.as_str();
+                let endpoints: Vec<EndpointMetrics> = g
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let labels = [name, gname, e.address.text.as_str()];
+                        EndpointMetrics {
+                            connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
+                            failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
+                            healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
+                            requests: if http_listener {
+                                code_classes(registry, &labels)
+                            } else {
+                                std::array::from_fn(|_| Counter::noop())
+                            },
+                        }
+                    })
+                    .collect();
+                let connect_seconds = registry.histogram(&m::CONNECT_SECONDS, &[name, gname]);
                 let upstream = if http_listener {
                     let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &[name, gname]);
+                    // The connections the HTTP clients open count into the endpoints' series.
                     let connects = Connects {
-                        seconds: registry.histogram(&m::CONNECT_SECONDS, &[name, gname]),
-                        opened: g
-                            .endpoints
-                            .iter()
-                            .map(|e| {
-                                let labels = [name, gname, e.address.text.as_str()];
-                                registry.counter(&m::CONNECTIONS_TOTAL, &labels)
-                            })
-                            .collect(),
+                        seconds: connect_seconds.clone(),
+                        opened: endpoints.iter().map(|e| e.connections.clone()).collect(),
                     };
                     Some(
                         Upstream::build(l, g, config.node.source_ip, seconds, connects).map_err(
@@ -239,24 +251,8 @@ impl ListenerRt {
                 Ok(GroupRt {
                     name: g.name.clone(),
                     balancer: Arc::new(balancer),
-                    endpoints: g
-                        .endpoints
-                        .iter()
-                        .map(|e| {
-                            let labels = [name, gname, e.address.text.as_str()];
-                            EndpointMetrics {
-                                connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
-                                failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
-                                healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
-                                requests: if http_listener {
-                                    code_classes(registry, &labels)
-                                } else {
-                                    std::array::from_fn(|_| Counter::noop())
-                                },
-                            }
-                        })
-                        .collect(),
-                    connect_seconds: registry.histogram(&m::CONNECT_SECONDS, &[name, gname]),
+                    endpoints,
+                    connect_seconds,
                     upstream,
                     share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
                     healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),

@@ -320,8 +320,8 @@ thread_local! {
 
 /// What one read of an endpoint's socket came to.
 enum Reply {
-    /// A datagram of this many bytes, relayed (or refused by the client's side).
-    Relayed(usize, bool),
+    /// A datagram handed to the listener's socket: its size, `None` when the send failed.
+    Relayed(Option<usize>),
     /// A datagram the listener's socket had no room for yet: a copy to send when it has.
     Waiting(Vec<u8>),
 }
@@ -348,11 +348,11 @@ async fn replies(
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     Reply::Waiting(buf[..n].to_vec())
                 }
-                sent => Reply::Relayed(n, sent.is_ok()),
+                sent => Reply::Relayed(sent.ok().map(|_| n)),
             })
         });
         let relayed = match read {
-            Ok(Reply::Relayed(n, sent)) => sent.then_some(n),
+            Ok(Reply::Relayed(n)) => n,
             Ok(Reply::Waiting(datagram)) => {
                 let sent = listen.send(&datagram, peer.client, peer.local).await;
                 sent.is_ok().then_some(datagram.len())

@@ -213,7 +213,8 @@ mod pktinfo {
     }
 }
 
-/// Elsewhere a wildcard socket replies as the kernel routes.
+/// Elsewhere a wildcard socket replies as the kernel routes: packet info is never turned on,
+/// so [`Listen`] always takes its plain path and these are never called.
 #[cfg(not(target_os = "linux"))]
 mod pktinfo {
     use std::io;
@@ -228,29 +229,23 @@ mod pktinfo {
     }
 
     pub(super) async fn recv(
-        socket: &UdpSocket,
-        buf: &mut [u8],
+        _: &UdpSocket,
+        _: &mut [u8],
         _: &mut Control,
     ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
-        let (n, from) = socket.recv_from(buf).await?;
-        Ok((n, from, None))
+        unreachable!("packet info is off")
     }
 
     pub(super) async fn send(
-        socket: &UdpSocket,
-        buf: &[u8],
-        to: SocketAddr,
+        _: &UdpSocket,
+        _: &[u8],
+        _: SocketAddr,
         _: IpAddr,
     ) -> io::Result<usize> {
-        socket.send_to(buf, to).await
+        unreachable!("packet info is off")
     }
 
-    pub(super) fn try_send(
-        socket: &UdpSocket,
-        buf: &[u8],
-        to: SocketAddr,
-        _: IpAddr,
-    ) -> io::Result<usize> {
-        socket.try_send_to(buf, to)
+    pub(super) fn try_send(_: &UdpSocket, _: &[u8], _: SocketAddr, _: IpAddr) -> io::Result<usize> {
+        unreachable!("packet info is off")
     }
 }
