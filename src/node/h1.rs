@@ -218,11 +218,17 @@ pub enum Step {
 }
 
 /// An incremental decoder of `transfer-encoding: chunked` (RFC 9112 section 7.1). Chunk
-/// extensions are ignored, trailer fields are read and dropped.
+/// extensions are ignored; trailer fields are kept for [`Chunked::take_trailers`], bar those a
+/// trailer may not carry and malformed ones, which are dropped (RFC 9110 section 6.5.1 lets a
+/// recipient discard them).
 #[derive(Debug, Default)]
 pub struct Chunked {
     state: State,
     remaining: u64,
+    /// Trailer lines read, the dropped ones included (bounded by [`MAX_HEADERS`]).
+    trailer_lines: usize,
+    /// Boxed: most bodies have none, and the decoder lives in every response body.
+    trailers: Option<Box<HeaderMap>>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -296,12 +302,83 @@ impl Chunked {
                     };
                     if line.is_empty() {
                         self.state = State::Done;
+                    } else {
+                        self.trailer_field(&line)?;
                     }
                 }
                 State::Done => return Ok(Step::Done),
             }
         }
     }
+
+    /// The trailer fields, once the body is [`Step::Done`] (`None` when there were none).
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        self.trailers.take().map(|fields| *fields)
+    }
+
+    fn trailer_field(&mut self, line: &[u8]) -> Result<(), &'static str> {
+        self.trailer_lines += 1;
+        if self.trailer_lines > MAX_HEADERS {
+            return Err("too many trailer fields");
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return Ok(());
+        };
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&line[..colon]),
+            HeaderValue::from_bytes(trim(&line[colon + 1..])),
+        ) else {
+            return Ok(());
+        };
+        if may_trail(&name) {
+            self.trailers
+                .get_or_insert_with(Box::default)
+                .append(name, value);
+        }
+        Ok(())
+    }
+}
+
+/// `fields` without those a trailer must not carry (see [`may_trail`]).
+pub fn trailing(fields: HeaderMap) -> HeaderMap {
+    if fields.keys().all(may_trail) {
+        return fields;
+    }
+    let mut kept = HeaderMap::with_capacity(fields.len());
+    let mut name = None;
+    for (next, value) in fields {
+        if next.is_some() {
+            name = next;
+        }
+        if let Some(name) = name.as_ref().filter(|n| may_trail(n)) {
+            kept.append(name.clone(), value);
+        }
+    }
+    kept
+}
+
+/// False for the fields a trailer must not carry: framing, routing, authentication and
+/// connection-specific ones (RFC 9110 section 6.5.1, RFC 9113 section 8.2.2; hyper's list).
+fn may_trail(name: &HeaderName) -> bool {
+    ![
+        header::AUTHORIZATION,
+        header::CACHE_CONTROL,
+        header::CONNECTION,
+        header::CONTENT_ENCODING,
+        header::CONTENT_LENGTH,
+        header::CONTENT_RANGE,
+        header::CONTENT_TYPE,
+        header::HOST,
+        header::MAX_FORWARDS,
+        header::SET_COOKIE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ]
+    .contains(name)
+        && name.as_str() != "keep-alive"
+        && !name.as_str().starts_with("proxy")
 }
 
 /// Takes one CRLF-terminated line off `buf` (without the CRLF), if a whole one is there.
@@ -491,7 +568,10 @@ mod tests {
     }
 
     /// Feeds `input` to a decoder `piece` bytes at a time; the body, or the error.
-    fn dechunk(input: &[u8], piece: usize) -> Result<(Vec<u8>, usize), &'static str> {
+    /// Body, bytes left after it, and the trailer fields kept.
+    type Dechunked = (Vec<u8>, usize, Option<HeaderMap>);
+
+    fn dechunk(input: &[u8], piece: usize) -> Result<Dechunked, &'static str> {
         let mut d = Chunked::default();
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
@@ -499,7 +579,10 @@ mod tests {
         loop {
             match d.decode(&mut buf)? {
                 Step::Data(b) => out.extend_from_slice(&b),
-                Step::Done => return Ok((out, buf.len() + input.len() - fed)),
+                Step::Done => {
+                    let left = buf.len() + input.len() - fed;
+                    return Ok((out, left, d.take_trailers()));
+                }
                 Step::More => {
                     if fed == input.len() {
                         return Err("ended early");
@@ -517,11 +600,40 @@ mod tests {
         let body =
             b"5;ext=1\r\nhello\r\n1 \r\n,\r\nB\r\n 0123456789\r\n0\r\nx-trailer: t\r\n\r\nNEXT";
         for piece in [1, 2, 3, 7, 64] {
-            let (out, left) = dechunk(body, piece).unwrap();
+            let (out, left, trailers) = dechunk(body, piece).unwrap();
             assert_eq!(out, b"hello, 0123456789", "piece {piece}");
             assert!(left <= 4, "what follows the body stays: {left}");
+            assert_eq!(trailers.unwrap()["x-trailer"], "t");
         }
-        assert_eq!(dechunk(b"0\r\n\r\n", 1).unwrap().0, b"");
+        let (out, _, trailers) = dechunk(b"0\r\n\r\n", 1).unwrap();
+        assert_eq!((out.as_slice(), trailers), (&b""[..], None));
+    }
+
+    #[test]
+    fn trailers_keep_what_may_trail_and_drop_the_rest() {
+        let body = b"0\r\nGrpc-Status: 0\r\ncontent-length: 9\r\nx-sum:\t abc \r\nno colon\r\n\
+                     bad name: 1\r\nx-sum: def\r\nproxy-x: 1\r\nSet-Cookie: a=b\r\n\r\n";
+        let trailers = dechunk(body, 5).unwrap().2.unwrap();
+        let sums: Vec<&str> = trailers
+            .get_all("x-sum")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(sums, ["abc", "def"]);
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(trailers.len(), 3);
+        // The same rule for fields another decoder read.
+        let mut read = trailers.clone();
+        read.append(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
+        read.append("x-sum", HeaderValue::from_static("ghi"));
+        let kept = trailing(read);
+        assert_eq!(kept.get_all("x-sum").iter().count(), 3);
+        assert_eq!((kept.len(), kept.get(header::CONTENT_LENGTH)), (4, None));
+        assert_eq!(trailing(trailers.clone()), trailers);
+        // Only dropped fields: no trailers at all.
+        assert_eq!(dechunk(b"0\r\nTE: x\r\n\r\n", 64).unwrap().2, None);
+        let many = format!("0\r\n{}\r\n", "x-a: 1\r\n".repeat(MAX_HEADERS + 1));
+        assert_eq!(dechunk(many.as_bytes(), 64), Err("too many trailer fields"));
     }
 
     #[test]
@@ -573,8 +685,9 @@ mod tests {
                     wire.extend_from_slice(b"\r\n");
                 }
                 wire.extend_from_slice(b"0\r\nx-trailer: t\r\n\r\nNEXT");
-                let (out, left) = dechunk(&wire, piece).unwrap();
+                let (out, left, trailers) = dechunk(&wire, piece).unwrap();
                 prop_assert_eq!(out, chunks.concat());
+                prop_assert_eq!(&trailers.unwrap()["x-trailer"], "t");
                 // The decoder stops at the body's end: at most the 4 bytes after it are left.
                 prop_assert!(left <= 4);
             }

@@ -18,12 +18,12 @@
 //!    the last attempt timed out); no route gives 503.
 //!
 //! Request headers towards the endpoint: hop-by-hop headers removed (Connection and the headers
-//! it names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade; Expect too, since gtd
-//! answers `100 Continue` itself), `X-Forwarded-For` appended (one line, comma-separated, as
-//! nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host` set; the
-//! client's Host is passed through (from `:authority` for HTTP/2 clients). Hash keys
-//! (`$http_NAME`, `$cookie_NAME`) read the request as it is forwarded. Endpoints are spoken to
-//! in HTTP/1.1.
+//! it names, Keep-Alive, Proxy-*, TE bar its `trailers` (gtd forwards trailer fields both ways),
+//! Transfer-Encoding, Upgrade; Expect too, since gtd answers `100 Continue` itself),
+//! `X-Forwarded-For` appended (one line, comma-separated, as nginx's
+//! `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host` set; the client's
+//! Host is passed through (from `:authority` for HTTP/2 clients). Hash keys (`$http_NAME`,
+//! `$cookie_NAME`) read the request as it is forwarded. Endpoints are spoken to in HTTP/1.1.
 //!
 //! Upgrades (WebSocket and any other `Upgrade` protocol, HTTP/1.1 clients): a request with
 //! `Connection: upgrade` keeps its `Upgrade` header on the way to the endpoint; when the endpoint
@@ -966,7 +966,6 @@ fn joined<'a>(
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == header::CONNECTION
         || name == header::TE
-        || name == header::TRAILER
         || name == header::TRANSFER_ENCODING
         || name == header::UPGRADE
         || name.as_str() == "keep-alive"
@@ -991,6 +990,13 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         }
         _ => {}
     }
+    let trailers = headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().unwrap_or("").split(',').any(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    });
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderValue> = headers
             .get_all(header::CONNECTION)
@@ -1015,7 +1021,14 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in names {
         headers.remove(n);
     }
+    if trailers {
+        headers.insert(header::TE, TE_TRAILERS.clone());
+    }
 }
+
+/// What is left of a client's `TE` on the way to the endpoint: gtd forwards trailer fields, so
+/// it may say it accepts them (RFC 9110 section 10.1.4); transfer codings are the hop's own.
+static TE_TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
 
 #[cfg(test)]
 mod tests {
@@ -1036,7 +1049,7 @@ mod tests {
     fn hop_by_hop_headers_go() {
         let mut h = map(&[
             ("connection", "keep-alive, X-Secret"),
-            ("connection", "x-other"),
+            ("connection", "x-other, TE"),
             ("x-secret", "1"),
             ("x-other", "1"),
             ("keep-alive", "timeout=5"),
@@ -1044,16 +1057,25 @@ mod tests {
             ("proxy-connection", "keep-alive"),
             ("proxy", "http://evil"),
             ("te", "trailers"),
-            ("trailer", "x"),
             ("transfer-encoding", "chunked"),
             ("upgrade", "websocket"),
             ("x-kept", "yes"),
             ("cookie", "a=b"),
+            // It names end-to-end fields (RFC 9110 section 6.6.2); hyper sends the trailer
+            // fields it names, and only those.
+            ("trailer", "x-sum"),
         ]);
         strip_hop_by_hop(&mut h);
         let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
-        assert_eq!(names, ["cookie", "x-kept"]);
+        assert_eq!(names, ["cookie", "te", "trailer", "x-kept"]);
+        assert_eq!(h["te"], "trailers");
+        let mut h = map(&[("te", "gzip;q=0.5"), ("te", "Trailers;q=1, deflate")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["te"], "trailers");
+        let mut h = map(&[("te", "gzip, deflate")]);
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty());
 
         // The common response: `Connection: keep-alive` alone.
         let mut h = map(&[("connection", "Keep-Alive"), ("content-length", "3")]);

@@ -347,7 +347,7 @@ impl RawBody {
     }
 
     /// A frame from what was already read, if there is one.
-    fn buffered_frame(&mut self) -> Result<Option<Bytes>, BoxError> {
+    fn buffered_frame(&mut self) -> Result<Option<Frame<Bytes>>, BoxError> {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(None);
         };
@@ -360,17 +360,19 @@ impl RawBody {
                 if *left == 0 {
                     self.state = Reading::Done;
                 }
-                Ok(Some(data))
+                Ok(Some(Frame::data(data)))
             }
             Reading::Chunked(decoder) => match decoder.decode(buf)? {
-                Step::Data(data) => Ok(Some(data)),
+                Step::Data(data) => Ok(Some(Frame::data(data))),
+                // The trailer fields, if any, are the body's last frame.
                 Step::Done => {
+                    let trailers = decoder.take_trailers();
                     self.state = Reading::Done;
-                    Ok(None)
+                    Ok(trailers.map(Frame::trailers))
                 }
                 Step::More => Ok(None),
             },
-            Reading::Close if !buf.is_empty() => Ok(Some(buf.split().freeze())),
+            Reading::Close if !buf.is_empty() => Ok(Some(Frame::data(buf.split().freeze()))),
             _ => Ok(None),
         }
     }
@@ -387,7 +389,7 @@ impl Body for RawBody {
         let this = &mut *self;
         loop {
             match this.buffered_frame() {
-                Ok(Some(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(Some(frame)) => return Poll::Ready(Some(Ok(frame))),
                 Ok(None) => {}
                 Err(e) => {
                     this.conn = None;

@@ -46,6 +46,7 @@ use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
 use super::activity::{First, Moving, Watched, quiet};
+use super::h1;
 use super::raw::{BoxError, Outgoing, RawBody, RawPool};
 use super::tls;
 
@@ -869,7 +870,16 @@ impl Body for EndpointBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            EndpointBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            // gtd's own client drops what a trailer may not carry as it reads; hyper's keeps it.
+            EndpointBody::Hyper(b) => match Pin::new(b).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    Poll::Ready(Some(Ok(match frame.into_trailers() {
+                        Ok(fields) => Frame::trailers(h1::trailing(fields)),
+                        Err(frame) => frame,
+                    })))
+                }
+                polled => polled.map_err(Into::into),
+            },
             EndpointBody::Raw(b) => Pin::new(b).poll_frame(cx),
         }
     }
