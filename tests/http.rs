@@ -1565,6 +1565,57 @@ async fn a_request_body_does_not_stretch_upstream_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_breaks_off_or_stalls_its_upload_fails_no_endpoint() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    // One endpoint with the default max_fails = 1: a failure blamed on it would leave the
+    // listener without a route for fail_timeout.
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "upstream_timeout = \"1s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let web = listener_addr(&node, "web").await;
+    let own = |class: &str| {
+        let class = format!("code_class=\"{class}\"");
+        metric(&node, "gtd_requests_total", &["group=\"\"", &class])
+    };
+    let upload = b"POST /sink HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\nabc";
+
+    // Broken off: the client closes once the endpoint has the request.
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(upload).await.unwrap();
+    until("the endpoint gets the upload", || b.hits() == 1).await;
+    drop(s);
+    until("gtd answers the broken upload", || {
+        own("4xx") + own("5xx") >= 1.0
+    })
+    .await;
+    assert_eq!((own("4xx"), own("5xx")), (1.0, 0.0));
+    let (status, _, body) = get(&client(), &format!("http://{web}/"), &[]).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "one"),
+        "the endpoint still serves"
+    );
+
+    // Stalled: the client keeps the connection and sends nothing more.
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(upload).await.unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 408 "), "{head}");
+    let (status, _, _) = get(&client(), &format!("http://{web}/"), &[]).await;
+    assert_eq!(status, 200, "the endpoint still serves");
+    assert_eq!((own("4xx"), own("5xx")), (2.0, 0.0));
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_applies_to_http_connections() {
     let b = Backend::start("one", 200).await;
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,8 @@
 //!    ([`crate::balance::Pick::failure`]); a retry happens while `retry`, `tries` and
 //!    `retry_timeout` allow, the body can be sent again (there is none, or no byte of it left),
 //!    and the method is idempotent, nothing was sent (connect error) or `retry_non_idempotent`;
+//!    A client whose request body breaks off or stops coming for `upstream_timeout` (while the
+//!    endpoint waits for it) fails no endpoint: the request ends there with 400 or 408;
 //! 6. the last attempt's unhealthy answer goes back as is; no answer at all gives 502 (504 when
 //!    the last attempt timed out); no route gives 503.
 //!
@@ -709,9 +711,11 @@ async fn proxy(
                 }
                 return Ok(respond(http, l, attempt, sticky, response, pooled, sent_at));
             }
-            Err(Failure::Exhausted) => {
-                // Out of open files: not the endpoint's failure, and no retry would fare better.
-                last = Last::Failed(Failure::Exhausted);
+            // Out of open files, or the client's upload broke off or stalled: not the
+            // endpoint's failure, and no retry would fare better.
+            Err(failure @ (Failure::Exhausted | Failure::ClientGone | Failure::ClientStalled)) => {
+                tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
+                last = Last::Failed(failure);
                 break;
             }
             Err(failure) => {
@@ -749,6 +753,17 @@ async fn proxy(
             http,
             StatusCode::SERVICE_UNAVAILABLE,
             "this node cannot open a connection now\n",
+        ),
+        // Most likely nobody reads this one.
+        Last::Failed(Failure::ClientGone) => own(
+            http,
+            StatusCode::BAD_REQUEST,
+            "the request body broke off\n",
+        ),
+        Last::Failed(Failure::ClientStalled) => own(
+            http,
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body stopped coming\n",
         ),
         Last::Failed(_) => own(
             http,

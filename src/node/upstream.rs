@@ -227,6 +227,10 @@ impl Upstream {
                 Ok(Ok((response, pooled))) => {
                     return Ok((response.map(EndpointBody::Hyper), Some(pooled)));
                 }
+                // The body broke on the client's side (hyper then fails the exchange).
+                Ok(Err(Failure::Broken)) if progress.is_some_and(Progress::client_broke) => {
+                    return Err(Failure::ClientGone);
+                }
                 Ok(Err(failure)) => return Err(failure),
                 Err(_) => {
                     let now = progress.map(Progress::moved);
@@ -234,6 +238,10 @@ impl Upstream {
                         seen = now;
                         deadline = Instant::now() + timeout;
                         continue;
+                    }
+                    // Still waiting for the client's next bytes: the client is the slow one.
+                    if progress.is_some_and(Progress::awaiting_client) {
+                        return Err(Failure::ClientStalled);
                     }
                     return Err(Failure::Timeout);
                 }
@@ -453,6 +461,12 @@ pub(crate) enum Failure {
     Broken,
     /// No connection because this node is out of open files: not the endpoint's failure.
     Exhausted,
+    /// The client's request body broke off (the client went away mid-upload): not the
+    /// endpoint's failure.
+    ClientGone,
+    /// The client's request body stopped coming for `upstream_timeout` while the endpoint was
+    /// waiting for it: not the endpoint's failure.
+    ClientStalled,
 }
 
 /// The failure a connect error is: the endpoint's, or this node's lack of open files.
@@ -471,6 +485,8 @@ impl std::fmt::Display for Failure {
             Failure::Timeout => "no response head within upstream_timeout",
             Failure::Broken => "the connection broke during the request",
             Failure::Exhausted => "this node is out of open files",
+            Failure::ClientGone => "the client's request body broke off",
+            Failure::ClientStalled => "the client's request body stalled",
         })
     }
 }
@@ -584,6 +600,11 @@ impl AsyncWrite for Stream {
 pub(crate) struct Progress {
     bytes: AtomicU64,
     done: AtomicBool,
+    /// The last read of the client's body found nothing yet (as opposed to the endpoint not
+    /// taking what was read).
+    awaiting_client: AtomicBool,
+    /// Reading the client's body failed: the client went away or broke the framing.
+    client_broke: AtomicBool,
 }
 
 impl Progress {
@@ -593,6 +614,14 @@ impl Progress {
             self.done.load(Ordering::Acquire),
             self.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    fn awaiting_client(&self) -> bool {
+        !self.done.load(Ordering::Acquire) && self.awaiting_client.load(Ordering::Relaxed)
+    }
+
+    fn client_broke(&self) -> bool {
+        self.client_broke.load(Ordering::Acquire)
     }
 }
 
@@ -700,6 +729,9 @@ impl Body for UpBody {
             return Poll::Ready(None);
         };
         let polled = Pin::new(&mut *inner).poll_frame(cx);
+        b.progress
+            .awaiting_client
+            .store(polled.is_pending(), Ordering::Relaxed);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 b.streamed = true;
@@ -716,7 +748,10 @@ impl Body for UpBody {
                 }
             }
             Poll::Ready(None) => b.progress.done.store(true, Ordering::Release),
-            Poll::Ready(Some(Err(_))) => b.streamed = true,
+            Poll::Ready(Some(Err(_))) => {
+                b.streamed = true;
+                b.progress.client_broke.store(true, Ordering::Release);
+            }
             Poll::Pending => {}
         }
         polled
