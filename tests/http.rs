@@ -1199,6 +1199,49 @@ async fn slow_client_headers_are_cut_off() {
     node.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_first_request_head_is_bounded_by_header_timeout() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    // An idle_timeout far beyond the test's bounds: only header_timeout can close these.
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "header_timeout = \"1s\"\nidle_timeout = \"1h\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    // HEADERS on stream 1 (":method GET"), END_STREAM but no END_HEADERS: the CONTINUATION
+    // never comes.
+    const PARTIAL: &[u8] = b"\0\0\x01\x01\x01\0\0\0\x01\x82";
+    for opening in [PREFACE.to_vec(), [PREFACE, PARTIAL].concat()] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&opening).await.unwrap();
+        until_closed(&mut s, "closed by gtd").await;
+    }
+    assert_eq!(b.hits(), 0);
+    // A connection that asked stays open past header_timeout (waiting out the timeout is the
+    // point here).
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    for _ in 0..2 {
+        let request = Request::get(format!("http://{addr}/")).body(empty()).unwrap();
+        let resp = h2.send_request(request).await.expect("the same connection");
+        assert_eq!(resp.status(), 200);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    driver.abort();
+    node.shutdown().await;
+}
+
 /// Sends one GET on `s` and reads its answer from backend "one" (bounded by a minute).
 async fn ask_one(s: &mut TcpStream) {
     s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")

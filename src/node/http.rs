@@ -39,7 +39,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -232,13 +232,18 @@ struct Conn {
     /// Requests of this connection waiting for their response headers (an HTTP/2 connection has
     /// several): the connection is not idle meanwhile, however long the endpoint takes.
     inflight: AtomicU32,
+    /// A request has reached gtd on this connection (see [`run`]).
+    asked: AtomicBool,
+    /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
+    /// and the first request head must be in.
+    first_by: tokio::time::Instant,
 }
 
 /// The relay of an upgraded connection.
 type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Conn {
-    fn new(peer: IpAddr, port: u16, https: bool) -> Conn {
+    fn new(peer: IpAddr, port: u16, https: bool, first_by: tokio::time::Instant) -> Conn {
         let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
         Conn {
             peer,
@@ -247,6 +252,8 @@ impl Conn {
             xff,
             tunnel: Mutex::default(),
             inflight: AtomicU32::new(0),
+            asked: AtomicBool::new(false),
+            first_by,
         }
     }
 }
@@ -256,21 +263,21 @@ impl Conn {
 pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, peer: SocketAddr) {
     let Some(http) = l.http.as_ref() else { return };
     let _ = stream.set_nodelay(true);
+    // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
+    // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
+    // HTTP/2) take over.
+    let first_bytes_by = tokio::time::Instant::now() + l.cfg.header_timeout;
     let conn = Arc::new(Conn::new(
         peer.ip().to_canonical(),
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
+        first_bytes_by,
     ));
-    let deadline = l.cfg.header_timeout;
     let own_conn = Arc::clone(&conn);
     let service_node = Arc::clone(node);
     let service = hyper::service::service_fn(move |req| {
         proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
     });
-    // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
-    // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
-    // HTTP/2) take over.
-    let first_bytes_by = tokio::time::Instant::now() + deadline;
     let mut first = [0_u8; 1];
     match tokio::time::timeout_at(first_bytes_by, stream.peek(&mut first)).await {
         Ok(Ok(n)) if n > 0 => {}
@@ -313,32 +320,15 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
             } else {
                 with_head_timer(&http.server, &moves, &l.cfg).http1_only()
             };
-            let inflight = &own_conn.inflight;
-            run(
-                node,
-                l,
-                &builder,
-                TokioIo::new(stream),
-                service,
-                &moves,
-                inflight,
-            )
-            .await;
+            let io = TokioIo::new(stream);
+            run(node, l, &builder, io, service, &moves, &own_conn).await;
         }
         None => {
             let stream = Moving::new(stream, None);
             let moves = Arc::clone(&stream.moves);
-            let inflight = &own_conn.inflight;
-            run(
-                node,
-                l,
-                &with_head_timer(&http.server, &moves, &l.cfg),
-                TokioIo::new(stream),
-                service,
-                &moves,
-                inflight,
-            )
-            .await;
+            let builder = with_head_timer(&http.server, &moves, &l.cfg);
+            let io = TokioIo::new(stream);
+            run(node, l, &builder, io, service, &moves, &own_conn).await;
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
@@ -369,7 +359,10 @@ fn with_head_timer(
 /// byte has moved on it for the listener's `idle_timeout` while no request was waiting for its
 /// response headers (then it is shut down gracefully, for at most another `idle_timeout`: an
 /// idle HTTP/2 connection gets its GOAWAY, a client that stopped reading its response is let
-/// go).
+/// go). A connection on which no whole request head has come by [`Conn::first_by`] is closed:
+/// HTTP/1's header timer does that for every head, this does it for HTTP/2, whose first
+/// HEADERS (or CONTINUATION) frames could otherwise trickle in for as long as the idle watchdog
+/// allows.
 async fn run<I, S>(
     node: &Inner,
     l: &ListenerRt,
@@ -377,7 +370,7 @@ async fn run<I, S>(
     io: I,
     service: S,
     moves: &AtomicU64,
-    inflight: &AtomicU32,
+    conn_state: &Conn,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::Service<
@@ -393,31 +386,52 @@ async fn run<I, S>(
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     // The node's stop and the idle watchdog are polled only when they fire (see `Watched`).
+    let unasked = async {
+        tokio::time::sleep_until(conn_state.first_by).await;
+        if conn_state.asked.load(Ordering::Relaxed) {
+            std::future::pending::<()>().await;
+        }
+    };
     let watch = async {
         tokio::select! {
-            () = node.stop.cancelled() => false,
-            () = quiet(moves, idle, Some(inflight)) => true,
+            () = node.stop.cancelled() => Watchdog::Stop,
+            () = quiet(moves, idle, Some(&conn_state.inflight)) => Watchdog::Idle,
+            () = unasked => Watchdog::Unasked,
         }
     };
     tokio::pin!(watch);
     let result = match Watched::new(conn.as_mut(), watch.as_mut()).await {
         First::Main(r) => r,
-        First::Watch(idle_conn) => {
+        First::Watch(Watchdog::Stop) => {
             conn.as_mut().graceful_shutdown();
-            if !idle_conn {
-                conn.await
-            } else {
-                tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
-                match tokio::time::timeout(idle, conn).await {
-                    Ok(r) => r,
-                    Err(_) => return,
-                }
+            conn.await
+        }
+        First::Watch(Watchdog::Idle) => {
+            tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(idle, conn).await {
+                Ok(r) => r,
+                Err(_) => return,
             }
+        }
+        First::Watch(Watchdog::Unasked) => {
+            tracing::debug!(listener = %l.cfg.name, "no request head within header_timeout; closed");
+            return;
         }
     };
     if let Err(e) = result {
         tracing::debug!(error = %e, "http connection ended with an error");
     }
+}
+
+/// Why a connection's watchdog fired.
+enum Watchdog {
+    /// The node is stopping.
+    Stop,
+    /// Nothing moved for `idle_timeout` with no request waiting.
+    Idle,
+    /// No request head came within `header_timeout` of the opening.
+    Unasked,
 }
 
 // ------------------------------------------------------------------------------- one request
@@ -528,6 +542,7 @@ async fn proxy(
         return Ok(bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"));
     };
     let _busy = Busy::new(&conn.inflight);
+    conn.asked.store(true, Ordering::Relaxed);
     let (l, conn) = (&*l, &*conn);
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
@@ -1106,7 +1121,12 @@ mod tests {
     #[test]
     fn forwarded_headers_are_set_and_appended() {
         let uri: Uri = "/p".parse().unwrap();
-        let conn = Conn::new("192.0.2.7".parse().unwrap(), 80, true);
+        let conn = Conn::new(
+            "192.0.2.7".parse().unwrap(),
+            80,
+            true,
+            tokio::time::Instant::now(),
+        );
         let mut h = map(&[
             ("host", "example.com:8080"),
             ("x-forwarded-for", "10.0.0.1"),
