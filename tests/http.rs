@@ -859,6 +859,44 @@ async fn absolute_form_target_names_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_repeated_host_gets_400_and_http_1_0_gets_the_endpoints() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let ask = |request: &'static str| async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let answer = until_closed(&mut s, "an answer").await;
+        String::from_utf8_lossy(&answer).to_lowercase()
+    };
+    for request in [
+        "GET /x HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n",
+        "GET /x HTTP/1.0\r\nHost: a.example\r\nHost: a.example\r\n\r\n",
+    ] {
+        let answer = ask(request).await;
+        assert_eq!(answer.split(' ').nth(1), Some("400"), "{request}: {answer}");
+    }
+    assert_eq!(b.hits(), 0);
+    let answer = ask("GET /x HTTP/1.0\r\n\r\n").await;
+    assert_eq!(answer.split(' ').nth(1), Some("200"), "{answer}");
+    let seen = format!("\r\nx-seen-host: {}\r\n", b.addr);
+    assert!(answer.contains(&seen), "{answer}");
+    assert!(answer.contains("\r\nx-seen-xfh: \r\n"), "{answer}");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_headers_hop_by_hop_and_path_prefix() {
     let b = Backend::start_with(
         "one",
@@ -1233,7 +1271,9 @@ async fn http2_first_request_head_is_bounded_by_header_timeout() {
         .unwrap();
     let driver = tokio::spawn(conn);
     for _ in 0..2 {
-        let request = Request::get(format!("http://{addr}/")).body(empty()).unwrap();
+        let request = Request::get(format!("http://{addr}/"))
+            .body(empty())
+            .unwrap();
         let resp = h2.send_request(request).await.expect("the same connection");
         assert_eq!(resp.status(), 200);
         tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -554,6 +554,9 @@ async fn proxy(
             "CONNECT is not proxied\n",
         ));
     }
+    if let Some(problem) = bad_host(&parts) {
+        return Ok(own(http, StatusCode::BAD_REQUEST, problem));
+    }
     let route = match http.rules.find(&View {
         ip: conn.peer,
         uri: &parts.uri,
@@ -576,7 +579,7 @@ async fn proxy(
     // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
     let mut upgrade = wants_upgrade(&parts)
         .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
-    forward_headers(&mut parts.headers, &parts.uri, parts.version, conn);
+    let hostless = !forward_headers(&mut parts.headers, &parts.uri, parts.version, conn);
     if let Some((proto, _)) = &upgrade {
         parts.headers.insert(header::CONNECTION, UPGRADE.clone());
         parts.headers.insert(header::UPGRADE, proto.clone());
@@ -634,6 +637,11 @@ async fn proxy(
         };
         let index = attempt.pick.index();
         let sent_at = now;
+        // An HTTP/1.0 request without a host: the endpoint's address, as nginx's default
+        // `proxy_set_header Host $proxy_host` gives it (the request goes on as HTTP/1.1).
+        if hostless && let Ok(h) = HeaderValue::from_str(&attempt.pick.address().text) {
+            headers.insert(header::HOST, h);
+        }
         // A request with no body to send, no upgrade and an idempotent method takes gtd's own
         // client (src/node/raw.rs) to a plain endpoint: the head is written from the borrowed
         // parts, and one that finds its pooled connection closed by the endpoint can always go
@@ -919,8 +927,9 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Rewrites the client's headers for the endpoint (see the module doc).
-fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &Conn) {
+/// Rewrites the client's headers for the endpoint (see the module doc); false when the request
+/// names no host (HTTP/1.0 allows that).
+fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &Conn) -> bool {
     strip_hop_by_hop(headers);
     headers.remove(header::EXPECT);
     // HTTP/1.1 endpoints get the request target's authority as Host.
@@ -962,10 +971,26 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &
     match host {
         Some(h) => {
             headers.insert(X_FORWARDED_HOST, h);
+            true
         }
         None => {
             headers.remove(X_FORWARDED_HOST);
+            false
         }
+    }
+}
+
+/// Why a request's host is unusable, if it is: more than one Host field, or none in an
+/// HTTP/1.1 request whose target does not name one (RFC 9112 section 3.2: a 400 either way, as
+/// nginx and HAProxy answer; routes and the endpoint would otherwise see different hosts).
+fn bad_host(parts: &http::request::Parts) -> Option<&'static str> {
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Some("more than one Host header\n"),
+        (None, _) if parts.version == Version::HTTP_11 && authority(&parts.uri).is_none() => {
+            Some("no Host header\n")
+        }
+        _ => None,
     }
 }
 
