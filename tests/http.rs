@@ -2183,6 +2183,64 @@ async fn bodiless_requests_read_every_response_framing() {
     task.abort();
 }
 
+/// 101 header fields on `/many`, 98 on anything else (gtd adds `date`: the client, hyper too,
+/// takes 100 at most).
+fn many_fields(_: &str, path: &str) -> (Vec<u8>, bool) {
+    let fields = if path == "/many" { 101 } else { 98 };
+    let mut text = String::from("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n");
+    for i in 1..fields {
+        text.push_str(&format!("x-f{i}: v\r\n"));
+    }
+    text.push_str("\r\nok");
+    (text.into_bytes(), false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_100_header_fields_each_way_on_either_protocol() {
+    let (backend, _, task) = scripted_backend(many_fields).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The default max_fails = 1: a response refused for its size must not fail the endpoint.
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let h2: Client<HttpConnector, TestBody> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    for (clients, name) in [(client(), "HTTP/1.1"), (h2, "HTTP/2")] {
+        let ask = |fields: usize, path: &str| {
+            let mut request = Request::get(format!("http://{addr}{path}"));
+            // The client adds its own Host (or :authority, not a field).
+            let own = usize::from(name == "HTTP/1.1");
+            for i in own..fields {
+                request = request.header(format!("x-h{i}"), "v");
+            }
+            clients.request(request.body(empty()).unwrap())
+        };
+        assert_eq!(ask(100, "/").await.unwrap().status(), 200, "{name}");
+        assert_eq!(ask(101, "/").await.unwrap().status(), 431, "{name}");
+        let resp = ask(1, "/many").await.unwrap();
+        assert_eq!(resp.status(), 502, "{name}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            body,
+            "the endpoint's response head was invalid or too large\n"
+        );
+        // Not the endpoint's failure: it still serves.
+        let resp = ask(1, "/").await.unwrap();
+        assert!(resp.headers().len() >= 98, "{name}");
+    }
+    node.shutdown().await;
+    task.abort();
+}
+
 /// Answers, then closes the connection as an endpoint whose keep-alive timer fires does, with
 /// no `Connection: close` to warn.
 fn one_per_connection(_: &str, _: &str) -> (Vec<u8>, bool) {

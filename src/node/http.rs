@@ -62,6 +62,7 @@ use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
 use super::activity::{Busy, First, HeadTimer, Moving, Watched, quiet};
+use super::h1;
 use super::metrics::{self as m, Registry};
 use super::raw::Outgoing;
 use super::route::{Attempt, Router};
@@ -557,6 +558,14 @@ async fn proxy(
     if let Some(problem) = bad_host(&parts) {
         return Ok(own(http, StatusCode::BAD_REQUEST, problem));
     }
+    // hyper holds HTTP/1.1 heads to 100 fields, as HAProxy and Envoy do; HTTP/2 the same here.
+    if parts.headers.len() > h1::MAX_HEADERS {
+        return Ok(own(
+            http,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "more than 100 header fields\n",
+        ));
+    }
     let route = match http.rules.find(&View {
         ip: conn.peer,
         uri: &parts.uri,
@@ -734,9 +743,14 @@ async fn proxy(
                 }
                 return Ok(respond(http, l, attempt, sticky, response, pooled, sent_at));
             }
-            // Out of open files, or the client's upload broke off or stalled: not the
-            // endpoint's failure, and no retry would fare better.
-            Err(failure @ (Failure::Exhausted | Failure::ClientGone | Failure::ClientStalled)) => {
+            // Out of open files, the client's upload broke off or stalled, or a response head
+            // gtd does not pass on: not counted against the endpoint, and not retried.
+            Err(
+                failure @ (Failure::Exhausted
+                | Failure::ClientGone
+                | Failure::ClientStalled
+                | Failure::BadResponse),
+            ) => {
                 tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
                 last = Last::Failed(failure);
                 break;
@@ -787,6 +801,11 @@ async fn proxy(
             http,
             StatusCode::REQUEST_TIMEOUT,
             "the request body stopped coming\n",
+        ),
+        Last::Failed(Failure::BadResponse) => own(
+            http,
+            StatusCode::BAD_GATEWAY,
+            "the endpoint's response head was invalid or too large\n",
         ),
         Last::Failed(_) => own(
             http,

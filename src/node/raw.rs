@@ -212,6 +212,7 @@ impl RawPool {
                     tracing::debug!("idle endpoint connection was closed; a fresh one");
                 }
                 Err(Trip::Silent | Trip::Failed) => return Err(Failure::Broken),
+                Err(Trip::Refused) => return Err(Failure::BadResponse),
                 Err(Trip::Timeout) => return Err(Failure::Timeout),
             }
         }
@@ -222,8 +223,10 @@ impl RawPool {
 enum Trip {
     /// The connection ended (or the write failed) before any byte of an answer.
     Silent,
-    /// Anything else: a broken or invalid answer.
+    /// The connection broke during the answer.
     Failed,
+    /// An answer gtd does not pass on: an invalid or too large head, or an unasked `101`.
+    Refused,
     /// No answer by the deadline.
     Timeout,
 }
@@ -267,7 +270,7 @@ async fn round_trip(
                     if parsed.status.is_informational() {
                         // 100 Continue and the like; 101 is never asked for on this path.
                         if parsed.status == http::StatusCode::SWITCHING_PROTOCOLS {
-                            return Err(Trip::Failed);
+                            return Err(Trip::Refused);
                         }
                         continue;
                     }
@@ -276,7 +279,7 @@ async fn round_trip(
                 Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(error = ?e, "invalid response head from the endpoint");
-                    return Err(Trip::Failed);
+                    return Err(Trip::Refused);
                 }
             }
         }

@@ -288,7 +288,12 @@ impl Upstream {
                         request = r;
                     }
                     _ => {
-                        tracing::debug!(error = ?e.error(), "upstream request failed");
+                        let error = e.error();
+                        tracing::debug!(?error, "upstream request failed");
+                        if error.is_parse() || error.is_parse_too_large() || error.is_parse_status()
+                        {
+                            return Err(Failure::BadResponse);
+                        }
                         return Err(Failure::Broken);
                     }
                 },
@@ -459,6 +464,10 @@ pub(crate) enum Failure {
     Timeout,
     /// The connection broke after the request started.
     Broken,
+    /// The response head is one gtd does not pass on: invalid, or over 64 KiB or 100 fields.
+    /// Not counted against the endpoint, nor retried (nginx's default: `invalid_header` is not
+    /// in `proxy_next_upstream`).
+    BadResponse,
     /// No connection because this node is out of open files: not the endpoint's failure.
     Exhausted,
     /// The client's request body broke off (the client went away mid-upload): not the
@@ -481,9 +490,12 @@ pub(crate) fn connect_failure(e: &io::Error) -> Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Failure::Connect => "no connection (refused, unreachable or connect_timeout)",
+            Failure::Connect => {
+                "no connection (refused, unreachable, connect_timeout or a failed TLS handshake)"
+            }
             Failure::Timeout => "no response head within upstream_timeout",
             Failure::Broken => "the connection broke during the request",
+            Failure::BadResponse => "a response head that is invalid or too large",
             Failure::Exhausted => "this node is out of open files",
             Failure::ClientGone => "the client's request body broke off",
             Failure::ClientStalled => "the client's request body stalled",
