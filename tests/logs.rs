@@ -1,15 +1,17 @@
 //! What an operator reads in the log when passive failures take an endpoint out of rotation and
 //! when it comes back (README "Logs"). Its own test binary: it installs the process-wide log
-//! subscriber, capturing what the node writes.
+//! subscriber once, capturing what the nodes write; each test reads the lines about its own
+//! endpoint.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::*;
+use serde_json::Value;
 
 /// Everything logged so far, shared with the subscriber's writer.
 #[derive(Clone, Default)]
@@ -20,14 +22,31 @@ impl Captured {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
-    /// The lines that mention `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
+    /// The lines that mention `needle` and `endpoint=ENDPOINT`.
+    fn lines_with(&self, endpoint: &str, needle: &str) -> Vec<String> {
+        let endpoint = format!("endpoint={endpoint}");
         self.text()
             .lines()
-            .filter(|l| l.contains(needle))
+            .filter(|l| l.contains(needle) && l.contains(&endpoint))
             .map(str::to_owned)
             .collect()
     }
+}
+
+/// The log of this test process (the subscriber is installed by the first caller).
+fn captured() -> Captured {
+    static LOG: OnceLock<Captured> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Captured::default();
+        let writer = log.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        log
+    })
+    .clone()
 }
 
 impl Write for Captured {
@@ -69,13 +88,7 @@ fn serve_ok(listener: TcpListener) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn marking_an_endpoint_out_and_back_is_logged_once_each() {
-    let log = Captured::default();
-    let writer = log.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let log = captured();
 
     // The endpoint refuses (nothing listens on its port) until the test starts it.
     let port = free_port(false);
@@ -98,7 +111,7 @@ async fn marking_an_endpoint_out_and_back_is_logged_once_each() {
         .unwrap();
     // The first failure counts, the second marks the endpoint, then there is no route.
     assert_eq!(statuses, [502, 502, 503]);
-    let out = log.lines_with("endpoint out of rotation");
+    let out = log.lines_with(&endpoint, "endpoint out of rotation");
     assert_eq!(out.len(), 1, "one warning, at the marking:\n{}", log.text());
     for part in [
         "WARN",
@@ -111,14 +124,14 @@ async fn marking_an_endpoint_out_and_back_is_logged_once_each() {
     ] {
         assert!(out[0].contains(part), "{part:?} in {:?}", out[0]);
     }
-    assert!(log.lines_with("back in rotation").is_empty());
+    assert!(log.lines_with(&endpoint, "back in rotation").is_empty());
 
     // The endpoint comes up; once fail_timeout has passed, the next request probes it.
     serve_ok(TcpListener::bind(("127.0.0.1", port)).unwrap());
-    let probe = log.clone();
+    let (probe, endpoint2) = (log.clone(), endpoint.clone());
     tokio::task::spawn_blocking(move || {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while probe.lines_with("back in rotation").is_empty() {
+        while probe.lines_with(&endpoint2, "back in rotation").is_empty() {
             assert!(std::time::Instant::now() < deadline, "no recovery logged");
             get(addr);
             std::thread::sleep(Duration::from_millis(100));
@@ -127,13 +140,81 @@ async fn marking_an_endpoint_out_and_back_is_logged_once_each() {
     })
     .await
     .unwrap();
-    let back = log.lines_with("back in rotation");
+    let back = log.lines_with(&endpoint, "back in rotation");
     assert_eq!(back.len(), 1, "{}", log.text());
     assert!(
         back[0].contains("INFO") && back[0].contains(&format!("endpoint={endpoint}")),
         "{:?}",
         back[0]
     );
-    assert_eq!(log.lines_with("endpoint out of rotation").len(), 1);
+    assert_eq!(
+        log.lines_with(&endpoint, "endpoint out of rotation").len(),
+        1
+    );
+    node.shutdown().await;
+}
+
+/// `[[listener]]` "NAME" (http) with one group whose only endpoint is `endpoint`, with `extra`.
+fn one_endpoint(name: &str, port: u16, endpoint: &str, extra: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"{name}\"\nprotocol = \"http\"\nport = {port}\nregions = [\"cn-beijing\"]\n\
+         [[listener.group]]\nname = \"bj\"\nregion = \"cn-beijing\"\n\
+         [[listener.group.endpoint]]\naddress = \"{endpoint}\"\n{extra}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_marking_on_by_reload_counts_from_zero_and_warns_at_the_marking() {
+    let log = captured();
+    // Nothing listens on the endpoint's port: every attempt is a passive failure.
+    let endpoint = format!("127.0.0.1:{}", free_port(false));
+    let port = free_port(false);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &one_endpoint("off", port, &endpoint, "max_fails = 0"),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "off").await;
+    let endpoint_status = |node: &gtd::node::Node| {
+        let (_, text) = admin(node, "GET", "/status", None);
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let e = &doc["listeners"][0]["groups"][0]["endpoints"][0];
+        (
+            e["healthy"].as_bool().unwrap(),
+            e["fails"].as_u64().unwrap(),
+        )
+    };
+
+    // Marking off: the endpoint stays in rotation and no failure is counted towards it.
+    let statuses = tokio::task::spawn_blocking(move || [(); 6].map(|()| get(addr)))
+        .await
+        .unwrap();
+    assert_eq!(statuses, [502; 6]);
+    assert_eq!(endpoint_status(&node), (true, 0));
+
+    // Marking on: the reload alone takes nothing out of rotation...
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("max_fails = 0", "max_fails = 1\nfail_timeout = \"60s\"");
+    std::fs::write(&cfg, text).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(endpoint_status(&node), (true, 0));
+    assert!(log.lines_with(&endpoint, "out of rotation").is_empty());
+
+    // ...the next failure does, and says so.
+    let statuses = tokio::task::spawn_blocking(move || [get(addr), get(addr)])
+        .await
+        .unwrap();
+    assert_eq!(statuses, [502, 503]);
+    assert_eq!(endpoint_status(&node), (false, 1));
+    let out = log.lines_with(&endpoint, "endpoint out of rotation");
+    assert_eq!(out.len(), 1, "{}", log.text());
+    assert!(
+        out[0].contains("WARN") && out[0].contains("max_fails=1"),
+        "{:?}",
+        out[0]
+    );
     node.shutdown().await;
 }

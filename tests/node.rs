@@ -1001,6 +1001,122 @@ async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_ends_the_metric_series_of_removed_listeners_groups_and_endpoints() {
+    let (a, h1) = tcp_backend("a").await;
+    let (b, h2) = tcp_backend("b").await;
+    let (c, h3) = tcp_backend("c").await;
+    let _b = Backends(vec![h1, h2, h3]);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, other_port) = (free_port(false), free_port(false));
+    let other = format!(
+        "[[listener]]\nname = \"u\"\nprotocol = \"tcp\"\nport = {other_port}\nregions = [\"cn-beijing\"]\n{}",
+        group("solo", "cn-beijing", 100.0, "", &[(c, 1)])
+    );
+    let before = format!(
+        "{}{other}",
+        tcp_listener(
+            port,
+            "",
+            &[
+                group("beijing", "cn-beijing", 50.0, "", &[(a, 1), (b, 1)]),
+                group("extra", "cn-shanghai", 100.0, "", &[(c, 1)]),
+            ],
+        )
+    );
+    let cfg = write_config(dir.path(), &before);
+    let head = std::fs::read_to_string(&cfg).unwrap().replace(&before, "");
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let share = |node: &Node, g: &str| {
+        metric(
+            node,
+            "gtd_group_share",
+            &["listener=\"t\"", &format!("group=\"{g}\"")],
+        )
+    };
+    assert_eq!(
+        (share(&node, "beijing"), share(&node, "extra")),
+        (50.0, 50.0)
+    );
+    let on_a = format!("endpoint=\"{a}\"");
+    let on_b = format!("endpoint=\"{b}\"");
+    assert_eq!(
+        metric_lines(&node, &["gtd_endpoint_healthy", &on_b]).len(),
+        1
+    );
+    // Traffic until endpoint a has counted connections, to see that its counters stay.
+    for _ in 0..100 {
+        if metric(&node, "gtd_connections_total", &[&on_a]) >= 1.0 {
+            break;
+        }
+        tcp_name(addr).await.unwrap();
+    }
+    let connections_a = metric(&node, "gtd_connections_total", &[&on_a]);
+    assert!(connections_a >= 1.0);
+
+    // A rejected reload (a new listener's port is taken) leaves no series of what it built.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rejected = format!(
+        "{before}[[listener]]\nname = \"v\"\nprotocol = \"tcp\"\nport = {}\nregions = [\"cn-beijing\"]\n{}",
+        taken.local_addr().unwrap().port(),
+        group("late", "cn-beijing", 100.0, "", &[(c, 1)])
+    );
+    std::fs::write(&cfg, format!("{head}{rejected}")).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_ne!(status, 200, "{body}");
+    assert!(metric_lines(&node, &["listener=\"v\""]).is_empty());
+    assert_eq!(
+        share(&node, "extra"),
+        50.0,
+        "the running config's series stay"
+    );
+    drop(taken);
+
+    // Group "extra", endpoint b and listener "u" go.
+    let after = tcp_listener(
+        port,
+        "",
+        &[group("beijing", "cn-beijing", 50.0, "", &[(a, 1)])],
+    );
+    std::fs::write(&cfg, format!("{head}{after}")).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 200, "{body}");
+    for gone in ["group=\"extra\"", &on_b, "listener=\"u\""] {
+        let lines = metric_lines(&node, &[gone]);
+        assert!(
+            lines.is_empty(),
+            "{gone} still exported:\n{}",
+            lines.join("\n")
+        );
+    }
+    // What stays keeps (or updates) its values: beijing alone takes everything.
+    assert_eq!(metric(&node, "gtd_group_share", &["listener=\"t\""]), 100.0);
+    assert_eq!(
+        metric(&node, "gtd_group_healthy", &["group=\"beijing\""]),
+        1.0
+    );
+    assert_eq!(metric(&node, "gtd_endpoint_healthy", &[&on_a]), 1.0);
+    assert_eq!(
+        metric(&node, "gtd_connections_total", &[&on_a]),
+        connections_a
+    );
+    assert_eq!(
+        metric_lines(&node, &["gtd_connect_seconds_count", "group=\"beijing\""]).len(),
+        1
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"ok\""]),
+        1.0
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"error\""]),
+        1.0
+    );
+    assert_eq!(tcp_name(addr).await.unwrap(), "a");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_api_status_metrics_and_token() {
     let (a, h) = tcp_backend("x").await;
     let _b = Backends(vec![h]);

@@ -137,9 +137,21 @@ impl EndpointState {
 
     /// The same run-time state under a new configuration (a reload changed parameters). An
     /// `enabled` that changed in the file takes effect; one left alone keeps the admin's choice.
+    /// A new `max_fails` keeps the failure count, but a reload alone never takes the endpoint
+    /// out of rotation (the failure that does is the one that warns) nor lets a marked one
+    /// skip its probe: see [`carried_fails`].
     pub(crate) fn reconfigured(&self, config: Endpoint) -> Self {
         if config.enabled != self.config.enabled {
             self.rt.enabled.store(config.enabled, Ordering::Release);
+        }
+        let (old, new) = (self.config.max_fails, config.max_fails);
+        if old != new {
+            let _ = self
+                .rt
+                .fails
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                    Some(carried_fails(f, old, new))
+                });
         }
         EndpointState {
             config,
@@ -380,7 +392,8 @@ impl EndpointState {
         let checked = rt.checked.swap(t, Ordering::AcqRel);
         let max = cfg.max_fails;
         if max == 0 {
-            rt.fails.fetch_add(1, Ordering::AcqRel);
+            // Marking is off: nothing to count towards, and a count kept now would mark the
+            // endpoint the moment a reload turns marking on.
             return false;
         }
         let window = nanos(cfg.fail_timeout);
@@ -462,6 +475,20 @@ impl EndpointState {
 
     pub(crate) fn feedback_value(&self) -> Option<f64> {
         load_ewma(&self.rt.feedback)
+    }
+}
+
+/// The failure count `fails` (under `max_fails = old`) becomes under `max_fails = new`:
+/// - marking off (`new = 0`): none, as [`EndpointState::record_failure`] then counts none;
+/// - marked (`fails >= old > 0`): `new`, so it stays out until its probe after `fail_timeout`;
+/// - otherwise the same count, but at most `new - 1`: the next failure marks it, and warns.
+fn carried_fails(fails: u32, old: u32, new: u32) -> u32 {
+    if new == 0 {
+        0
+    } else if old > 0 && fails >= old {
+        new
+    } else {
+        fails.min(new - 1)
     }
 }
 
@@ -577,6 +604,46 @@ mod tests {
             e.swrr_weight(10 * S),
             4 * RAMP_SCALE as i64,
             "no weight penalty either"
+        );
+        assert_eq!(e.fails(), 0, "nothing counted while marking is off");
+    }
+
+    #[test]
+    fn turning_marking_on_by_reload_starts_from_no_failures() {
+        let e = EndpointState::new(endpoint(1, 0, None), Hub::new(Instant::now()));
+        for i in 1..=6 {
+            e.record_failure(i * S);
+        }
+        let e = e.reconfigured(endpoint(1, 1, None));
+        assert!(e.available(7 * S), "the reload alone does not mark it");
+        assert!(
+            e.record_failure(8 * S),
+            "the next failure marks it, and says so"
+        );
+        assert!(!e.available(8 * S));
+    }
+
+    #[test]
+    fn a_new_max_fails_keeps_the_count_but_never_marks_or_unmarks_by_itself() {
+        // Below the threshold: kept, capped one short of the new one.
+        assert_eq!(carried_fails(2, 5, 10), 2);
+        assert_eq!(carried_fails(3, 5, 2), 1);
+        // Marked: stays marked under the new threshold until its probe.
+        assert_eq!(carried_fails(5, 5, 2), 2);
+        assert_eq!(carried_fails(6, 5, 10), 10);
+        // Marking turned off or on.
+        assert_eq!(carried_fails(5, 5, 0), 0);
+        assert_eq!(carried_fails(0, 0, 1), 0);
+
+        let e = EndpointState::new(endpoint(1, 5, None), Hub::new(Instant::now()));
+        for i in 1..=3 {
+            assert!(!e.record_failure(i * S));
+        }
+        let e = e.reconfigured(endpoint(1, 2, None));
+        assert!(e.available(4 * S));
+        assert!(
+            e.record_failure(4 * S),
+            "one more failure reaches the new max_fails"
         );
     }
 

@@ -1,14 +1,29 @@
 //! Every metric gtd exports, described once: name, kind, labels and meaning. The README's table
 //! is checked against [`ALL`] by a test, so the two cannot drift apart.
 //!
-//! Each node owns its own Prometheus recorder (no global), so several nodes can live in one
+//! Each node owns its own registry (no global recorder), so several nodes can live in one
 //! process (tests, `gtd demo`). Hot paths hold pre-registered handles: incrementing one is an
 //! atomic add, with no lookup and no allocation.
+//!
+//! The registry is gtd's own (`metrics-util`'s sharded map, rendered here with the Prometheus
+//! exporter's escaping) rather than `metrics-exporter-prometheus`'s recorder, because that one
+//! cannot forget a series: after a reload removed a group, its gauges would be exported with
+//! their last values forever. Each [`state::Snapshot`](super::state::Snapshot) records the series
+//! it registered; once a reload has swapped it in, [`Registry::retain`] ends every series of the
+//! listeners, groups and endpoints that are gone — gauges, counters and histograms alike, as a
+//! Prometheus client library's `DeleteLabelValues` would.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::fmt::{Display, Write as _};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, SharedString, Unit};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics::{Counter, Gauge, Histogram, Key, Label};
+use metrics_exporter_prometheus::formatting::{
+    sanitize_label_value, write_help_line, write_type_line,
+};
+use metrics_util::registry::{AtomicStorage, Registry as Series};
+use metrics_util::storage::{AtomicBucket, Histogram as Buckets};
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,12 +198,32 @@ pub const ALL: &[Def] = &[
     CONFIG_RELOADS_TOTAL,
 ];
 
-/// A node's registry: registers handles and renders the exposition.
+/// Histogram bucket bounds, seconds: 0.5 ms to 10 s.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A node's registry: registers handles, renders the exposition and ends the series of what a
+/// reload removed.
+///
+/// Clones share the series. Every handle also remembers the keys registered through it: the
+/// node's own handle its node-wide series, a [`Registry::scope`] the series of one snapshot.
 #[derive(Clone)]
 pub struct Registry {
-    recorder: Arc<PrometheusRecorder>,
-    handle: PrometheusHandle,
+    shared: Arc<Shared>,
+    registered: Arc<Mutex<HashSet<Key>>>,
 }
+
+struct Shared {
+    series: Series<Key, AtomicStorage>,
+    /// Histogram samples folded into buckets by [`Registry::upkeep`] (the hot path only pushes
+    /// to the series' lock-free sample buffer).
+    buckets: Mutex<HashMap<Key, Buckets>>,
+}
+
+/// The keys of the series one snapshot registered (see [`Registry::retain`]).
+#[derive(Debug, Default)]
+pub struct Registered(HashSet<Key>);
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,35 +237,48 @@ impl Default for Registry {
     }
 }
 
-static METADATA: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, None);
-
 impl Registry {
-    /// A fresh registry with every metric described.
+    /// A fresh, empty registry.
     pub fn new() -> Registry {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets(&[
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0,
-            ])
-            .expect("static buckets are valid")
-            .build_recorder();
-        for def in ALL {
-            let name = metrics::KeyName::from_const_str(def.name);
-            let help = SharedString::const_str(def.help);
-            match def.kind {
-                Kind::Counter => recorder.describe_counter(name, None, help),
-                Kind::Gauge => recorder.describe_gauge(name, None, help),
-                Kind::Histogram => recorder.describe_histogram(name, Some(Unit::Seconds), help),
-            }
-        }
-        let handle = recorder.handle();
         Registry {
-            recorder: Arc::new(recorder),
-            handle,
+            shared: Arc::new(Shared {
+                series: Series::atomic(),
+                buckets: Mutex::new(HashMap::new()),
+            }),
+            registered: Arc::default(),
         }
     }
 
-    fn key(def: &Def, values: &[&str]) -> Key {
+    /// A handle on the same series that remembers only what is registered through it (a
+    /// snapshot's build uses one; [`Registry::registered`] then lists its series).
+    pub fn scope(&self) -> Registry {
+        Registry {
+            shared: self.shared.clone(),
+            registered: Arc::default(),
+        }
+    }
+
+    /// The keys registered through this handle so far.
+    pub fn registered(&self) -> Registered {
+        Registered(lock(&self.registered).clone())
+    }
+
+    /// Ends every series registered neither through this handle (the node's own) nor in `live`
+    /// (the running snapshot's): the series of listeners, groups and endpoints a reload removed
+    /// leave the exposition. Handles still held for them (connections opened before the
+    /// reload) keep working but are no longer exported; a later reload that brings the thing
+    /// back starts its series again from zero.
+    pub fn retain(&self, live: &Registered) {
+        let own = lock(&self.registered);
+        let keep = |key: &Key| own.contains(key) || live.0.contains(key);
+        let series = &self.shared.series;
+        series.retain_counters(|key, _| keep(key));
+        series.retain_gauges(|key, _| keep(key));
+        series.retain_histograms(|key, _| keep(key));
+        lock(&self.shared.buckets).retain(|key, _| keep(key));
+    }
+
+    fn key(&self, def: &Def, values: &[&str]) -> Key {
         debug_assert_eq!(def.labels.len(), values.len(), "{}: label values", def.name);
         let labels: Vec<Label> = def
             .labels
@@ -238,37 +286,145 @@ impl Registry {
             .zip(values)
             .map(|(k, v)| Label::new(*k, (*v).to_owned()))
             .collect();
-        Key::from_parts(def.name, labels)
+        let key = Key::from_parts(def.name, labels);
+        lock(&self.registered).insert(key.clone());
+        key
     }
 
     /// The counter `def` with these label values (same order as `def.labels`).
     pub fn counter(&self, def: &Def, values: &[&str]) -> Counter {
         debug_assert_eq!(def.kind, Kind::Counter);
-        self.recorder
-            .register_counter(&Self::key(def, values), &METADATA)
+        self.shared
+            .series
+            .get_or_create_counter(&self.key(def, values), |c| Counter::from_arc(c.clone()))
     }
 
     /// The gauge `def` with these label values.
     pub fn gauge(&self, def: &Def, values: &[&str]) -> Gauge {
         debug_assert_eq!(def.kind, Kind::Gauge);
-        self.recorder
-            .register_gauge(&Self::key(def, values), &METADATA)
+        self.shared
+            .series
+            .get_or_create_gauge(&self.key(def, values), |g| Gauge::from_arc(g.clone()))
     }
 
     /// The histogram `def` with these label values.
     pub fn histogram(&self, def: &Def, values: &[&str]) -> Histogram {
         debug_assert_eq!(def.kind, Kind::Histogram);
-        self.recorder
-            .register_histogram(&Self::key(def, values), &METADATA)
+        self.shared
+            .series
+            .get_or_create_histogram(&self.key(def, values), |h| Histogram::from_arc(h.clone()))
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition: every metric that has a series, in [`ALL`]'s order,
+    /// its series sorted by labels.
     pub fn render(&self) -> String {
-        self.handle.render()
+        self.upkeep();
+        let series = &self.shared.series;
+        let mut values: Vec<(Key, Value)> = Vec::new();
+        series.visit_counters(|key, c| {
+            values.push((key.clone(), Value::Counter(c.load(Ordering::Relaxed))));
+        });
+        series.visit_gauges(|key, g| {
+            let value = f64::from_bits(g.load(Ordering::Relaxed));
+            values.push((key.clone(), Value::Gauge(value)));
+        });
+        for (key, b) in lock(&self.shared.buckets).iter() {
+            values.push((key.clone(), Value::Histogram(b.clone())));
+        }
+        values.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+        let mut out = String::new();
+        for def in ALL {
+            let mut of_def = values
+                .iter()
+                .filter(|(k, _)| k.name() == def.name)
+                .peekable();
+            if of_def.peek().is_none() {
+                continue;
+            }
+            header(&mut out, def);
+            for (key, value) in of_def {
+                let name = def.name;
+                match value {
+                    Value::Counter(v) => sample(&mut out, name, "", &labels(key, None), v),
+                    Value::Gauge(v) => sample(&mut out, name, "", &labels(key, None), v),
+                    Value::Histogram(b) => {
+                        for (le, count) in b.buckets() {
+                            let l = labels(key, Some(&le.to_string()));
+                            sample(&mut out, name, "_bucket", &l, count);
+                        }
+                        let l = labels(key, Some("+Inf"));
+                        sample(&mut out, name, "_bucket", &l, b.count());
+                        let l = labels(key, None);
+                        sample(&mut out, name, "_sum", &l, b.sum());
+                        sample(&mut out, name, "_count", &l, b.count());
+                    }
+                }
+            }
+        }
+        out
     }
 
-    /// Drains histogram buffers; call periodically.
+    /// Folds the histograms' buffered samples into their buckets; call periodically (the
+    /// buffers grow until then).
     pub fn upkeep(&self) {
-        self.handle.run_upkeep();
+        let mut buckets = lock(&self.shared.buckets);
+        self.shared
+            .series
+            .visit_histograms(|key, samples: &Arc<AtomicBucket<f64>>| {
+                let b = buckets.entry(key.clone()).or_insert_with(|| {
+                    Buckets::new(BUCKETS).expect("static buckets are not empty")
+                });
+                samples.clear_with(|s| b.record_many(s));
+            });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A series' value at render time.
+enum Value {
+    Counter(u64),
+    Gauge(f64),
+    Histogram(Buckets),
+}
+
+/// `# HELP` and `# TYPE` of a metric, after a blank line separating it from the previous one.
+fn header(out: &mut String, def: &Def) {
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    let kind = match def.kind {
+        Kind::Counter => "counter",
+        Kind::Gauge => "gauge",
+        Kind::Histogram => "histogram",
+    };
+    write_help_line(out, def.name, None, None, def.help);
+    write_type_line(out, def.name, None, None, kind);
+}
+
+/// `name="value",...` of a series, with `le` last for a histogram bucket.
+fn labels(key: &Key, le: Option<&str>) -> String {
+    let mut text = String::new();
+    for label in key.labels() {
+        let sep = if text.is_empty() { "" } else { "," };
+        let value = sanitize_label_value(label.value());
+        let _ = write!(text, "{sep}{}=\"{value}\"", label.key());
+    }
+    if let Some(le) = le {
+        let sep = if text.is_empty() { "" } else { "," };
+        let _ = write!(text, "{sep}le=\"{le}\"");
+    }
+    text
+}
+
+/// One sample line: `name_suffix{labels} value`.
+fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: impl Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name}{suffix} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{suffix}{{{labels}}} {value}");
     }
 }

@@ -280,6 +280,10 @@ impl Inner {
             Ok(())
         }
         .await;
+        // Whatever happened, `/metrics` now shows the series of the running snapshot (and the
+        // node's own): those of removed listeners, groups and endpoints end, and so do those a
+        // rejected config registered before it failed.
+        self.registry.retain(&self.snapshot.load().series);
         match &result {
             Ok(()) => {
                 self.reloads_ok.increment(1);

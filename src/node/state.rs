@@ -28,7 +28,7 @@ use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
 use super::http::{HttpRt, code_classes};
-use super::metrics::{self as m, Registry};
+use super::metrics::{self as m, Registered, Registry};
 use super::upstream::{Connects, Upstream};
 
 /// The whole routing state of a node at one config version.
@@ -42,6 +42,9 @@ pub struct Snapshot {
     /// three quarters of the open files limit (each flow holds a socket), so that UDP flows
     /// never starve TCP connections, HTTP and the admin API of descriptors.
     pub udp_flow_share: usize,
+    /// The metric series it registered: once it runs, the node's registry keeps these (and the
+    /// node's own) and ends the others, so removed groups and endpoints leave `/metrics`.
+    pub series: Registered,
 }
 
 impl Snapshot {
@@ -153,6 +156,7 @@ impl Snapshot {
         registry: &Registry,
         now: Instant,
     ) -> Result<Snapshot, String> {
+        let registry = &registry.scope();
         let listeners = config
             .listeners
             .iter()
@@ -187,6 +191,7 @@ impl Snapshot {
             config,
             listeners,
             udp_flow_share,
+            series: registry.registered(),
         })
     }
 }

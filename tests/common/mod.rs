@@ -137,6 +137,15 @@ pub(crate) fn metric_at(addr: SocketAddr, name: &str, fragments: &[&str]) -> f64
         .sum()
 }
 
+/// The series lines of `/metrics` (comments left out) that contain every fragment.
+pub(crate) fn metric_lines(node: &Node, fragments: &[&str]) -> Vec<String> {
+    let (_, body) = admin(node, "GET", "/metrics", None);
+    body.lines()
+        .filter(|l| !l.starts_with('#') && fragments.iter().all(|f| l.contains(f)))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Waits (bounded: 60 s) until `cond` holds.
 pub(crate) async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
