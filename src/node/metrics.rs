@@ -347,7 +347,7 @@ impl Registry {
                 let name = def.name;
                 match value {
                     Value::Counter(v) => sample(&mut out, name, "", &labels(key, None), v),
-                    Value::Gauge(v) => sample(&mut out, name, "", &labels(key, None), v),
+                    Value::Gauge(v) => sample(&mut out, name, "", &labels(key, None), Float(*v)),
                     Value::Histogram(b) => {
                         for (le, count) in b.buckets() {
                             let l = labels(key, Some(&le.to_string()));
@@ -356,7 +356,7 @@ impl Registry {
                         let l = labels(key, Some("+Inf"));
                         sample(&mut out, name, "_bucket", &l, b.count());
                         let l = labels(key, None);
-                        sample(&mut out, name, "_sum", &l, b.sum());
+                        sample(&mut out, name, "_sum", &l, Float(b.sum()));
                         sample(&mut out, name, "_count", &l, b.count());
                     }
                 }
@@ -382,6 +382,20 @@ impl Registry {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A float as the text format spells it: `+Inf`, `-Inf` and `NaN` where Rust would print
+/// `inf`, `-inf` and `NaN` (a group whose RTT is unknown has an infinite one).
+struct Float(f64);
+
+impl Display for Float {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            v if v == f64::INFINITY => f.write_str("+Inf"),
+            v if v == f64::NEG_INFINITY => f.write_str("-Inf"),
+            v => write!(f, "{v}"),
+        }
+    }
 }
 
 /// A series' value at render time.
@@ -426,5 +440,21 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: impl 
         let _ = writeln!(out, "{name}{suffix} {value}");
     } else {
         let _ = writeln!(out, "{name}{suffix}{{{labels}}} {value}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_are_spelled_as_the_text_format_wants() {
+        let r = Registry::new();
+        let g = r.gauge(&GROUP_RTT_SECONDS, &["l", "g"]);
+        for (value, text) in [(f64::INFINITY, "+Inf"), (f64::NAN, "NaN"), (0.25, "0.25")] {
+            g.set(value);
+            let want = format!("gtd_group_rtt_seconds{{listener=\"l\",group=\"g\"}} {text}\n");
+            assert!(r.render().contains(&want), "{}", r.render());
+        }
     }
 }
