@@ -141,7 +141,7 @@ struct Behaviour {
 }
 
 /// A backend: HTTP/1.1 (optionally over TLS) that names itself. Paths:
-/// - `.../sink`: reads the whole body, answers "NAME BYTES";
+/// - `.../sink`: reads the whole body, answers `status` and "NAME BYTES";
 /// - `.../big/N`: answers N bytes;
 /// - anything else: `status`, body NAME, and `x-seen-*` headers echoing what it received.
 struct Backend {
@@ -223,7 +223,8 @@ async fn answer(b: Behaviour, req: Request<Incoming>) -> Result<Response<TestBod
                 Err(_) => break,
             }
         }
-        return Ok(Response::new(full(format!("{} {n}", b.name))));
+        let answer = full(format!("{} {n}", b.name));
+        return Ok(Response::builder().status(b.status).body(answer).unwrap());
     }
     if let Some(n) = path
         .rsplit_once("/big/")
@@ -481,8 +482,12 @@ async fn get_is_retried_on_502_and_on_a_refused_endpoint() {
             full(vec![7_u8; 100_000]),
         )
         .await;
-        assert_eq!(status, 200);
-        assert!(body == "good 100000" || body == "bad 100000", "{body}");
+        // The 502 endpoint's answer comes back as is (a POST whose bytes were sent).
+        let (status, body) = (status, body.as_str());
+        assert!(
+            (status, body) == (200, "good 100000") || (status, body) == (502, "bad 100000"),
+            "{status} {body}"
+        );
     }
     assert!(
         bad.hits() >= 20,
@@ -559,6 +564,65 @@ async fn post_with_a_body_is_not_retried_after_a_502() {
         let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
         assert_eq!((status, body.as_str()), (200, "good"));
     }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_body_is_sent_again_on_retry_a_large_one_is_not() {
+    let bad = Backend::start("bad", 502).await;
+    let good = Backend::start("good", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "unhealthy_status = [502]\nretry_non_idempotent = true",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(bad.addr, "max_fails = 0"), (good.addr, "max_fails = 0")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let url = format!("http://{addr}/sink");
+    let c = client();
+    // 16 KiB and less, with a Content-Length: read whole, and sent again after the 502.
+    for size in [7, 16 * 1024] {
+        for method in ["POST", "PUT"] {
+            for _ in 0..4 {
+                let body = full(vec![b'x'; size]);
+                let (status, _, text) = send(&c, method, &url, &[], body).await;
+                assert_eq!((status, text), (200, format!("good {size}")), "{method}");
+            }
+        }
+    }
+    assert!(
+        bad.hits() >= 4,
+        "the 502 endpoint took its turns: {}",
+        bad.hits()
+    );
+    let retried = metric(&node, "gtd_retries_total", &[]);
+    assert_eq!(retried, bad.hits() as f64);
+    // Larger: streamed as it comes, never replayed; the 502 goes back as is.
+    let (mut ok, mut bad_gateway) = (0, 0);
+    for _ in 0..4 {
+        let (status, _, text) = send(&c, "PUT", &url, &[], full(vec![b'x'; 16 * 1024 + 1])).await;
+        match status {
+            200 => {
+                assert_eq!(text, format!("good {}", 16 * 1024 + 1));
+                ok += 1;
+            }
+            502 => bad_gateway += 1,
+            s => panic!("unexpected status {s}"),
+        }
+    }
+    assert_eq!((ok, bad_gateway), (2, 2));
+    assert_eq!(metric(&node, "gtd_retries_total", &[]), retried);
     node.shutdown().await;
 }
 
@@ -1695,6 +1759,15 @@ async fn a_client_that_breaks_off_or_stalls_its_upload_fails_no_endpoint() {
     let (status, _, _) = get(&client(), &format!("http://{web}/"), &[]).await;
     assert_eq!(status, 200, "the endpoint still serves");
     assert_eq!((own("4xx"), own("5xx")), (2.0, 0.0));
+    // A small body is read whole before any endpoint is asked: its stall reaches none.
+    let hits = b.hits();
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(b"POST /sink HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 408 "), "{head}");
+    assert_eq!(b.hits(), hits);
     node.shutdown().await;
 }
 

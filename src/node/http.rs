@@ -600,6 +600,12 @@ async fn proxy(
     let mut now = started;
     let mut router = Router::for_route(l, route, conn.peer);
     let mut body = RequestBody::new(body);
+    // A small body is read whole first, so that a retry can send it again.
+    if let Some(size) = body.small()
+        && let Err(failure) = Box::pin(body.read_whole(size, cfg.upstream_timeout)).await
+    {
+        return Ok(failed(http, l, Last::Failed(failure)));
+    }
     let method = parts.method;
     let uri = parts.uri;
     let mut headers = parts.headers;
@@ -772,7 +778,12 @@ async fn proxy(
             }
         }
     }
-    Ok(match last {
+    Ok(failed(http, l, last))
+}
+
+/// gtd's own answer when no attempt gave one to pass on.
+fn failed(http: &HttpRt, l: &ListenerRt, last: Last) -> Response<DownBody> {
+    match last {
         Last::Nothing => {
             l.metrics.no_route.increment(1);
             own(
@@ -812,7 +823,7 @@ async fn proxy(
             StatusCode::BAD_GATEWAY,
             "no endpoint could be reached\n",
         ),
-    })
+    }
 }
 
 /// One attempt through hyper's client: what it sends.

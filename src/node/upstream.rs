@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderName, Uri};
+use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
 use hyper::upgrade::OnUpgrade;
@@ -637,11 +638,19 @@ impl Progress {
     }
 }
 
+/// A request body of known size up to this many bytes is read whole before the first attempt,
+/// so that a retry can send it again (as nginx buffers bodies in its `client_body_buffer_size`,
+/// 16 KiB on 64-bit platforms); a larger or unsized one streams and is never replayed.
+pub(crate) const WHOLE_BODY: u64 = 16 * 1024;
+
 /// The client's request body, held between attempts. Requests without a body (most) cost
-/// nothing here; a body costs its progress cell and one oneshot per attempt.
+/// nothing here; a small body costs one buffer, a streamed one its progress cell and one
+/// oneshot per attempt.
 pub(crate) enum RequestBody {
     /// No body at all: every attempt sends an empty one.
     Empty,
+    /// A small body, read whole (and its trailer fields): every attempt sends it.
+    Whole(Bytes, Option<Box<http::HeaderMap>>),
     /// A body not yet handed on (a retry may still send it).
     Ready(Incoming, Arc<Progress>),
     /// Handed to an attempt, and not given back: it may be partly sent; never replayed.
@@ -656,6 +665,38 @@ impl RequestBody {
         } else {
             RequestBody::Ready(body, Arc::default())
         }
+    }
+
+    /// The size of a body to read whole before the first attempt ([`Self::read_whole`]): known
+    /// and at most [`WHOLE_BODY`].
+    pub(crate) fn small(&self) -> Option<u64> {
+        match self {
+            RequestBody::Ready(body, _) => body.size_hint().exact().filter(|&n| n <= WHOLE_BODY),
+            _ => None,
+        }
+    }
+
+    /// Reads the body whole (`size` bytes, as [`Self::small`] said), the client leaving at most
+    /// `silence` between two pieces; fails with the client's failure.
+    pub(crate) async fn read_whole(&mut self, size: u64, silence: Duration) -> Result<(), Failure> {
+        let RequestBody::Ready(body, _) = self else {
+            return Ok(());
+        };
+        let mut data = bytes::BytesMut::with_capacity(size as usize);
+        let mut trailers = None;
+        loop {
+            match tokio::time::timeout(silence, body.frame()).await {
+                Err(_) => return Err(Failure::ClientStalled),
+                Ok(Some(Err(_))) => return Err(Failure::ClientGone),
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(piece) => data.extend_from_slice(&piece),
+                    Err(frame) => trailers = frame.into_trailers().ok().map(Box::new),
+                },
+            }
+        }
+        *self = RequestBody::Whole(data.freeze(), trailers);
+        Ok(())
     }
 
     /// True when another attempt can send the body (there is none, or it is untouched).
@@ -676,6 +717,14 @@ impl RequestBody {
         &mut self,
         bytes: &Counter,
     ) -> (UpBody, Option<oneshot::Receiver<Incoming>>) {
+        if let RequestBody::Whole(data, trailers) = self {
+            let whole = Whole {
+                data: Some(data.clone()),
+                trailers: trailers.clone(),
+                bytes: bytes.clone(),
+            };
+            return (UpBody::Whole(whole), None);
+        }
         match std::mem::replace(self, RequestBody::Empty) {
             RequestBody::Ready(inner, progress) => {
                 *self = RequestBody::Gone(Arc::clone(&progress));
@@ -713,8 +762,17 @@ impl RequestBody {
 pub(crate) enum UpBody {
     /// Nothing.
     Empty,
+    /// The client's small body, read whole: one frame, and its trailers.
+    Whole(Whole),
     /// The client's body, streamed with backpressure.
     Stream(ClientBody),
+}
+
+/// A body read whole, on its way to one endpoint.
+pub(crate) struct Whole {
+    data: Option<Bytes>,
+    trailers: Option<Box<http::HeaderMap>>,
+    bytes: Counter,
 }
 
 /// The client's body on its way to one endpoint (see the module doc).
@@ -734,8 +792,16 @@ impl Body for UpBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let UpBody::Stream(b) = self.get_mut() else {
-            return Poll::Ready(None);
+        let b = match self.get_mut() {
+            UpBody::Empty => return Poll::Ready(None),
+            UpBody::Whole(w) => {
+                if let Some(data) = w.data.take() {
+                    w.bytes.increment(data.len() as u64);
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                return Poll::Ready(w.trailers.take().map(|t| Ok(Frame::trailers(*t))));
+            }
+            UpBody::Stream(b) => b,
         };
         let Some(inner) = b.inner.as_mut() else {
             return Poll::Ready(None);
@@ -772,6 +838,7 @@ impl Body for UpBody {
     fn is_end_stream(&self) -> bool {
         match self {
             UpBody::Empty => true,
+            UpBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
             UpBody::Stream(b) => b.inner.as_ref().is_none_or(Body::is_end_stream),
         }
     }
@@ -779,6 +846,7 @@ impl Body for UpBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             UpBody::Empty => SizeHint::with_exact(0),
+            UpBody::Whole(w) => SizeHint::with_exact(w.data.as_ref().map_or(0, |d| d.len() as u64)),
             UpBody::Stream(b) => b.inner.as_ref().map(Body::size_hint).unwrap_or_default(),
         }
     }
