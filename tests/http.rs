@@ -1019,6 +1019,14 @@ async fn forwarded_headers_hop_by_hop_and_path_prefix() {
         "named by Connection: removed"
     );
     assert!(!headers.contains_key("x-drop") && !headers.contains_key("keep-alive"));
+    // `OPTIONS *` names no path: no prefix goes before it, on either client.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let ask = b"OPTIONS * HTTP/1.1\r\nHost: o\r\n\r\nOPTIONS * HTTP/1.1\r\nHost: o\r\n\
+                Content-Length: 1\r\nConnection: close\r\n\r\nx";
+    s.write_all(ask).await.unwrap();
+    let answers = String::from_utf8(until_closed(&mut s, "two answers").await).unwrap();
+    let seen: Vec<&str> = answers.matches("x-seen-path: *\r\n").collect();
+    assert_eq!(seen.len(), 2, "{answers}");
     node.shutdown().await;
 }
 

@@ -667,7 +667,7 @@ async fn proxy(
         let result = if bodiless && up.has_raw() {
             let outgoing = Outgoing {
                 method: &method,
-                prefix: up.prefix(),
+                prefix: if uri.path() == "*" { "" } else { up.prefix() },
                 path: uri.path_and_query().map_or("/", |p| p.as_str()),
                 headers: &headers,
             };

@@ -159,7 +159,9 @@ impl Upstream {
     /// `path_prefix` goes in front. Allocates only when there is a prefix.
     pub(crate) fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
         let original = path.map_or("/", PathAndQuery::as_str);
-        let path = match &self.path_prefix {
+        // `OPTIONS *` asks about the server, not a path: no prefix goes before it.
+        let prefix = self.path_prefix.as_ref().filter(|_| original != "*");
+        let path = match prefix {
             None => match path {
                 Some(p) => p.clone(),
                 None => PathAndQuery::from_static("/"),
