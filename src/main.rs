@@ -93,9 +93,10 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
     }
     .context("starting the runtime")?;
     runtime.block_on(async {
+        let signals = gtd::node::Signals::take()?;
         match gtd::node::Node::start(options).await {
             Ok(node) => {
-                node.run_until_signal().await?;
+                node.run_until_signal(signals).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {

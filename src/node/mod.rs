@@ -219,12 +219,15 @@ impl Node {
         }
     }
 
-    /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads.
-    pub async fn run_until_signal(self) -> Result<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
+    /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads. `signals` were taken
+    /// before the node started, so that one sent as soon as its ports answer is not lost (or,
+    /// with the default actions, fatal).
+    pub async fn run_until_signal(self, signals: Signals) -> Result<()> {
+        let Signals {
+            mut term,
+            mut int,
+            mut hup,
+        } = signals;
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -239,6 +242,26 @@ impl Node {
         tracing::info!("stopping");
         self.shutdown().await;
         Ok(())
+    }
+}
+
+/// The signals a node answers (see [`Node::run_until_signal`]); taken over from their default
+/// actions when made.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Takes SIGTERM, SIGINT and SIGHUP (inside the runtime).
+    pub fn take() -> Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 }
 
