@@ -1775,7 +1775,22 @@ async fn a_client_that_breaks_off_or_stalls_its_upload_fails_no_endpoint() {
         .unwrap();
     let head = read_head(&mut s).await;
     assert!(head.starts_with("HTTP/1.1 408 "), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
     assert_eq!(b.hits(), hits);
+    // A small body that keeps coming, slower in all than upstream_timeout: the attempt's clock
+    // starts once it is in (the pauses are the client's pace, the point of the test).
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(b"POST /sink HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n")
+        .await
+        .unwrap();
+    for byte in b"slows" {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        s.write_all(&[*byte]).await.unwrap();
+    }
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    let (status, _, _) = get(&client(), &format!("http://{web}/"), &[]).await;
+    assert_eq!(status, 200, "the endpoint still serves");
     node.shutdown().await;
 }
 

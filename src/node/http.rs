@@ -594,18 +594,19 @@ async fn proxy(
         parts.headers.insert(header::UPGRADE, proto.clone());
     }
 
-    let started = Instant::now();
-    // One clock read per attempt and one per response: `now` is when this attempt is decided
-    // and sent.
-    let mut now = started;
-    let mut router = Router::for_route(l, route, conn.peer);
     let mut body = RequestBody::new(body);
-    // A small body is read whole first, so that a retry can send it again.
+    // A small body is read whole first, so that a retry can send it again; the attempts, and
+    // their clocks, start once it is in.
     if let Some(size) = body.small()
         && let Err(failure) = Box::pin(body.read_whole(size, cfg.upstream_timeout)).await
     {
         return Ok(failed(http, l, Last::Failed(failure)));
     }
+    let started = Instant::now();
+    // One clock read per attempt and one per response: `now` is when this attempt is decided
+    // and sent.
+    let mut now = started;
+    let mut router = Router::for_route(l, route, conn.peer);
     let method = parts.method;
     let uri = parts.uri;
     let mut headers = parts.headers;
@@ -802,17 +803,18 @@ fn failed(http: &HttpRt, l: &ListenerRt, last: Last) -> Response<DownBody> {
             StatusCode::SERVICE_UNAVAILABLE,
             "this node cannot open a connection now\n",
         ),
-        // Most likely nobody reads this one.
-        Last::Failed(Failure::ClientGone) => own(
+        // Most likely nobody reads this one. The connection closes after either (the rest of
+        // the body will not be read): the answer says so.
+        Last::Failed(Failure::ClientGone) => closing(own(
             http,
             StatusCode::BAD_REQUEST,
             "the request body broke off\n",
-        ),
-        Last::Failed(Failure::ClientStalled) => own(
+        )),
+        Last::Failed(Failure::ClientStalled) => closing(own(
             http,
             StatusCode::REQUEST_TIMEOUT,
             "the request body stopped coming\n",
-        ),
+        )),
         Last::Failed(Failure::BadResponse) => own(
             http,
             StatusCode::BAD_GATEWAY,
@@ -824,6 +826,15 @@ fn failed(http: &HttpRt, l: &ListenerRt, last: Last) -> Response<DownBody> {
             "no endpoint could be reached\n",
         ),
     }
+}
+
+/// `response` with `Connection: close` (hyper leaves it out of HTTP/2 answers).
+fn closing(mut response: Response<DownBody>) -> Response<DownBody> {
+    static CLOSE: HeaderValue = HeaderValue::from_static("close");
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, CLOSE.clone());
+    response
 }
 
 /// One attempt through hyper's client: what it sends.
