@@ -218,3 +218,35 @@ async fn turning_marking_on_by_reload_counts_from_zero_and_warns_at_the_marking(
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_response_head_is_logged_at_most_every_10_s_and_blames_nobody() {
+    let log = captured();
+    // An endpoint whose answers have a header line without a colon.
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = backend.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut c in backend.incoming().flatten() {
+            let mut buf = [0_u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &one_endpoint("heads", free_port(false), &endpoint, ""),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "heads").await;
+    let statuses = tokio::task::spawn_blocking(move || [get(addr), get(addr), get(addr)])
+        .await
+        .unwrap();
+    // Still 502, not 503: the endpoint (max_fails = 1) was not marked.
+    assert_eq!(statuses, [502, 502, 502]);
+    let warned = log.lines_with(&endpoint, "response head gtd does not pass on");
+    assert_eq!(warned.len(), 1, "{}", log.text());
+    assert!(warned[0].contains("WARN") && warned[0].contains("listener=heads"));
+    assert!(log.lines_with(&endpoint, "out of rotation").is_empty());
+    node.shutdown().await;
+}

@@ -22,6 +22,33 @@ use std::time::{Duration, Instant};
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// Paces a warning that could otherwise repeat for every connection or request: at most one
+/// every 10 s (the first at once), on the monotonic clock.
+pub(crate) struct Pace {
+    /// Seconds since [`Pace::due`] first ran, plus 10, at the last warning (0: none yet).
+    warned_at: AtomicU64,
+}
+
+impl Pace {
+    pub(crate) const fn new() -> Pace {
+        Pace {
+            warned_at: AtomicU64::new(0),
+        }
+    }
+
+    /// True when a warning may be logged now (then not again for 10 s).
+    pub(crate) fn due(&self) -> bool {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = ORIGIN.get_or_init(Instant::now).elapsed().as_secs() + 10;
+        let last = self.warned_at.load(Ordering::Relaxed);
+        now >= last + 10
+            && self
+                .warned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 /// Ends once no byte has moved during a whole `period` (so between one and two periods after
 /// the last one) while nothing was `busy` (requests being served count as moving).
 pub(crate) async fn quiet(moves: &AtomicU64, period: Duration, busy: Option<&AtomicU32>) {

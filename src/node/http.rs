@@ -61,7 +61,7 @@ use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use super::Inner;
-use super::activity::{Busy, First, HeadTimer, Moving, Watched, quiet};
+use super::activity::{Busy, First, HeadTimer, Moving, Pace, Watched, quiet};
 use super::h1;
 use super::metrics::{self as m, Registry};
 use super::raw::Outgoing;
@@ -758,7 +758,15 @@ async fn proxy(
                 | Failure::ClientStalled
                 | Failure::BadResponse),
             ) => {
-                tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
+                // The endpoint's doing, yet no health matter (see Failure::BadResponse): the
+                // operator hears of it, at most every 10 s, as nginx logs "upstream sent too big
+                // header".
+                static BAD_HEADS: Pace = Pace::new();
+                if failure == Failure::BadResponse && BAD_HEADS.due() {
+                    tracing::warn!(listener = %cfg.name, endpoint = %attempt.pick.address(), "the endpoint sent a response head gtd does not pass on (invalid, or over 64 KiB or 100 fields); the client got 502");
+                } else {
+                    tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
+                }
                 last = Last::Failed(failure);
                 break;
             }

@@ -5,7 +5,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::balance::RequestKey;
 use crate::config::{Address, Host, Measure, Protocol, ProxyProtocol};
 
+use super::activity::Pace;
 use super::relay::{Ended, relay};
 use super::route::Router;
 use super::state::ListenerRt;
@@ -215,28 +216,18 @@ pub(crate) async fn resolve(address: &Address) -> io::Result<SocketAddr> {
 /// under exhaustion it is true for every new connection.
 pub(crate) fn exhausted(e: &io::Error) -> bool {
     use rustix::io::Errno;
-    static WARNED_AT: AtomicU64 = AtomicU64::new(0);
+    static PACE: Pace = Pace::new();
     let out = matches!(
         Errno::from_io_error(e),
         Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
     );
-    if out {
-        // Seconds on the monotonic clock, from the first exhaustion on (+10: warn at once).
-        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        let now = ORIGIN.get_or_init(Instant::now).elapsed().as_secs() + 10;
-        let last = WARNED_AT.load(Ordering::Relaxed);
-        if now >= last + 10
-            && WARNED_AT
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            tracing::warn!(
-                error = %e,
-                "this node is out of open files: new connections wait to be accepted or are \
-                 closed, UDP flows evict the least recently active, no endpoint is blamed; \
-                 raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
-            );
-        }
+    if out && PACE.due() {
+        tracing::warn!(
+            error = %e,
+            "this node is out of open files: new connections wait to be accepted or are \
+             closed, UDP flows evict the least recently active, no endpoint is blamed; \
+             raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
+        );
     }
     out
 }
