@@ -1027,6 +1027,13 @@ async fn forwarded_headers_hop_by_hop_and_path_prefix() {
     let answers = String::from_utf8(until_closed(&mut s, "two answers").await).unwrap();
     let seen: Vec<&str> = answers.matches("x-seen-path: *\r\n").collect();
     assert_eq!(seen.len(), 2, "{answers}");
+    // Any other method with that target is refused.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET * HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = String::from_utf8(until_closed(&mut s, "an answer").await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     node.shutdown().await;
 }
 
@@ -2322,6 +2329,15 @@ async fn at_most_100_header_fields_each_way_on_either_protocol() {
         };
         assert_eq!(ask(100, "/").await.unwrap().status(), 200, "{name}");
         assert_eq!(ask(101, "/").await.unwrap().status(), 431, "{name}");
+        if name == "HTTP/2" {
+            // A browser's cookies, one field each: one header once joined.
+            let mut request = Request::get(format!("http://{addr}/"));
+            for i in 0..120 {
+                request = request.header("cookie", format!("c{i}=v"));
+            }
+            let resp = clients.request(request.body(empty()).unwrap()).await;
+            assert_eq!(resp.unwrap().status(), 200);
+        }
         let resp = ask(1, "/many").await.unwrap();
         assert_eq!(resp.status(), 502, "{name}");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -2481,6 +2497,21 @@ async fn trailers_are_forwarded_both_ways_by_either_client() {
         assert!(trailers.get("content-length").is_none(), "{method}");
         assert_eq!(collected.to_bytes(), "abc", "{method}");
     }
+    // A body ended by its trailers gives its endpoint connection back: a few more POSTs
+    // (hyper's client) open no new one.
+    let opened = || metric(&node, "gtd_connections_total", &["listener=\"web\""]);
+    let before = opened();
+    for _ in 0..5 {
+        let request = Request::post(format!("http://{addr}/t")).body(full("x=1"));
+        let collected = h2
+            .request(request.unwrap())
+            .await
+            .unwrap()
+            .into_body()
+            .collect();
+        assert!(collected.await.unwrap().trailers().is_some());
+    }
+    assert_eq!(opened(), before);
     node.shutdown().await;
     task.abort();
 }

@@ -220,7 +220,7 @@ async fn turning_marking_on_by_reload_counts_from_zero_and_warns_at_the_marking(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_response_head_is_logged_at_most_every_10_s_and_blames_nobody() {
+async fn a_refused_response_head_is_logged_once_for_a_burst_and_blames_nobody() {
     let log = captured();
     // An endpoint whose answers have a header line without a colon.
     let backend = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1054,21 +1054,24 @@ async fn reload_ends_the_metric_series_of_removed_listeners_groups_and_endpoints
     let connections_a = metric(&node, "gtd_connections_total", &[&on_a]);
     assert!(connections_a >= 1.0);
 
-    // A rejected reload (a new listener's port is taken) leaves no series of what it built.
+    // A rejected reload (a new listener's port is taken) leaves no series of what it built,
+    // and the running config's gauges as they were, though it changed a ratio.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let rejected = format!(
-        "{before}[[listener]]\nname = \"v\"\nprotocol = \"tcp\"\nport = {}\nregions = [\"cn-beijing\"]\n{}",
+        "{}[[listener]]\nname = \"v\"\nprotocol = \"tcp\"\nport = {}\nregions = [\"cn-beijing\"]\n{}",
+        before.replace("ratio = 50", "ratio = 80"),
         taken.local_addr().unwrap().port(),
         group("late", "cn-beijing", 100.0, "", &[(c, 1)])
     );
+    assert_ne!(rejected.matches("ratio = 80").count(), 0);
     std::fs::write(&cfg, format!("{head}{rejected}")).unwrap();
     let (status, body) = admin(&node, "POST", "/reload", None);
     assert_ne!(status, 200, "{body}");
     assert!(metric_lines(&node, &["listener=\"v\""]).is_empty());
     assert_eq!(
-        share(&node, "extra"),
-        50.0,
-        "the running config's series stay"
+        (share(&node, "beijing"), share(&node, "extra")),
+        (50.0, 50.0),
+        "the running config's series stay as they were"
     );
     drop(taken);
 

@@ -225,8 +225,10 @@ pub enum Step {
 pub struct Chunked {
     state: State,
     remaining: u64,
-    /// Trailer lines read, the dropped ones included (bounded by [`MAX_HEADERS`]).
+    /// Trailer lines and bytes read, the dropped ones included (bounded as a head is:
+    /// [`MAX_HEADERS`] lines, [`MAX_HEAD`] bytes).
     trailer_lines: usize,
+    trailer_bytes: usize,
     /// Boxed: most bodies have none, and the decoder lives in every response body.
     trailers: Option<Box<HeaderMap>>,
 }
@@ -318,8 +320,9 @@ impl Chunked {
 
     fn trailer_field(&mut self, line: &[u8]) -> Result<(), &'static str> {
         self.trailer_lines += 1;
-        if self.trailer_lines > MAX_HEADERS {
-            return Err("too many trailer fields");
+        self.trailer_bytes += line.len() + 2;
+        if self.trailer_lines > MAX_HEADERS || self.trailer_bytes > MAX_HEAD {
+            return Err("trailer section too large");
         }
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             return Ok(());
@@ -633,7 +636,18 @@ mod tests {
         // Only dropped fields: no trailers at all.
         assert_eq!(dechunk(b"0\r\nTE: x\r\n\r\n", 64).unwrap().2, None);
         let many = format!("0\r\n{}\r\n", "x-a: 1\r\n".repeat(MAX_HEADERS + 1));
-        assert_eq!(dechunk(many.as_bytes(), 64), Err("too many trailer fields"));
+        assert_eq!(
+            dechunk(many.as_bytes(), 64),
+            Err("trailer section too large")
+        );
+        let long = format!(
+            "0\r\n{}\r\n",
+            format!("x-a: {}\r\n", "v".repeat(4000)).repeat(17)
+        );
+        assert_eq!(
+            dechunk(long.as_bytes(), 64),
+            Err("trailer section too large")
+        );
     }
 
     #[test]

@@ -277,6 +277,8 @@ pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, 
     let own_conn = Arc::clone(&conn);
     let service_node = Arc::clone(node);
     let service = hyper::service::service_fn(move |req| {
+        // Here, not in `proxy`: HTTP/2 runs that in a task of its own, maybe after the watchdog.
+        conn.asked.store(true, Ordering::Relaxed);
         proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
     });
     let mut first = [0_u8; 1];
@@ -415,9 +417,15 @@ async fn run<I, S>(
                 Err(_) => return,
             }
         }
+        // An HTTP/2 client gets its GOAWAY (a browser's preconnection that was never used
+        // learns why), then has a second to go.
         First::Watch(Watchdog::Unasked) => {
-            tracing::debug!(listener = %l.cfg.name, "no request head within header_timeout; closed");
-            return;
+            tracing::debug!(listener = %l.cfg.name, "no request head within header_timeout; closing");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(Duration::from_secs(1), conn).await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
         }
     };
     if let Err(e) = result {
@@ -543,7 +551,6 @@ async fn proxy(
         return Ok(bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"));
     };
     let _busy = Busy::new(&conn.inflight);
-    conn.asked.store(true, Ordering::Relaxed);
     let (l, conn) = (&*l, &*conn);
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
@@ -558,8 +565,17 @@ async fn proxy(
     if let Some(problem) = bad_host(&parts) {
         return Ok(own(http, StatusCode::BAD_REQUEST, problem));
     }
-    // hyper holds HTTP/1.1 heads to 100 fields, as HAProxy and Envoy do; HTTP/2 the same here.
-    if parts.headers.len() > h1::MAX_HEADERS {
+    // The asterisk target is OPTIONS's alone (RFC 9112 3.2.4).
+    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
+        return Ok(own(
+            http,
+            StatusCode::BAD_REQUEST,
+            "the target * is for OPTIONS only\n",
+        ));
+    }
+    // hyper holds HTTP/1.1 heads to 100 fields, as HAProxy and Envoy do; HTTP/2 the same here,
+    // its cookies counted as the one field they become (browsers send one field per cookie).
+    if parts.headers.len() > h1::MAX_HEADERS && fields(&parts.headers) > h1::MAX_HEADERS {
         return Ok(own(
             http,
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -699,6 +715,10 @@ async fn proxy(
             Box::pin(hyper.send(up, index, &mut body, &l.metrics.bytes_up)).await
         };
         now = Instant::now();
+        if hostless {
+            // That endpoint's address was for it alone: hash keys of a retry must not see it.
+            headers.remove(header::HOST);
+        }
         let elapsed = now.duration_since(sent_at);
         let endpoint = &group.endpoints[index];
         match result {
@@ -979,7 +999,10 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 /// Rewrites the client's headers for the endpoint (see the module doc); false when the request
 /// names no host (HTTP/1.0 allows that).
 fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &Conn) -> bool {
-    strip_hop_by_hop(headers);
+    if strip_hop_by_hop(headers) {
+        headers.insert(header::TE, TE_TRAILERS.clone());
+        headers.insert(header::CONNECTION, CONNECTION_TE.clone());
+    }
     headers.remove(header::EXPECT);
     // HTTP/1.1 endpoints get the request target's authority as Host.
     let host = match authority(uri).and_then(|a| HeaderValue::from_str(a).ok()) {
@@ -1027,6 +1050,12 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &
             false
         }
     }
+}
+
+/// The header fields of a request as forwarded: HTTP/2 cookie fields count as one.
+fn fields(headers: &HeaderMap) -> usize {
+    let cookies = headers.get_all(header::COOKIE).iter().count();
+    headers.len() - cookies.saturating_sub(1)
 }
 
 /// Why a request's host is unusable, if it is: more than one Host field, or none in an
@@ -1077,30 +1106,32 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Removes hop-by-hop headers: those Connection names, then the fixed list. One pass over the
-/// names and nothing else when there is none (most requests).
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// names and nothing else when there is none (most requests). True when a `TE` among them
+/// listed `trailers` (the sender accepts trailer fields).
+fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     let mut found = headers.keys().filter(|k| is_hop_by_hop(k));
     match (found.next(), found.next()) {
-        (None, _) => return,
-        // `Connection: keep-alive` alone (most responses): nothing else to look for.
-        (Some(k), None) if k == header::CONNECTION => {
-            let mut values = headers.get_all(header::CONNECTION).iter();
-            if let (Some(v), None) = (values.next(), values.next())
-                && v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
-            {
-                headers.remove(header::CONNECTION);
-                return;
+        (None, _) => return false,
+        // `Connection: keep-alive` alone (most responses), or `TE` alone (HTTP/2 clients that
+        // take trailers: gRPC's): nothing else to look for.
+        (Some(k), None) if k == header::CONNECTION || k == header::TE => {
+            let k = k.clone();
+            let mut values = headers.get_all(&k).iter();
+            if let (Some(v), None) = (values.next(), values.next()) {
+                if k == header::TE {
+                    let trailers = lists_trailers(v);
+                    headers.remove(header::TE);
+                    return trailers;
+                }
+                if v.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
+                    headers.remove(header::CONNECTION);
+                    return false;
+                }
             }
         }
         _ => {}
     }
-    let trailers = headers.get_all(header::TE).iter().any(|v| {
-        v.to_str().unwrap_or("").split(',').any(|t| {
-            t.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
-        })
-    });
+    let trailers = headers.get_all(header::TE).iter().any(lists_trailers);
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderValue> = headers
             .get_all(header::CONNECTION)
@@ -1125,14 +1156,23 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in names {
         headers.remove(n);
     }
-    if trailers {
-        headers.insert(header::TE, TE_TRAILERS.clone());
-    }
+    trailers
+}
+
+/// True when a `TE` value lists `trailers`.
+fn lists_trailers(te: &HeaderValue) -> bool {
+    te.to_str().unwrap_or("").split(',').any(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
+    })
 }
 
 /// What is left of a client's `TE` on the way to the endpoint: gtd forwards trailer fields, so
-/// it may say it accepts them (RFC 9110 section 10.1.4); transfer codings are the hop's own.
+/// it may say it accepts them (RFC 9110 section 10.1.4, which also asks for `Connection: te`);
+/// transfer codings are the hop's own.
 static TE_TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+static CONNECTION_TE: HeaderValue = HeaderValue::from_static("te");
 
 #[cfg(test)]
 mod tests {
@@ -1169,17 +1209,17 @@ mod tests {
             // fields it names, and only those.
             ("trailer", "x-sum"),
         ]);
-        strip_hop_by_hop(&mut h);
+        assert!(strip_hop_by_hop(&mut h), "TE listed trailers");
         let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
-        assert_eq!(names, ["cookie", "te", "trailer", "x-kept"]);
-        assert_eq!(h["te"], "trailers");
+        assert_eq!(names, ["cookie", "trailer", "x-kept"]);
         let mut h = map(&[("te", "gzip;q=0.5"), ("te", "Trailers;q=1, deflate")]);
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h["te"], "trailers");
+        assert!(strip_hop_by_hop(&mut h) && h.is_empty());
+        // Alone (an HTTP/2 client's `te: trailers`), or without trailers.
+        let mut h = map(&[("te", "trailers"), ("x-a", "1")]);
+        assert!(strip_hop_by_hop(&mut h) && h.len() == 1);
         let mut h = map(&[("te", "gzip, deflate")]);
-        strip_hop_by_hop(&mut h);
-        assert!(h.is_empty());
+        assert!(!strip_hop_by_hop(&mut h) && h.is_empty());
 
         // The common response: `Connection: keep-alive` alone.
         let mut h = map(&[("connection", "Keep-Alive"), ("content-length", "3")]);

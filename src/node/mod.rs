@@ -129,6 +129,7 @@ impl Node {
         let now = Instant::now();
         let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now)
             .map_err(|e| anyhow!("{e}"))?;
+        snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
         let admin = TcpListener::bind(admin_bind)
             .await
@@ -306,7 +307,9 @@ impl Inner {
         // Whatever happened, `/metrics` now shows the series of the running snapshot (and the
         // node's own): those of removed listeners, groups and endpoints end, and so do those a
         // rejected config registered before it failed.
-        self.registry.retain(&self.snapshot.load().series);
+        let running = self.snapshot.load();
+        self.registry.retain(&running.series);
+        running.publish(Instant::now());
         match &result {
             Ok(()) => {
                 self.reloads_ok.increment(1);

@@ -194,6 +194,15 @@ impl Snapshot {
             series: registry.registered(),
         })
     }
+
+    /// Sets the group and endpoint gauges from this snapshot's plans: once it runs (a build
+    /// does not, since the gauges of what stays are shared with the running snapshot, and a
+    /// rejected reload must leave them alone).
+    pub fn publish(&self, now: Instant) {
+        for l in &self.listeners {
+            l.publish(now);
+        }
+    }
 }
 
 impl ListenerRt {
@@ -301,7 +310,6 @@ impl ListenerRt {
             active,
             http,
         };
-        rt.publish(now);
         Ok(rt)
     }
 

@@ -1033,7 +1033,10 @@ impl Body for DownBody {
                         if let Some(data) = frame.data_ref() {
                             r.bytes.increment(data.len() as u64);
                         }
-                        if r.inner.is_end_stream() {
+                        // Trailers are the last frame, though hyper's chunked body does not say
+                        // it has ended until it is polled once more (and its servers stop
+                        // polling after them).
+                        if frame.is_trailers() || r.inner.is_end_stream() {
                             r.finish();
                         }
                     }
