@@ -222,7 +222,6 @@ impl Upstream {
     ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
         let response = self.exchange(index, request);
         tokio::pin!(response);
-        let mut seen = progress.map(Progress::moved);
         let mut deadline = sent_at + timeout;
         loop {
             let until = tokio::time::Instant::from_std(deadline);
@@ -236,10 +235,11 @@ impl Upstream {
                 }
                 Ok(Err(failure)) => return Err(failure),
                 Err(_) => {
-                    let now = progress.map(Progress::moved);
-                    if now.is_some_and(|(done, _)| !done) && now != seen {
-                        seen = now;
-                        deadline = Instant::now() + timeout;
+                    // The body moved since: the silence counts from its last piece.
+                    if let Some(moved) = progress.and_then(Progress::moved_at)
+                        && moved + timeout > deadline
+                    {
+                        deadline = moved + timeout;
                         continue;
                     }
                     // Still waiting for the client's next bytes: the client is the slow one.
@@ -613,7 +613,8 @@ impl AsyncWrite for Stream {
 /// for the response (to tell a slow upload from a silent endpoint).
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
-    bytes: AtomicU64,
+    /// When the last piece went up: nanoseconds since [`origin`], plus one (0: none yet).
+    moved_at: AtomicU64,
     done: AtomicBool,
     /// The last read of the client's body found nothing yet (as opposed to the endpoint not
     /// taking what was read).
@@ -622,13 +623,22 @@ pub(crate) struct Progress {
     client_broke: AtomicBool,
 }
 
+/// The clock origin of [`Progress::moved_at`].
+fn origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
 impl Progress {
-    /// (body finished, bytes sent so far).
-    fn moved(&self) -> (bool, u64) {
-        (
-            self.done.load(Ordering::Acquire),
-            self.bytes.load(Ordering::Relaxed),
-        )
+    /// When the last piece of the body went up, if one did.
+    fn moved_at(&self) -> Option<Instant> {
+        let nanos = self.moved_at.load(Ordering::Acquire).checked_sub(1)?;
+        Some(origin() + Duration::from_nanos(nanos))
+    }
+
+    fn moved_now(&self) {
+        let nanos = u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.moved_at.store(nanos + 1, Ordering::Release);
     }
 
     fn awaiting_client(&self) -> bool {
@@ -817,9 +827,7 @@ impl Body for UpBody {
                 b.streamed = true;
                 if let Some(data) = frame.data_ref() {
                     b.bytes.increment(data.len() as u64);
-                    b.progress
-                        .bytes
-                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    b.progress.moved_now();
                 }
                 // hyper stops polling a body with a Content-Length once it has that many bytes,
                 // so the final `None` may never come: the upload is over when the body says so.
