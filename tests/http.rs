@@ -2497,6 +2497,19 @@ async fn trailers_are_forwarded_both_ways_by_either_client() {
         assert!(trailers.get("content-length").is_none(), "{method}");
         assert_eq!(collected.to_bytes(), "abc", "{method}");
     }
+    // An HTTP/2 request's own trailers, after a body of known length, reach the endpoint.
+    let mut fields = HeaderMap::new();
+    fields.insert("x-req", "r2".parse().unwrap());
+    let body = Full::new(Bytes::from_static(b"hello"))
+        .with_trailers(async move { Some(Ok(fields)) })
+        .boxed();
+    let request = Request::post(format!("http://{addr}/t"))
+        .header("content-length", "5")
+        .body(body)
+        .unwrap();
+    let resp = h2.request(request).await.unwrap();
+    assert_eq!(h(resp.headers(), "x-seen-trailer"), "x-req: r2");
+
     // A body ended by its trailers gives its endpoint connection back: a few more POSTs
     // (hyper's client) open no new one.
     let opened = || metric(&node, "gtd_connections_total", &["listener=\"web\""]);

@@ -884,12 +884,19 @@ impl Hyper {
         body: &mut RequestBody,
         bytes_up: &Counter,
     ) -> Result<(Response<EndpointBody>, Option<Pooled>), Failure> {
+        let mut headers = self.headers;
+        // A small body with trailer fields (an HTTP/2 client's, with a length): chunked, so that
+        // the fields can follow it.
+        if let Some(names) = body.trailer_names() {
+            headers.remove(header::CONTENT_LENGTH);
+            headers.insert(header::TRAILER, names);
+        }
         let (up_body, back) = body.take(bytes_up);
         let mut request = Request::new(up_body);
         *request.method_mut() = self.method;
         *request.uri_mut() = self.target;
         *request.version_mut() = Version::HTTP_11;
-        *request.headers_mut() = self.headers;
+        *request.headers_mut() = headers;
         let result = up
             .send(index, request, self.timeout, self.sent_at, body.progress())
             .await;

@@ -724,6 +724,22 @@ impl RequestBody {
         }
     }
 
+    /// The names of a whole body's trailer fields, as a `Trailer` header declares them (hyper's
+    /// client sends only declared ones, after a chunked body).
+    pub(crate) fn trailer_names(&self) -> Option<http::HeaderValue> {
+        let RequestBody::Whole(_, Some(fields)) = self else {
+            return None;
+        };
+        let mut names = String::new();
+        for name in fields.keys() {
+            if !names.is_empty() {
+                names.push_str(", ");
+            }
+            names.push_str(name.as_str());
+        }
+        http::HeaderValue::from_str(&names).ok()
+    }
+
     /// The body for one attempt, and the way back for it if the attempt does not touch it.
     pub(crate) fn take(
         &mut self,
@@ -856,6 +872,8 @@ impl Body for UpBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             UpBody::Empty => SizeHint::with_exact(0),
+            // With trailers, no exact size: hyper then sends it chunked, trailers after.
+            UpBody::Whole(w) if w.trailers.is_some() => SizeHint::default(),
             UpBody::Whole(w) => SizeHint::with_exact(w.data.as_ref().map_or(0, |d| d.len() as u64)),
             UpBody::Stream(b) => b.inner.as_ref().map(Body::size_hint).unwrap_or_default(),
         }
