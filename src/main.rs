@@ -74,7 +74,10 @@ fn main() -> anyhow::Result<ExitCode> {
 fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            // rustls warns about every client that sends an IP address as SNI (wrk, some
+            // monitors), which it then ignores as RFC 6066 says: noise at a node's default.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,rustls=error".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -1920,7 +1920,7 @@ async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> String {
     String::from_utf8(head).unwrap()
 }
 
-const WEBSOCKET_REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: chat.example\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+const WEBSOCKET_REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: chat.example\r\nConnection: keep-alive, Upgrade, TE\r\nTE: trailers\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
@@ -1950,6 +1950,7 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
         let sent = &heads[0];
         assert!(sent.starts_with("get /chat http/1.1\r\n"), "{sent}");
         assert!(sent.contains("\r\nconnection: upgrade\r\n"), "{sent}");
+        assert!(!sent.contains("\r\nte:"), "a tunnel has no trailers: {sent}");
         assert!(
             sent.contains("\r\nsec-websocket-key: dghlihnhbxbszsbub25jzq==\r\n"),
             "{sent}"
@@ -2415,9 +2416,14 @@ async fn trailer_backend() -> (SocketAddr, JoinHandle<()>) {
                     got = fields.replace("\r\n", "|");
                 }
             }
+            let declared = head
+                .split("\r\n")
+                .find_map(|l| l.strip_prefix("trailer: "))
+                .unwrap_or("none")
+                .to_owned();
             let answer = format!(
                 "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\
-                 x-seen-te: {te}\r\nx-seen-trailer: {got}\r\n\r\n\
+                 x-seen-te: {te}\r\nx-seen-trailer: {got}\r\nx-seen-declared: {declared}\r\n\r\n\
                  3\r\nabc\r\n0\r\nX-Sum: 900150983cd2\r\ncontent-length: 3\r\n\r\n"
             );
             if s.write_all(answer.as_bytes()).await.is_err() {
@@ -2500,6 +2506,8 @@ async fn trailers_are_forwarded_both_ways_by_either_client() {
     // An HTTP/2 request's own trailers, after a body of known length, reach the endpoint.
     let mut fields = HeaderMap::new();
     fields.insert("x-req", "r2".parse().unwrap());
+    // Not a field a trailer may carry: dropped, and not declared either.
+    fields.insert("content-length", "9".parse().unwrap());
     let body = Full::new(Bytes::from_static(b"hello"))
         .with_trailers(async move { Some(Ok(fields)) })
         .boxed();
@@ -2509,6 +2517,7 @@ async fn trailers_are_forwarded_both_ways_by_either_client() {
         .unwrap();
     let resp = h2.request(request).await.unwrap();
     assert_eq!(h(resp.headers(), "x-seen-trailer"), "x-req: r2");
+    assert_eq!(h(resp.headers(), "x-seen-declared"), "x-req");
 
     // A body ended by its trailers gives its endpoint connection back: a few more POSTs
     // (hyper's client) open no new one.

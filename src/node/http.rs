@@ -606,6 +606,8 @@ async fn proxy(
         .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
     let hostless = !forward_headers(&mut parts.headers, &parts.uri, parts.version, conn);
     if let Some((proto, _)) = &upgrade {
+        // A tunnel has no trailers: the TE kept above goes, with its `Connection: te`.
+        parts.headers.remove(header::TE);
         parts.headers.insert(header::CONNECTION, UPGRADE.clone());
         parts.headers.insert(header::UPGRADE, proto.clone());
     }

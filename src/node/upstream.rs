@@ -703,7 +703,13 @@ impl RequestBody {
                 Ok(None) => break,
                 Ok(Some(Ok(frame))) => match frame.into_data() {
                     Ok(piece) => data.extend_from_slice(&piece),
-                    Err(frame) => trailers = frame.into_trailers().ok().map(Box::new),
+                    // Only what a trailer may carry: the names are declared towards the endpoint.
+                    Err(frame) => {
+                        trailers = frame
+                            .into_trailers()
+                            .ok()
+                            .map(|t| Box::new(h1::trailing(t)))
+                    }
                 },
             }
         }
