@@ -1950,7 +1950,10 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
         let sent = &heads[0];
         assert!(sent.starts_with("get /chat http/1.1\r\n"), "{sent}");
         assert!(sent.contains("\r\nconnection: upgrade\r\n"), "{sent}");
-        assert!(!sent.contains("\r\nte:"), "a tunnel has no trailers: {sent}");
+        assert!(
+            !sent.contains("\r\nte:"),
+            "a tunnel has no trailers: {sent}"
+        );
         assert!(
             sent.contains("\r\nsec-websocket-key: dghlihnhbxbszsbub25jzq==\r\n"),
             "{sent}"
