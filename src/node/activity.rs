@@ -22,6 +22,13 @@ use std::time::{Duration, Instant};
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// The process's fixed point on the monotonic clock, for instants kept in atomics as offsets
+/// from it (set by the first call).
+pub(crate) fn origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
 /// Paces a warning that could otherwise repeat for every connection or request: at most one
 /// every 10 s (the first at once), on the monotonic clock.
 pub(crate) struct Pace {
@@ -38,8 +45,7 @@ impl Pace {
 
     /// True when a warning may be logged now (then not again for 10 s).
     pub(crate) fn due(&self) -> bool {
-        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        let now = ORIGIN.get_or_init(Instant::now).elapsed().as_secs() + 10;
+        let now = origin().elapsed().as_secs() + 10;
         let last = self.warned_at.load(Ordering::Relaxed);
         now >= last + 10
             && self

@@ -409,20 +409,19 @@ async fn run<I, S>(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
-        First::Watch(Watchdog::Idle) => {
-            tracing::debug!(listener = %l.cfg.name, "idle client connection; shutting it down");
+        // Shut down gracefully (HTTP/2: GOAWAY, which tells a browser's unused preconnection
+        // why), for at most another idle_timeout, or a second when no request ever came.
+        First::Watch(dog) => {
+            let (why, grace) = match dog {
+                Watchdog::Unasked => (
+                    "no request head within header_timeout",
+                    Duration::from_secs(1),
+                ),
+                _ => ("idle client connection", idle),
+            };
+            tracing::debug!(listener = %l.cfg.name, why, "shutting the connection down");
             conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout(idle, conn).await {
-                Ok(r) => r,
-                Err(_) => return,
-            }
-        }
-        // An HTTP/2 client gets its GOAWAY (a browser's preconnection that was never used
-        // learns why), then has a second to go.
-        First::Watch(Watchdog::Unasked) => {
-            tracing::debug!(listener = %l.cfg.name, "no request head within header_timeout; closing");
-            conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout(Duration::from_secs(1), conn).await {
+            match tokio::time::timeout(grace, conn).await {
                 Ok(r) => r,
                 Err(_) => return,
             }
@@ -562,25 +561,8 @@ async fn proxy(
             "CONNECT is not proxied\n",
         ));
     }
-    if let Some(problem) = bad_host(&parts) {
-        return Ok(own(http, StatusCode::BAD_REQUEST, problem));
-    }
-    // The asterisk target is OPTIONS's alone (RFC 9112 3.2.4).
-    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
-        return Ok(own(
-            http,
-            StatusCode::BAD_REQUEST,
-            "the target * is for OPTIONS only\n",
-        ));
-    }
-    // hyper holds HTTP/1.1 heads to 100 fields, as HAProxy and Envoy do; HTTP/2 the same here,
-    // its cookies counted as the one field they become (browsers send one field per cookie).
-    if parts.headers.len() > h1::MAX_HEADERS && fields(&parts.headers) > h1::MAX_HEADERS {
-        return Ok(own(
-            http,
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "more than 100 header fields\n",
-        ));
+    if let Some((status, why)) = refused(&parts) {
+        return Ok(own(http, status, why));
     }
     let route = match http.rules.find(&View {
         ip: conn.peer,
@@ -615,8 +597,8 @@ async fn proxy(
     let mut body = RequestBody::new(body);
     // A small body is read whole first, so that a retry can send it again; the attempts, and
     // their clocks, start once it is in.
-    if let Some(size) = body.small()
-        && let Err(failure) = Box::pin(body.read_whole(size, cfg.upstream_timeout)).await
+    if body.small()
+        && let Err(failure) = Box::pin(body.read_whole(cfg.upstream_timeout)).await
     {
         return Ok(failed(http, l, Last::Failed(failure)));
     }
@@ -684,10 +666,11 @@ async fn proxy(
         let bodiless =
             matches!(body, RequestBody::Empty) && upgrade.is_none() && idempotent(&method);
         let result = if bodiless && up.has_raw() {
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
             let outgoing = Outgoing {
                 method: &method,
-                prefix: if uri.path() == "*" { "" } else { up.prefix() },
-                path: uri.path_and_query().map_or("/", |p| p.as_str()),
+                prefix: up.prefix(path),
+                path,
                 headers: &headers,
             };
             up.send_raw(index, &outgoing, cfg.upstream_timeout, sent_at)
@@ -1061,24 +1044,36 @@ fn forward_headers(headers: &mut HeaderMap, uri: &Uri, version: Version, conn: &
     }
 }
 
-/// The header fields of a request as forwarded: HTTP/2 cookie fields count as one.
-fn fields(headers: &HeaderMap) -> usize {
-    let cookies = headers.get_all(header::COOKIE).iter().count();
-    headers.len() - cookies.saturating_sub(1)
-}
-
-/// Why a request's host is unusable, if it is: more than one Host field, or none in an
-/// HTTP/1.1 request whose target does not name one (RFC 9112 section 3.2: a 400 either way, as
-/// nginx and HAProxy answer; routes and the endpoint would otherwise see different hosts).
-fn bad_host(parts: &http::request::Parts) -> Option<&'static str> {
+/// The answer to a request gtd does not proxy, if it is one:
+/// - more than one Host field, or none in an HTTP/1.1 request whose target does not name one
+///   (RFC 9112 section 3.2: 400, as nginx and HAProxy answer; routes and the endpoint would
+///   otherwise see different hosts);
+/// - the asterisk target with a method other than OPTIONS (RFC 9112 section 3.2.4);
+/// - more than 100 header fields (431): hyper holds HTTP/1.1 heads to that, as HAProxy and
+///   Envoy do, and HTTP/2 gets the same here, its cookie fields (browsers send one per cookie)
+///   counted as the one field they become.
+fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'static str)> {
+    let bad = |why| Some((StatusCode::BAD_REQUEST, why));
     let mut hosts = parts.headers.get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
-        (Some(_), Some(_)) => Some("more than one Host header\n"),
+        (Some(_), Some(_)) => return bad("more than one Host header\n"),
         (None, _) if parts.version == Version::HTTP_11 && authority(&parts.uri).is_none() => {
-            Some("no Host header\n")
+            return bad("no Host header\n");
         }
-        _ => None,
+        _ => {}
     }
+    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
+        return bad("the target * is for OPTIONS only\n");
+    }
+    let headers = &parts.headers;
+    if headers.len() > h1::MAX_HEADERS {
+        let cookies = headers.get_all(header::COOKIE).iter().count();
+        if headers.len() - cookies.saturating_sub(1) > h1::MAX_HEADERS {
+            let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+            return Some((status, "more than 100 header fields\n"));
+        }
+    }
+    None
 }
 
 /// The host (and port) the request target names: HTTP/2's :authority, or the host of an
@@ -1121,21 +1116,20 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     let mut found = headers.keys().filter(|k| is_hop_by_hop(k));
     match (found.next(), found.next()) {
         (None, _) => return false,
-        // `Connection: keep-alive` alone (most responses), or `TE` alone (HTTP/2 clients that
-        // take trailers: gRPC's): nothing else to look for.
-        (Some(k), None) if k == header::CONNECTION || k == header::TE => {
-            let k = k.clone();
-            let mut values = headers.get_all(&k).iter();
-            if let (Some(v), None) = (values.next(), values.next()) {
-                if k == header::TE {
-                    let trailers = lists_trailers(v);
-                    headers.remove(header::TE);
-                    return trailers;
-                }
-                if v.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
-                    headers.remove(header::CONNECTION);
-                    return false;
-                }
+        // `TE` alone (HTTP/2 clients that take trailers: gRPC's): nothing else to look for.
+        (Some(k), None) if k == header::TE => {
+            let trailers = headers.get_all(header::TE).iter().any(lists_trailers);
+            headers.remove(header::TE);
+            return trailers;
+        }
+        // `Connection: keep-alive` alone (most responses): likewise.
+        (Some(k), None) if k == header::CONNECTION => {
+            let mut values = headers.get_all(header::CONNECTION).iter();
+            if let (Some(v), None) = (values.next(), values.next())
+                && v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+            {
+                headers.remove(header::CONNECTION);
+                return false;
             }
         }
         _ => {}

@@ -46,7 +46,7 @@ use tokio_rustls::TlsConnector;
 use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
-use super::activity::{First, Moving, Watched, quiet};
+use super::activity::{First, Moving, Watched, origin, quiet};
 use super::h1;
 use super::raw::{BoxError, Outgoing, RawBody, RawPool};
 use super::tls;
@@ -159,9 +159,7 @@ impl Upstream {
     /// `path_prefix` goes in front. Allocates only when there is a prefix.
     pub(crate) fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
         let original = path.map_or("/", PathAndQuery::as_str);
-        // `OPTIONS *` asks about the server, not a path: no prefix goes before it.
-        let prefix = self.path_prefix.as_ref().filter(|_| original != "*");
-        let path = match prefix {
+        let path = match Some(self.prefix(original)).filter(|p| !p.is_empty()) {
             None => match path {
                 Some(p) => p.clone(),
                 None => PathAndQuery::from_static("/"),
@@ -182,9 +180,14 @@ impl Upstream {
         self.raw.is_some()
     }
 
-    /// The group's `path_prefix` without its trailing slash ("" for none).
-    pub(crate) fn prefix(&self) -> &str {
-        self.path_prefix.as_deref().unwrap_or("")
+    /// What goes before `path` (path and query as received): the group's `path_prefix` without
+    /// its trailing slash, "" for none, and none before `*` (`OPTIONS *` asks about the server,
+    /// not a path).
+    pub(crate) fn prefix(&self, path: &str) -> &str {
+        match &self.path_prefix {
+            Some(prefix) if path != "*" => prefix,
+            _ => "",
+        }
     }
 
     /// Sends a request without a body through gtd's own client (the caller checked
@@ -623,12 +626,6 @@ pub(crate) struct Progress {
     client_broke: AtomicBool,
 }
 
-/// The clock origin of [`Progress::moved_at`].
-fn origin() -> Instant {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
 impl Progress {
     /// When the last piece of the body went up, if one did.
     fn moved_at(&self) -> Option<Instant> {
@@ -679,21 +676,20 @@ impl RequestBody {
         }
     }
 
-    /// The size of a body to read whole before the first attempt ([`Self::read_whole`]): known
-    /// and at most [`WHOLE_BODY`].
-    pub(crate) fn small(&self) -> Option<u64> {
-        match self {
-            RequestBody::Ready(body, _) => body.size_hint().exact().filter(|&n| n <= WHOLE_BODY),
-            _ => None,
-        }
+    /// True for a body to read whole before the first attempt ([`Self::read_whole`]): of known
+    /// size, at most [`WHOLE_BODY`].
+    pub(crate) fn small(&self) -> bool {
+        matches!(self, RequestBody::Ready(body, _)
+            if body.size_hint().exact().is_some_and(|n| n <= WHOLE_BODY))
     }
 
-    /// Reads the body whole (`size` bytes, as [`Self::small`] said), the client leaving at most
-    /// `silence` between two pieces; fails with the client's failure.
-    pub(crate) async fn read_whole(&mut self, size: u64, silence: Duration) -> Result<(), Failure> {
+    /// Reads a [`Self::small`] body whole, the client leaving at most `silence` between two
+    /// pieces; fails with the client's failure.
+    pub(crate) async fn read_whole(&mut self, silence: Duration) -> Result<(), Failure> {
         let RequestBody::Ready(body, _) = self else {
             return Ok(());
         };
+        let size = body.size_hint().lower().min(WHOLE_BODY);
         let mut data = bytes::BytesMut::with_capacity(size as usize);
         let mut trailers = None;
         loop {
