@@ -1,10 +1,10 @@
 //! The README documents what the code does: its metrics table lists exactly the metrics the
-//! node exports (names, kinds and labels from `gtd::node::metrics::ALL`), and every scenario
+//! node exports (names, kinds and labels from `gtd::node::telemetry::ALL`), and every scenario
 //! file it mentions exists.
 
 use std::path::PathBuf;
 
-use gtd::node::metrics::{ALL, Kind};
+use gtd::node::telemetry::{ALL, Kind};
 
 fn readme() -> String {
     std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md"))

@@ -26,7 +26,7 @@ pub(crate) async fn serve(node: Arc<Inner>, socket: TcpListener, stop: Cancellat
             r = socket.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    if !super::tcp::exhausted(&e) {
+                    if !super::connect::exhausted(&e) {
                         tracing::warn!(error = %e, "admin accept failed");
                     }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -3,26 +3,21 @@
 //! Data flow: [`Node::start`] loads the config, builds a [`state::Snapshot`] and binds every
 //! listener's socket; accept loops (`tcp.rs`, which hands HTTP/HTTPS connections to `http.rs`)
 //! and receive loops (`udp.rs`) load the snapshot per connection/flow/request (lock-free) and
-//! ask `split` and `balance` for decisions through [`route::Router`]. The planner re-reads group health every 250 ms (and at once after admin
+//! ask `split` and `balance` for decisions through [`attempt::Attempts`]. The planner re-reads group health every 250 ms (and at once after admin
 //! toggles and passive failures) and swaps in a new plan when a fact changed. Reload (SIGHUP,
 //! `POST /reload`) builds and validates a whole new snapshot, binds new ports, then swaps it in;
 //! a bad config keeps the running one. SIGTERM stops accepting and drains.
 
-mod activity;
+pub mod accept;
 pub mod admin;
-pub mod h1;
+pub mod attempt;
+pub mod connect;
 pub mod http;
-pub mod metrics;
-pub mod proxy_protocol;
-pub mod raw;
-pub mod relay;
-pub mod route;
-pub mod state;
-pub mod tcp;
+pub mod l4;
+pub mod snapshot;
+pub mod telemetry;
+mod timers;
 mod tls;
-pub mod udp;
-mod udp_listen;
-pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -39,8 +34,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config, Protocol};
 
-use self::metrics::Registry;
-use self::state::Snapshot;
+use self::snapshot::Snapshot;
+use self::telemetry::Registry;
 
 /// How to start a node.
 #[derive(Debug, Clone)]
@@ -139,8 +134,8 @@ impl Node {
             region: opts.region.clone(),
             opts,
             snapshot: ArcSwap::from_pointee(snapshot),
-            reloads_ok: registry.counter(&metrics::CONFIG_RELOADS_TOTAL, &["ok"]),
-            reloads_err: registry.counter(&metrics::CONFIG_RELOADS_TOTAL, &["error"]),
+            reloads_ok: registry.counter(&telemetry::CONFIG_RELOADS_TOTAL, &["ok"]),
+            reloads_err: registry.counter(&telemetry::CONFIG_RELOADS_TOTAL, &["error"]),
             registry,
             tracker: TaskTracker::new(),
             started: now,
@@ -369,7 +364,7 @@ fn wanted_ports(snap: &Snapshot) -> Vec<(bool, u16)> {
 /// A socket bound for a port that had none.
 enum Fresh {
     Tcp(u16, TcpListener),
-    Udp(u16, udp_listen::Listen),
+    Udp(u16, l4::udp_socket::Listen),
 }
 
 /// Binds every wanted port not bound yet; all or nothing.
@@ -387,7 +382,7 @@ async fn bind_all(
         if udp {
             let s = UdpSocket::bind(addr)
                 .await
-                .and_then(udp_listen::Listen::new)
+                .and_then(l4::udp_socket::Listen::new)
                 .with_context(|| format!("binding udp {addr}"))?;
             fresh.push(Fresh::Udp(port, s));
         } else {
@@ -413,7 +408,7 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
                         stop: stop.clone(),
                     },
                 );
-                tokio::spawn(tcp::accept_loop(inner.clone(), socket, port, stop));
+                tokio::spawn(accept::accept_loop(inner.clone(), socket, port, stop));
             }
             Fresh::Udp(port, socket) => {
                 let addr = socket.local_addr().expect("bound socket has an address");
@@ -424,7 +419,12 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
                         stop: stop.clone(),
                     },
                 );
-                tokio::spawn(udp::udp_loop(inner.clone(), Arc::new(socket), port, stop));
+                tokio::spawn(l4::udp::udp_loop(
+                    inner.clone(),
+                    Arc::new(socket),
+                    port,
+                    stop,
+                ));
             }
         }
     }

@@ -1,5 +1,5 @@
 //! A small HTTP/1.1 codec for the client side of HTTP listeners, used by gtd's own client
-//! ([`super::raw`]).
+//! ([`super::client`]).
 //!
 //! - [`encode_request`] writes a request head.
 //! - [`parse_response`] reads a response head: status, validated headers, and how its body is

@@ -29,9 +29,9 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
-use super::activity::Deadline;
 use super::h1::{self, Chunked, Framing, Step};
 use super::upstream::Failure;
+use crate::node::timers::Deadline;
 
 /// Room made for the first read of a body; it doubles while reads fill it, up to
 /// [`MAX_READ`] (as hyper's adaptive reads: a bulk download through a node pinned to one CPU
@@ -177,7 +177,7 @@ impl RawPool {
         Fut: Future<Output = io::Result<TcpStream>>,
     {
         let head_request = *request.method == Method::HEAD;
-        let replayable = super::http::idempotent(request.method);
+        let replayable = super::idempotent(request.method);
         loop {
             let (mut conn, reused) = match self.take(index) {
                 Some(conn) => (conn, true),

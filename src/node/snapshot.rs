@@ -27,9 +27,9 @@ use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
 
-use super::http::{HttpRt, code_classes};
-use super::metrics::{self as m, Registered, Registry};
-use super::upstream::{Connects, Upstream};
+use super::http::upstream::{Connects, Upstream};
+use super::http::{HttpState, code_classes};
+use super::telemetry::{self as m, Registered, Registry};
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub struct Snapshot {
     /// The config it was built from.
     pub config: Arc<Config>,
     /// Listeners this node serves (those listing its region), config order.
-    pub listeners: Vec<Arc<ListenerRt>>,
+    pub listeners: Vec<Arc<ListenerState>>,
     /// Most flows each UDP listener keeps: its `udp_max_flows`, but at most its equal share of
     /// three quarters of the open files limit (each flow holds a socket), so that UDP flows
     /// never starve TCP connections, HTTP and the admin API of descriptors.
@@ -49,25 +49,25 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The listener on `port` of this transport (`udp` or not).
-    pub fn listener_on(&self, port: u16, udp: bool) -> Option<&Arc<ListenerRt>> {
+    pub fn listener_on(&self, port: u16, udp: bool) -> Option<&Arc<ListenerState>> {
         self.listeners
             .iter()
             .find(|l| l.cfg.port == port && (l.cfg.protocol == crate::config::Protocol::Udp) == udp)
     }
 
     /// The listener named `name`.
-    pub fn listener(&self, name: &str) -> Option<&Arc<ListenerRt>> {
+    pub fn listener(&self, name: &str) -> Option<&Arc<ListenerState>> {
         self.listeners.iter().find(|l| l.cfg.name == name)
     }
 }
 
 /// One listener's runtime state.
 #[derive(Debug)]
-pub struct ListenerRt {
+pub struct ListenerState {
     /// Its config.
     pub cfg: Listener,
     /// Groups, config order.
-    pub groups: Vec<GroupRt>,
+    pub groups: Vec<GroupState>,
     /// The current plan (replaced when facts change).
     pub planned: ArcSwap<Planned>,
     /// Metric handles.
@@ -76,7 +76,7 @@ pub struct ListenerRt {
     /// so `max_connections` counts connections accepted under an older config too).
     pub active: Arc<AtomicUsize>,
     /// HTTP/HTTPS listeners: rules, sticky table, TLS.
-    pub http: Option<HttpRt>,
+    pub http: Option<HttpState>,
 }
 
 /// A plan with the facts and ranking it was computed from.
@@ -94,7 +94,7 @@ pub struct Planned {
 
 /// One group's runtime state.
 #[derive(Debug)]
-pub struct GroupRt {
+pub struct GroupState {
     /// Group name.
     pub name: String,
     /// Endpoint choice and per-endpoint state (shared by all threads).
@@ -163,11 +163,11 @@ impl Snapshot {
             .filter(|l| l.regions.iter().any(|r| r == region))
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
-                ListenerRt::build(l, old.map(|o| o.as_ref()), registry, &config, region, now)
+                ListenerState::build(l, old.map(|o| o.as_ref()), registry, &config, region, now)
                     .map(Arc::new)
             })
-            .collect::<Result<Vec<Arc<ListenerRt>>, _>>()?;
-        let udp: Vec<&ListenerRt> = listeners
+            .collect::<Result<Vec<Arc<ListenerState>>, _>>()?;
+        let udp: Vec<&ListenerState> = listeners
             .iter()
             .map(AsRef::as_ref)
             .filter(|l| l.cfg.protocol == crate::config::Protocol::Udp)
@@ -205,19 +205,19 @@ impl Snapshot {
     }
 }
 
-impl ListenerRt {
+impl ListenerState {
     fn build(
         l: &Listener,
-        old: Option<&ListenerRt>,
+        old: Option<&ListenerState>,
         registry: &Registry,
         config: &Config,
         region: &str,
         now: Instant,
-    ) -> Result<ListenerRt, String> {
+    ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == crate::config::Protocol::Udp;
-        let groups: Vec<GroupRt> = l
+        let groups: Vec<GroupState> = l
             .groups
             .iter()
             .map(|g| {
@@ -262,7 +262,7 @@ impl ListenerRt {
                 } else {
                     None
                 };
-                Ok(GroupRt {
+                Ok(GroupState {
                     name: g.name.clone(),
                     balancer: Arc::new(balancer),
                     endpoints,
@@ -275,7 +275,7 @@ impl ListenerRt {
             })
             .collect::<Result<_, String>>()?;
         let http = if http_listener {
-            Some(HttpRt::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?)
+            Some(HttpState::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?)
         } else {
             None
         };
@@ -302,7 +302,7 @@ impl ListenerRt {
         let facts = facts(l, &groups, now);
         let planned = planned(l, ranking, facts);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
-        let rt = ListenerRt {
+        let rt = ListenerState {
             cfg: l.clone(),
             groups,
             planned: ArcSwap::from_pointee(planned),
@@ -398,7 +398,7 @@ impl ListenerRt {
     }
 }
 
-fn facts(l: &Listener, groups: &[GroupRt], now: Instant) -> Vec<GroupFacts> {
+fn facts(l: &Listener, groups: &[GroupState], now: Instant) -> Vec<GroupFacts> {
     l.groups
         .iter()
         .zip(groups)

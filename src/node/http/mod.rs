@@ -7,7 +7,7 @@
 //! 2. the forwarding rules pick a route (or 404), see [`crate::split::rules`];
 //! 3. a valid sticky cookie names a (group, endpoint) that is eligible and may serve: the first
 //!    attempt goes there;
-//! 4. otherwise, and for every retry, [`Router`] walks the route's cascade: the chosen group's
+//! 4. otherwise, and for every retry, [`Attempts`] walks the route's cascade: the chosen group's
 //!    balancer, the group's other usable endpoints, then the highest-priority eligible group not
 //!    yet tried;
 //! 5. connect errors, timeouts and `unhealthy_status` answers are passive failures
@@ -35,6 +35,10 @@
 //! holds its endpoint pick (`least_conn` counts it) until it ends. Any other answer goes back as
 //! an ordinary response.
 
+pub mod client;
+pub mod h1;
+pub mod upstream;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -60,20 +64,19 @@ use crate::config::{Listener, Measure, Protocol};
 use crate::split::rendezvous;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
-use super::Inner;
-use super::activity::{Busy, First, HeadTimer, Moving, Pace, Watched, quiet};
-use super::h1;
-use super::metrics::{self as m, Registry};
-use super::raw::Outgoing;
-use super::route::{Attempt, Router};
-use super::state::ListenerRt;
-use super::tls;
-use super::upstream::{
+use self::client::Outgoing;
+use self::upstream::{
     DownBody, EndpointBody, Failure, Pooled, Relayed, RequestBody, Upstream, tunnel,
 };
+use crate::node::Inner;
+use crate::node::attempt::{Attempt, Attempts, Budget};
+use crate::node::snapshot::ListenerState;
+use crate::node::telemetry::{self as m, Registry};
+use crate::node::timers::{Busy, First, HeadTimer, Moving, Pace, Watched, quiet};
+use crate::node::tls;
 
 /// The HTTP side of a listener's runtime state, built with the snapshot.
-pub struct HttpRt {
+pub struct HttpState {
     /// The forwarding rules.
     pub rules: Rules,
     /// Sticky cookie state, when `sticky` is set.
@@ -85,9 +88,9 @@ pub struct HttpRt {
     sticky_hits: Counter,
 }
 
-impl std::fmt::Debug for HttpRt {
+impl std::fmt::Debug for HttpState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpRt")
+        f.debug_struct("HttpState")
             .field("rules", &self.rules)
             .field("sticky", &self.sticky)
             .field("tls", &self.tls.is_some())
@@ -163,9 +166,9 @@ impl StickyRt {
     }
 }
 
-impl HttpRt {
+impl HttpState {
     /// Builds the HTTP state of listener `l` (certificates are read here).
-    pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpRt, String> {
+    pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpState, String> {
         let name = l.name.as_str();
         let tls = match (&l.tls, l.protocol) {
             (Some(t), Protocol::Https) => Some(TlsAcceptor::from(tls::server_config(t)?)),
@@ -194,7 +197,7 @@ impl HttpRt {
             .max_local_error_reset_streams(1024)
             .initial_stream_window_size(64 * 1024)
             .initial_connection_window_size(1024 * 1024);
-        Ok(HttpRt {
+        Ok(HttpState {
             rules: Rules::new(&l.routes),
             sticky: l.sticky.as_ref().map(|s| StickyRt::build(l, &s.cookie)),
             tls,
@@ -261,7 +264,12 @@ impl Conn {
 
 /// Serves one accepted connection of an HTTP or HTTPS listener until it closes (or the node
 /// stops: then in-flight requests finish and idle connections close).
-pub(crate) async fn serve(node: &Arc<Inner>, l: &ListenerRt, stream: TcpStream, peer: SocketAddr) {
+pub(crate) async fn serve(
+    node: &Arc<Inner>,
+    l: &ListenerState,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let Some(http) = l.http.as_ref() else { return };
     let _ = stream.set_nodelay(true);
     // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
@@ -368,7 +376,7 @@ fn with_head_timer(
 /// allows.
 async fn run<I, S>(
     node: &Inner,
-    l: &ListenerRt,
+    l: &ListenerState,
     builder: &auto::Builder<TokioExecutor>,
     io: I,
     service: S,
@@ -512,7 +520,7 @@ const PLAIN_TO_HTTPS: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/p
 Content-Length: 60\r\nConnection: close\r\n\r\n\
 this port speaks HTTPS: the plain HTTP request was not read\n";
 
-fn own(http: &HttpRt, status: StatusCode, text: &'static str) -> Response<DownBody> {
+fn own(http: &HttpState, status: StatusCode, text: &'static str) -> Response<DownBody> {
     http.own[class(status)].increment(1);
     bare(status, text)
 }
@@ -606,19 +614,19 @@ async fn proxy(
     // One clock read per attempt and one per response: `now` is when this attempt is decided
     // and sent.
     let mut now = started;
-    let mut router = Router::for_route(l, route, conn.peer);
+    let mut router = Attempts::for_route(l, route, conn.peer);
+    let mut budget = Budget::new(cfg, started);
     let method = parts.method;
     let uri = parts.uri;
     let mut headers = parts.headers;
-    let retry_ok = |sent: bool, attempts: u32, body: &RequestBody| {
-        cfg.retry
-            && attempts < cfg.tries
-            && started.elapsed() < cfg.retry_timeout
+    // The listener's budget, and HTTP's own rule: the body can be sent again, and the method is
+    // idempotent or nothing was sent (or `retry_non_idempotent`).
+    let retry_ok = |sent: bool, budget: &Budget, now: Instant, body: &RequestBody| {
+        budget.allows(now)
             && body.replayable()
             && (!sent || idempotent(&method) || cfg.retry_non_idempotent)
     };
 
-    let mut attempts = 0_u32;
     let mut last = Last::Nothing;
     let mut next: Option<Attempt> = None;
     loop {
@@ -626,7 +634,7 @@ async fn proxy(
             Some(a) => a,
             None => {
                 let bound = match sticky {
-                    Some((g, e)) if attempts == 0 => router.bound(g, e, now),
+                    Some((g, e)) if budget.made() == 0 => router.bound(g, e, now),
                     _ => None,
                 };
                 if bound.is_some() {
@@ -643,10 +651,9 @@ async fn proxy(
                 }
             }
         };
-        if attempts > 0 {
+        if budget.spend() {
             l.metrics.retries.increment(1);
         }
-        attempts += 1;
         let group = &l.groups[attempt.group];
         let Some(up) = group.upstream.as_ref() else {
             break;
@@ -685,7 +692,7 @@ async fn proxy(
             };
             // The headers go with this attempt; a copy stays only if another attempt could
             // follow.
-            let attempt_headers = if cfg.retry && attempts < cfg.tries {
+            let attempt_headers = if budget.room_for_another() {
                 headers.clone()
             } else {
                 std::mem::take(&mut headers)
@@ -723,7 +730,7 @@ async fn proxy(
                 endpoint.requests[class(status)].increment(1);
                 if cfg.unhealthy_status.contains(status.as_u16()) {
                     l.attempt_failed(attempt.group, &attempt.pick, &status);
-                    if retry_ok(true, attempts, &body) {
+                    if retry_ok(true, &budget, now, &body) {
                         let view = View {
                             ip: conn.peer,
                             uri: &uri,
@@ -786,7 +793,7 @@ async fn proxy(
                 l.attempt_failed(attempt.group, &attempt.pick, &failure);
                 drop(attempt);
                 last = Last::Failed(failure);
-                if !retry_ok(failure != Failure::Connect, attempts, &body) {
+                if !retry_ok(failure != Failure::Connect, &budget, now, &body) {
                     break;
                 }
             }
@@ -796,7 +803,7 @@ async fn proxy(
 }
 
 /// gtd's own answer when no attempt gave one to pass on.
-fn failed(http: &HttpRt, l: &ListenerRt, last: Last) -> Response<DownBody> {
+fn failed(http: &HttpState, l: &ListenerState, last: Last) -> Response<DownBody> {
     match last {
         Last::Nothing => {
             l.metrics.no_route.increment(1);
@@ -893,8 +900,8 @@ impl Hyper {
 /// The endpoint's response on its way to the client; a sticky listener sets its cookie when the
 /// request did not carry the one naming this endpoint.
 fn respond(
-    http: &HttpRt,
-    l: &ListenerRt,
+    http: &HttpState,
+    l: &ListenerState,
     attempt: Attempt,
     sticky: Option<(usize, usize)>,
     response: Response<EndpointBody>,
@@ -926,7 +933,7 @@ fn respond(
 /// `Upgrade`), and the connection's task relays both upgraded connections once hyper hands them
 /// over (see the module doc).
 fn switch(
-    l: &ListenerRt,
+    l: &ListenerState,
     conn: &Conn,
     attempt: Attempt,
     mut response: Response<EndpointBody>,

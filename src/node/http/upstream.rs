@@ -3,7 +3,7 @@
 //!
 //! - [`Upstream`]: a small pool of HTTP/1.1 connections per endpoint (hyper's `conn::http1`,
 //!   one task per connection) for requests with a body, TLS endpoints and upgrades, and
-//!   gtd's own client for the rest ([`super::raw`], its own pool), opened from `[node] source_ip` within `connect_timeout`, with TLS
+//!   gtd's own client for the rest ([`super::client`], its own pool), opened from `[node] source_ip` within `connect_timeout`, with TLS
 //!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
 //!   first out) and closed after `idle_timeout`; a connection goes back when its response body
 //!   ends, and one that closed is dropped at the next look. `upstream_timeout` bounds the wait for
@@ -46,10 +46,10 @@ use tokio_rustls::TlsConnector;
 use crate::balance::Pick;
 use crate::config::{Address, Balance, Group, Listener, Measure};
 
-use super::activity::{First, Moving, Watched, origin, quiet};
+use super::client::{BoxError, Outgoing, RawBody, RawPool};
 use super::h1;
-use super::raw::{BoxError, Outgoing, RawBody, RawPool};
-use super::tls;
+use crate::node::timers::{First, Moving, Watched, origin, quiet};
+use crate::node::tls;
 
 /// A group's way to its endpoints over HTTP.
 pub struct Upstream {
@@ -174,7 +174,7 @@ impl Upstream {
         Ok(Uri::from(path))
     }
 
-    /// Whether gtd's own client ([`super::raw`]) carries this group's requests without a body
+    /// Whether gtd's own client ([`super::client`]) carries this group's requests without a body
     /// (plain endpoints; TLS ones take hyper's).
     pub(crate) fn has_raw(&self) -> bool {
         self.raw.is_some()
@@ -486,7 +486,7 @@ pub(crate) enum Failure {
 
 /// The failure a connect error is: the endpoint's, or this node's lack of open files.
 pub(crate) fn connect_failure(e: &io::Error) -> Failure {
-    if super::tcp::exhausted(e) {
+    if crate::node::connect::exhausted(e) {
         Failure::Exhausted
     } else {
         Failure::Connect
@@ -522,7 +522,8 @@ struct ConnectCfg {
 impl ConnectCfg {
     /// A TCP connection to `address` (no TLS), Nagle off.
     async fn tcp(&self, address: &Address) -> io::Result<TcpStream> {
-        let tcp = super::tcp::connect(address, self.source_ip, self.connect_timeout).await?;
+        let tcp =
+            crate::node::connect::connect(address, self.source_ip, self.connect_timeout).await?;
         let _ = tcp.set_nodelay(true);
         Ok(tcp)
     }
@@ -1002,7 +1003,7 @@ impl DownBody {
 pub enum EndpointBody {
     /// Through hyper (requests with a body, TLS endpoints, upgrades).
     Hyper(Incoming),
-    /// Through [`super::raw`].
+    /// Through [`super::client`].
     Raw(RawBody),
 }
 

@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balance::Pick;
 
-use super::Inner;
-use super::route::Router;
-use super::state::ListenerRt;
-use super::tcp::StreamKey;
-use super::udp_listen::{Control, Listen};
+use super::StreamKey;
+use super::udp_socket::{Control, Listen};
+use crate::node::Inner;
+use crate::node::attempt::{Attempts, Budget};
+use crate::node::snapshot::ListenerState;
 
 /// Largest datagram relayed.
 const MAX_DATAGRAM: usize = 64 * 1024;
@@ -42,7 +42,7 @@ struct Flow {
     upstream: Arc<UdpSocket>,
     pick: Arc<Pick>,
     group: usize,
-    listener: Arc<ListenerRt>,
+    listener: Arc<ListenerState>,
     /// Last activity, ms since the loop's origin (written by both directions).
     last: Arc<AtomicU64>,
     replies: JoinHandle<()>,
@@ -202,7 +202,7 @@ pub(crate) async fn udp_loop(
 }
 
 /// True when the flow may keep its endpoint: usable, and still in the running config.
-fn still_good(flow: &mut Flow, l: &Arc<ListenerRt>, now: Instant) -> bool {
+fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
     if !Arc::ptr_eq(&flow.listener, l) {
         // A reload: keep the flow only if its endpoint survived (same state object).
         let survived = l.groups.iter().enumerate().find_map(|(gi, g)| {
@@ -249,18 +249,24 @@ enum NoFlow {
 /// failure, as TCP does).
 async fn open_flow(
     node: &Inner,
-    l: &Arc<ListenerRt>,
+    l: &Arc<ListenerState>,
     listen: &Arc<Listen>,
     peer: Peer,
     origin: Instant,
 ) -> Result<Flow, NoFlow> {
     let key = StreamKey(peer.client.ip());
-    let mut router = Router::new(l, peer.client.ip());
-    let mut attempts = 0;
-    while attempts < l.cfg.tries.max(1) {
-        let attempt = router.next(&key, Instant::now()).ok_or(NoFlow::NoRoute)?;
-        attempts += 1;
-        match connect_udp(attempt.pick.address(), node.source_ip()).await {
+    let mut router = Attempts::new(l, peer.client.ip());
+    let mut budget = Budget::new(&l.cfg, Instant::now());
+    loop {
+        let now = Instant::now();
+        if !budget.allows(now) {
+            return Err(NoFlow::NoRoute);
+        }
+        let attempt = router.next(&key, now).ok_or(NoFlow::NoRoute)?;
+        if budget.spend() {
+            l.metrics.retries.increment(1);
+        }
+        match crate::node::connect::connect_udp(attempt.pick.address(), node.source_ip()).await {
             Ok(upstream) => {
                 let upstream = Arc::new(upstream);
                 let last = Arc::new(AtomicU64::new(ms_since(origin)));
@@ -287,29 +293,13 @@ async fn open_flow(
                     replies,
                 });
             }
-            Err(e) if super::tcp::exhausted(&e) => return Err(NoFlow::Exhausted),
+            Err(e) if crate::node::connect::exhausted(&e) => return Err(NoFlow::Exhausted),
             Err(e) => {
                 tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
     }
-    Err(NoFlow::NoRoute)
-}
-
-async fn connect_udp(
-    address: &crate::config::Address,
-    source: Option<IpAddr>,
-) -> io::Result<UdpSocket> {
-    let target = super::tcp::resolve(address).await?;
-    let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
-        Some(ip) => SocketAddr::new(ip, 0),
-        None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
-        None => SocketAddr::from(([0_u16; 8], 0)),
-    };
-    let socket = UdpSocket::bind(local).await?;
-    socket.connect(target).await?;
-    Ok(socket)
 }
 
 thread_local! {
@@ -333,7 +323,7 @@ async fn replies(
     peer: Peer,
     last: Arc<AtomicU64>,
     origin: Instant,
-    l: Arc<ListenerRt>,
+    l: Arc<ListenerState>,
     (group, pick): (usize, Arc<Pick>),
 ) {
     loop {

@@ -1,0 +1,87 @@
+//! The accept loop of every TCP-borne listener (TCP, HTTP, HTTPS): admits a connection while
+//! the listener has room (`max_connections`), then hands it to its data plane ([`super::l4`]
+//! for TCP, [`super::http`] for HTTP and HTTPS). Transient accept errors are logged and backed
+//! off, never fatal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Protocol;
+
+use super::Inner;
+use super::connect::exhausted;
+use super::snapshot::ListenerState;
+
+/// Accepts on `socket` until `stop`; every connection is served by the listener currently
+/// configured on this port (looked up per connection, so reloads apply to new connections).
+pub(crate) async fn accept_loop(
+    node: Arc<Inner>,
+    socket: TcpListener,
+    port: u16,
+    stop: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            r = socket.accept() => r,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: log (out of open files: at most every 10 s), back off a
+                // little, never die.
+                if !exhausted(&e) {
+                    tracing::warn!(port, error = %e, "accept failed");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(listener) = node.snapshot.load().listener_on(port, false).cloned() else {
+            continue; // removed by a reload a moment ago
+        };
+        let local = stream.local_addr().ok();
+        let node2 = node.clone();
+        node.tracker.spawn(async move {
+            let Some(_active) = Active::admit(&listener, peer) else {
+                return;
+            };
+            match listener.cfg.protocol {
+                Protocol::Http | Protocol::Https => {
+                    super::http::serve(&node2, &listener, stream, peer).await;
+                }
+                Protocol::Tcp | Protocol::Udp => {
+                    super::l4::tcp::serve(&node2, &listener, stream, peer, local).await;
+                }
+            }
+        });
+    }
+}
+
+/// Counts an open client connection until dropped.
+struct Active<'a>(&'a ListenerState);
+
+impl<'a> Active<'a> {
+    /// Admits a connection while the listener has fewer than `max_connections` open.
+    fn admit(l: &'a ListenerState, peer: SocketAddr) -> Option<Active<'a>> {
+        if l.active.fetch_add(1, Ordering::Relaxed) >= l.cfg.max_connections as usize {
+            l.active.fetch_sub(1, Ordering::Relaxed);
+            tracing::warn!(listener = %l.cfg.name, %peer, max = l.cfg.max_connections, "max_connections reached; closing");
+            return None;
+        }
+        l.metrics.connections_active.increment(1.0);
+        Some(Active(l))
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics.connections_active.decrement(1.0);
+    }
+}

@@ -1,0 +1,21 @@
+//! The layer-4 data planes: TCP connections relayed byte for byte (splice on Linux), UDP
+//! flows, and the PROXY protocol header. Nothing here parses the bytes it carries.
+
+pub mod proxy_protocol;
+pub mod relay;
+pub(crate) mod tcp;
+pub(crate) mod udp;
+pub(crate) mod udp_socket;
+
+use std::net::IpAddr;
+
+use crate::balance::RequestKey;
+
+/// A stream connection as balancers see it: only the client address is known.
+pub(crate) struct StreamKey(pub(crate) IpAddr);
+
+impl RequestKey for StreamKey {
+    fn remote_ip(&self) -> IpAddr {
+        self.0
+    }
+}

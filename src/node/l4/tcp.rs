@@ -1,0 +1,111 @@
+//! TCP listeners: decide, connect (with retries across endpoints and groups, within the
+//! listener's attempt budget), write the PROXY header when asked, relay.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::config::{Measure, ProxyProtocol};
+
+use super::StreamKey;
+use super::proxy_protocol;
+use super::relay::{Ended, relay};
+use crate::node::Inner;
+use crate::node::attempt::{Attempts, Budget};
+use crate::node::connect::{connect, exhausted};
+use crate::node::snapshot::ListenerState;
+
+/// Serves one admitted TCP connection until both sides close (or it idles out).
+pub(crate) async fn serve(
+    node: &Inner,
+    l: &ListenerState,
+    client: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) {
+    let m = &l.metrics;
+    let _ = client.set_nodelay(true);
+
+    let key = StreamKey(peer.ip());
+    let mut budget = Budget::new(&l.cfg, Instant::now());
+    let mut router = Attempts::new(l, peer.ip());
+    let (upstream, attempt) = loop {
+        let now = Instant::now();
+        if !budget.allows(now) {
+            tracing::debug!(listener = %l.cfg.name, %peer, attempts = budget.made(), "every attempt failed; closing");
+            return;
+        }
+        let Some(attempt) = router.next(&key, now) else {
+            if budget.made() == 0 {
+                m.no_route.increment(1);
+                tracing::debug!(listener = %l.cfg.name, %peer, "no route; closing");
+            }
+            return;
+        };
+        if budget.spend() {
+            m.retries.increment(1);
+        }
+        let group = &l.groups[attempt.group];
+        let t0 = Instant::now();
+        match connect(
+            attempt.pick.address(),
+            node.source_ip(),
+            l.cfg.connect_timeout,
+        )
+        .await
+        {
+            Ok(s) => {
+                group.connect_seconds.record(t0.elapsed().as_secs_f64());
+                attempt.pick.record_timing(Measure::Connect, t0.elapsed());
+                break (s, attempt);
+            }
+            // Out of open files: the client is closed, the endpoint not blamed.
+            Err(e) if exhausted(&e) => return,
+            Err(e) => {
+                tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
+                group.endpoints[attempt.pick.index()].failures.increment(1);
+                l.attempt_failed(attempt.group, &attempt.pick, &e);
+            }
+        }
+    };
+    let group = &l.groups[attempt.group];
+    group.endpoints[attempt.pick.index()]
+        .connections
+        .increment(1);
+    let mut upstream = upstream;
+    let _ = upstream.set_nodelay(true);
+
+    if l.cfg.proxy_protocol == Some(ProxyProtocol::V2) {
+        let header = proxy_protocol::v2_header(peer, local.unwrap_or(peer));
+        if let Err(e) = upstream.write_all(&header).await {
+            tracing::debug!(error = %e, "writing PROXY header failed");
+            return;
+        }
+    }
+    let relayed = relay(
+        &client,
+        &upstream,
+        l.cfg.idle_timeout,
+        &m.bytes_up,
+        &m.bytes_down,
+    )
+    .await;
+    let now = Instant::now();
+    match relayed {
+        Ok(r) => {
+            if r.ended == Ended::Idle {
+                tracing::debug!(listener = %l.cfg.name, %peer, "idle timeout");
+            }
+            if let Some(first) = r.first_byte {
+                attempt.pick.record_timing(Measure::FirstByte, first);
+            }
+            attempt.pick.record_timing(Measure::LastByte, r.last_byte);
+            l.attempt_succeeded(attempt.group, &attempt.pick, now);
+        }
+        Err(e) => {
+            tracing::debug!(listener = %l.cfg.name, %peer, error = %e, "relay ended with an error")
+        }
+    }
+}
