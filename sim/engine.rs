@@ -6,8 +6,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
+use gtd::config::Route as Rule;
 use gtd::config::{Affinity, Balance, Config, Listener};
-use gtd::split::{self, GroupFacts, Mode, Plan, RttSource};
+use gtd::split::rules::{Match, RouteRequest, Rules};
+use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource};
 
 use crate::scenario::WhatIf;
 
@@ -34,11 +36,67 @@ pub(crate) struct RegionReport {
     pub(crate) verify: Option<(u64, f64)>,
     /// `--client`: the group and endpoint chosen for that client.
     pub(crate) route: Option<Route>,
+    /// Each forwarding rule's split (HTTP listeners with `[[listener.route]]`), config order.
+    pub(crate) routes: Vec<RouteReport>,
+}
+
+/// The split of one forwarding rule on one node: the cascade over the rule's groups only.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteReport {
+    /// 1-based, config order.
+    pub(crate) index: usize,
+    /// What it matches, as written (`host …, path …, header …`).
+    pub(crate) rule: String,
+    pub(crate) mode: Mode,
+    /// (group, share %) of the rule's groups, priority order.
+    pub(crate) groups: Vec<(String, f64)>,
+}
+
+/// What a forwarding rule matches, in the config's words.
+pub(crate) fn describe(rule: &Rule) -> String {
+    let mut parts = Vec::new();
+    if let Some(h) = &rule.host {
+        parts.push(format!("host {h}"));
+    }
+    if !rule.path_prefix.is_empty() {
+        parts.push(format!("path {}", rule.path_prefix.join(" ")));
+    }
+    if let Some(h) = &rule.header {
+        parts.push(format!("header {}: {}", h.name, h.value));
+    }
+    if parts.is_empty() {
+        parts.push("any request".to_owned());
+    }
+    parts.join(", ")
+}
+
+/// The request `sim --client` asks about, as forwarding rules see it.
+struct SimRoute<'a> {
+    host: Option<&'a str>,
+    path: &'a str,
+    headers: &'a [(String, String)],
+}
+
+impl RouteRequest for SimRoute<'_> {
+    fn host(&self) -> Option<&str> {
+        self.host
+    }
+    fn path(&self) -> &str {
+        self.path
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Where `--client` goes.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
+    /// The forwarding rule the request matched, on a listener that has rules.
+    pub(crate) rule: Option<Match>,
     pub(crate) group: Option<String>,
     pub(crate) endpoint: Option<String>,
     /// What decided the endpoint: `client` (hash/ip_hash: this client always lands there) or
@@ -95,6 +153,10 @@ pub(crate) struct Asks {
     pub(crate) verify: Option<u64>,
     pub(crate) client: Option<IpAddr>,
     pub(crate) key: Option<String>,
+    /// With `client`: the request's host, path and headers, for forwarding rules.
+    pub(crate) host: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) headers: Vec<(String, String)>,
 }
 
 /// The simulated instant: balancers are built at `now` and asked at `now`, so time-based
@@ -196,21 +258,18 @@ fn node_state(
     what_if: &WhatIf,
     affinity: Affinity,
     now: Instant,
-) -> (split::Ranking, Vec<GroupBalancer>, Plan) {
+) -> (split::Ranking, Vec<GroupBalancer>, ListenerPlan) {
     let ranking = split::rank(listener, &config.catalog, region, |gi| {
         what_if.latency.get(&(region.to_owned(), li, gi)).copied()
     });
     let balancers = balancers(listener, li, what_if, now);
-    let facts: Vec<GroupFacts> = listener
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(gi, g)| GroupFacts {
-            ratio: ratio_of(listener, li, gi, what_if),
-            healthy: balancers[gi].is_healthy(g.min_healthy, now),
-        })
-        .collect();
-    let plan = Plan::for_listener(listener, &ranking.order, &facts, affinity);
+    let facts = split::plan::facts(
+        listener,
+        |gi| ratio_of(listener, li, gi, what_if),
+        &balancers,
+        now,
+    );
+    let plan = ListenerPlan::build(listener, ranking.clone(), facts, affinity);
     (ranking, balancers, plan)
 }
 
@@ -238,7 +297,7 @@ fn evaluate_region(
         .enumerate()
         .map(|(pos, &gi)| {
             let g = &listener.groups[gi];
-            let share = plan.shares[gi];
+            let share = plan.plan.shares[gi];
             let fractions = balancers[gi].expected_shares(now);
             let endpoints = g
                 .endpoints
@@ -286,7 +345,7 @@ fn evaluate_region(
             listener,
             &ranking.order,
             &balancers,
-            &plan,
+            &plan.plan,
             n,
             &mut groups,
             now,
@@ -308,12 +367,27 @@ fn evaluate_region(
             ip,
             key: asks.key.clone(),
         };
-        let Some(gi) = plan.choose(ip) else {
-            return Route {
-                group: None,
-                endpoint: None,
-                endpoint_by: "none",
-            };
+        // An HTTP listener's forwarding rules decide first which plan the request follows.
+        let rule = (!listener.routes.is_empty()).then(|| {
+            Rules::new(&listener.routes).find(&SimRoute {
+                host: asks.host.as_deref(),
+                path: asks.path.as_deref().unwrap_or("/"),
+                headers: &asks.headers,
+            })
+        });
+        let nothing = |rule| Route {
+            rule,
+            group: None,
+            endpoint: None,
+            endpoint_by: "none",
+        };
+        let route = match rule {
+            Some(Match::NotFound) => return nothing(rule),
+            Some(Match::Route(r)) => Some(r),
+            _ => None,
+        };
+        let Some(gi) = plan.for_route(route).choose(ip) else {
+            return nothing(rule);
         };
         let g = &listener.groups[gi];
         let client_decides = matches!(g.balance, Balance::Hash { .. } | Balance::IpHash);
@@ -321,18 +395,38 @@ fn evaluate_region(
             .pick(&key, now)
             .map(|p| p.address().text.clone());
         Route {
+            rule,
             group: Some(g.name.clone()),
             endpoint,
             endpoint_by: if client_decides { "client" } else { "rotation" },
         }
     });
 
+    let routes = listener
+        .routes
+        .iter()
+        .zip(&plan.routes)
+        .enumerate()
+        .map(|(i, (rule, p))| RouteReport {
+            index: i + 1,
+            rule: describe(rule),
+            mode: p.mode,
+            groups: p
+                .order
+                .iter()
+                .filter(|&&gi| rule.groups.contains(&listener.groups[gi].name))
+                .map(|&gi| (listener.groups[gi].name.clone(), p.shares[gi].total))
+                .collect(),
+        })
+        .collect();
+
     RegionReport {
         region: region.to_owned(),
-        mode: plan.mode,
+        mode: plan.plan.mode,
         groups,
         verify,
         route,
+        routes,
     }
 }
 

@@ -59,6 +59,27 @@ struct Args {
     /// The request key for `hash` methods (e.g. a URI), with --client.
     #[arg(long, value_name = "STRING", requires = "client")]
     key: Option<String>,
+    /// With --client: the request's Host, for an HTTP listener's forwarding rules.
+    #[arg(long, value_name = "HOST", requires = "client")]
+    host: Option<String>,
+    /// With --client: the request's path, for forwarding rules (default `/`).
+    #[arg(long, value_name = "PATH", requires = "client")]
+    path: Option<String>,
+    /// With --client: a request header, for rules that match one (repeatable).
+    #[arg(long, value_name = "NAME:VALUE", requires = "client", value_parser = parse_header)]
+    header: Vec<(String, String)>,
+}
+
+/// `NAME:VALUE` of `--header`.
+fn parse_header(s: &str) -> std::result::Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("{s:?}: the header name is empty"));
+    }
+    Ok((name.to_owned(), value.trim().to_owned()))
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,6 +136,9 @@ fn run(args: &Args) -> Result<String> {
         verify: args.verify,
         client: args.client,
         key: args.key.clone(),
+        host: args.host.clone(),
+        path: args.path.clone(),
+        headers: args.header.clone(),
     };
     let mut reports = engine::evaluate(&config, &what_if, &asks)?;
 

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use gtd::split::Mode;
+use gtd::split::rules::Match;
 use serde_json::{Value, json};
 
 use crate::engine::{GroupRow, ListenerReport, RegionReport, Total};
@@ -205,10 +206,64 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                     "  verify: {n} decisions through the real selectors; largest deviation {max:.2} points"
                 );
             }
+            if !r.routes.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "\n  forwarding rules · each runs the cascade over its own groups"
+                );
+                let mut t = Table::new(&[
+                    ("rule", Align::Right),
+                    ("matches", Align::Left),
+                    ("mode", Align::Left),
+                    ("group", Align::Left),
+                    ("share %", Align::Right),
+                ]);
+                for route in &r.routes {
+                    for (i, (group, share)) in route.groups.iter().enumerate() {
+                        let first = i == 0;
+                        t.push(vec![
+                            if first {
+                                route.index.to_string()
+                            } else {
+                                String::new()
+                            },
+                            if first {
+                                route.rule.clone()
+                            } else {
+                                String::new()
+                            },
+                            if first {
+                                route.mode.as_str().to_owned()
+                            } else {
+                                String::new()
+                            },
+                            group.clone(),
+                            pct(*share),
+                        ]);
+                    }
+                }
+                t.render("  ", &mut out);
+            }
             if let (Some(route), Some((ip, key))) = (&r.route, &o.client) {
                 let who = match key {
                     Some(k) => format!("client {ip} key {k:?}"),
                     None => format!("client {ip}"),
+                };
+                let who = match route.rule {
+                    None => who,
+                    Some(Match::Default) => format!("{who} · no rule matches: all groups"),
+                    Some(Match::Route(i)) => format!(
+                        "{who} · rule {} ({})",
+                        i + 1,
+                        r.routes.get(i).map_or("", |x| x.rule.as_str())
+                    ),
+                    Some(Match::NotFound) => {
+                        let _ = writeln!(
+                            out,
+                            "  {who} → 404: a rule claims this host but none covers the path"
+                        );
+                        continue;
+                    }
                 };
                 let _ = match (&route.group, &route.endpoint) {
                     (None, _) => writeln!(out, "  {who} → no route"),
@@ -342,6 +397,27 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
     }
     if let Some(route) = &r.route {
         v["route"] = json!({"group": route.group, "endpoint": route.endpoint, "endpoint_by": route.endpoint_by});
+        if let Some(rule) = route.rule {
+            v["route"]["rule"] = match rule {
+                Match::Default => json!("default"),
+                Match::Route(i) => json!(i + 1),
+                Match::NotFound => json!("not-found"),
+            };
+        }
+    }
+    if !r.routes.is_empty() {
+        v["routes"] = r
+            .routes
+            .iter()
+            .map(|route| {
+                let groups: Vec<Value> = route
+                    .groups
+                    .iter()
+                    .map(|(name, share)| json!({"name": name, "share": share}))
+                    .collect();
+                json!({"rule": route.index, "matches": route.rule, "mode": route.mode.as_str(), "groups": groups})
+            })
+            .collect();
     }
     v
 }

@@ -20,9 +20,9 @@ use arc_swap::Guard;
 
 use crate::balance::{Pick, RequestKey};
 
-use crate::split::Plan;
+use crate::split::{ListenerPlan, Plan};
 
-use super::snapshot::{ListenerState, Planned};
+use super::snapshot::ListenerState;
 
 /// The attempt budget of one connection, flow or request.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +87,7 @@ pub struct Attempt {
 /// Walks the attempts of one connection/request.
 pub struct Attempts<'a> {
     listener: &'a ListenerState,
-    planned: Guard<Arc<Planned>>,
+    planned: Guard<Arc<ListenerPlan>>,
     client: IpAddr,
     /// The forwarding rule whose plan decides (HTTP), or the listener's own plan.
     route: Option<usize>,
@@ -126,10 +126,7 @@ impl<'a> Attempts<'a> {
 
     /// The plan decisions follow.
     pub fn plan(&self) -> &Plan {
-        match self.route {
-            Some(r) => &self.planned.routes[r],
-            None => &self.planned.plan,
-        }
+        self.planned.for_route(self.route)
     }
 
     /// The first attempt for a request bound to endpoint `index` of `group` (a sticky cookie):

@@ -1,19 +1,17 @@
-//! The routing snapshot: config + catalogue + per-endpoint state, read lock-free by every
-//! decision. Writers (reload, the planner, the admin API) build new values and swap them in.
+//! The routing snapshot: the pure routing plan ([`crate::split::plan`]) with this node's I/O
+//! handles attached — balancer state, metric handles, and for HTTP listeners the TLS acceptor,
+//! sticky cookies and each group's pooled client ([`super::http::upstream::Upstream`]). Read
+//! lock-free by every decision; writers (reload, the planner, the admin API) build new values
+//! and swap them in.
 //!
 //! Two levels of swapping:
 //! - [`Snapshot`] (whole config) is replaced on reload; balancers are rebuilt with
 //!   `GroupBalancer::rebuild` so unchanged endpoints keep their counters and health;
-//! - each listener's [`Planned`] (priority order + facts + the split's `Plan`) is replaced by
-//!   the planner when a fact changes (an endpoint disabled, marked failed, recovered), so the
-//!   rotation restarts from the new shares and the next decision sees them. Next to the
-//!   listener's plan it holds one plan per HTTP forwarding rule, built from the same facts with
-//!   ratio 0 for the groups outside the rule (a ratio-0 group gets nothing and is not eligible,
-//!   so the cascade runs over exactly the rule's groups).
+//! - each listener's [`ListenerPlan`] is replaced by the planner when a fact changes (an
+//!   endpoint disabled, marked failed, recovered), so the rotation restarts from the new shares
+//!   and the next decision sees them.
 //!
-//! HTTP listeners also get their TLS acceptor, forwarding rules and sticky table, and each group
-//! its pooled client ([`super::upstream::Upstream`]); certificates are read here, so a bad one
-//! fails the start or reload that wanted it.
+//! Certificates are read here, so a bad one fails the start or reload that wanted it.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -25,7 +23,7 @@ use metrics::{Counter, Gauge, Histogram};
 
 use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener};
-use crate::split::{self, GroupFacts, Mode, Plan, Ranking};
+use crate::split::{self, GroupFacts, ListenerPlan, Mode};
 
 use super::http::upstream::{Connects, Upstream};
 use super::http::{HttpState, code_classes};
@@ -69,7 +67,7 @@ pub struct ListenerState {
     /// Groups, config order.
     pub groups: Vec<GroupState>,
     /// The current plan (replaced when facts change).
-    pub planned: ArcSwap<Planned>,
+    pub planned: ArcSwap<ListenerPlan>,
     /// Metric handles.
     pub metrics: ListenerMetrics,
     /// Open client connections (shared with the listener's previous versions across reloads,
@@ -77,19 +75,6 @@ pub struct ListenerState {
     pub active: Arc<AtomicUsize>,
     /// HTTP/HTTPS listeners: rules, sticky table, TLS.
     pub http: Option<HttpState>,
-}
-
-/// A plan with the facts and ranking it was computed from.
-#[derive(Debug)]
-pub struct Planned {
-    /// Priority order and the RTTs behind it.
-    pub ranking: Ranking,
-    /// Ratio and health per group (config index).
-    pub facts: Vec<GroupFacts>,
-    /// The split and the group chooser.
-    pub plan: Plan,
-    /// One plan per forwarding rule (config order), over that rule's groups only.
-    pub routes: Vec<Plan>,
 }
 
 /// One group's runtime state.
@@ -300,7 +285,7 @@ impl ListenerState {
         };
         let ranking = split::rank(l, &config.catalog, region, |_| None);
         let facts = facts(l, &groups, now);
-        let planned = planned(l, ranking, facts);
+        let planned = ListenerPlan::build(l, ranking, facts, l.affinity);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
             cfg: l.clone(),
@@ -356,7 +341,8 @@ impl ListenerState {
             return false;
         }
         let was = current.plan.mode;
-        let next = planned(&self.cfg, current.ranking.clone(), facts);
+        let next =
+            ListenerPlan::build(&self.cfg, current.ranking.clone(), facts, self.cfg.affinity);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);
         }
@@ -398,102 +384,12 @@ impl ListenerState {
     }
 }
 
+/// The facts of the listener's groups now: config ratios, health from the balancers.
 fn facts(l: &Listener, groups: &[GroupState], now: Instant) -> Vec<GroupFacts> {
-    l.groups
-        .iter()
-        .zip(groups)
-        .map(|(g, rt)| GroupFacts {
-            ratio: g.ratio,
-            healthy: rt.balancer.is_healthy(g.min_healthy, now),
-        })
-        .collect()
-}
-
-fn planned(l: &Listener, ranking: Ranking, facts: Vec<GroupFacts>) -> Planned {
-    let plan = Plan::for_listener(l, &ranking.order, &facts, l.affinity);
-    // A route runs the cascade over only its groups: the others get ratio 0 (nothing, not even
-    // leftover, and not eligible for retries).
-    let routes = l
-        .routes
-        .iter()
-        .map(|r| {
-            let only: Vec<GroupFacts> = l
-                .groups
-                .iter()
-                .zip(&facts)
-                .map(|(g, f)| GroupFacts {
-                    ratio: if r.groups.contains(&g.name) {
-                        f.ratio
-                    } else {
-                        0.0
-                    },
-                    healthy: f.healthy,
-                })
-                .collect();
-            Plan::for_listener(l, &ranking.order, &only, l.affinity)
-        })
-        .collect();
-    Planned {
-        ranking,
-        facts,
-        plan,
-        routes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config;
-    use std::path::Path;
-
-    #[test]
-    fn each_route_plans_over_its_own_groups_only() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let catalog = config::load_catalog(&root.join("regions/catalog.toml")).unwrap();
-        let text = r#"
-[[listener]]
-name = "web"
-protocol = "http"
-port = 8080
-regions = ["cn-beijing"]
-  [[listener.route]]
-  path_prefix = ["/sh/"]
-  groups = ["shanghai"]
-  [[listener.route]]
-  path_prefix = ["/both/"]
-  groups = ["shanghai", "beijing"]
-  [[listener.group]]
-  name = "beijing"
-  region = "cn-beijing"
-  ratio = 50
-    [[listener.group.endpoint]]
-    address = "10.0.0.1:80"
-  [[listener.group]]
-  name = "shanghai"
-  region = "cn-shanghai"
-  ratio = 50
-    [[listener.group.endpoint]]
-    address = "10.0.0.2:80"
-"#;
-        let cfg = config::parse(text, Path::new("config.toml"), &catalog).unwrap();
-        let l = &cfg.listeners[0];
-        let ranking = split::rank(l, &cfg.catalog, "cn-beijing", |_| None);
-        let healthy = |b: bool| GroupFacts {
-            ratio: 50.0,
-            healthy: b,
-        };
-        let p = planned(l, ranking.clone(), vec![healthy(true), healthy(true)]);
-        let totals = |plan: &Plan| plan.shares.iter().map(|s| s.total).collect::<Vec<_>>();
-        assert_eq!(totals(&p.plan), [62.5, 37.5]);
-        // Only Shanghai: it takes everything, Beijing is not even a retry target.
-        assert_eq!(totals(&p.routes[0]), [0.0, 100.0]);
-        assert_eq!(p.routes[0].eligible, [false, true]);
-        // Both: the listener's own cascade.
-        assert_eq!(totals(&p.routes[1]), [62.5, 37.5]);
-        // Shanghai down: its route has no route, the others fail over to Beijing.
-        let p = planned(l, ranking, vec![healthy(true), healthy(false)]);
-        assert_eq!(p.routes[0].mode, Mode::NoRoute);
-        assert_eq!(totals(&p.routes[1]), [100.0, 0.0]);
-    }
+    split::plan::facts(
+        l,
+        |i| l.groups[i].ratio,
+        groups.iter().map(|g| g.balancer.as_ref()),
+        now,
+    )
 }

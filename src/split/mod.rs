@@ -10,6 +10,7 @@
 //!   (health, RTT order, ratios) and read lock-free by every decision.
 
 pub mod cascade;
+pub mod plan;
 pub mod priority;
 pub mod rendezvous;
 pub mod rotation;
@@ -18,6 +19,7 @@ pub mod rules;
 use std::net::IpAddr;
 
 pub use cascade::{GroupFacts, Mode, Policy, Share, split, split_into};
+pub use plan::{ListenerPlan, StickyTable};
 pub use priority::{Hysteresis, RttSource};
 pub use rotation::{MAX_GROUPS, Rotation};
 

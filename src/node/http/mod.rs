@@ -61,7 +61,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::balance::RequestKey;
 use crate::config::{Listener, Measure, Protocol};
-use crate::split::rendezvous;
+use crate::split::StickyTable;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
 use self::client::Outgoing;
@@ -79,8 +79,8 @@ use crate::node::tls;
 pub struct HttpState {
     /// The forwarding rules.
     pub rules: Rules,
-    /// Sticky cookie state, when `sticky` is set.
-    pub sticky: Option<StickyRt>,
+    /// Sticky cookies, when `sticky` is set.
+    pub sticky: Option<StickyCookies>,
     tls: Option<TlsAcceptor>,
     server: auto::Builder<TokioExecutor>,
     /// gtd's own answers (404, 502, 503, 504) by code class (1xx..5xx).
@@ -98,71 +98,41 @@ impl std::fmt::Debug for HttpState {
     }
 }
 
-/// `sticky = { cookie }`: the cookie's values and what they name.
-///
-/// A value is 16 hex digits: a fixed, unkeyed hash (FNV-1a with the splitmix finaliser, as every
-/// placement hash in gtd) of `listener NUL group NUL address`. It tells a client nothing about
-/// the endpoints and stays the same across restarts, reloads and nodes.
+/// `sticky = { cookie }`: the pure table (values, and what a value names) with the
+/// `Set-Cookie` header each endpoint's responses carry.
 #[derive(Debug)]
-pub struct StickyRt {
-    /// The cookie's name.
-    pub cookie: String,
-    /// (hash, group, endpoint), sorted by hash.
-    table: Vec<(u64, usize, usize)>,
+pub struct StickyCookies {
+    /// The cookie's values and what they name.
+    pub table: StickyTable,
     /// The `Set-Cookie` value per group and endpoint (config order).
     set_cookie: Vec<Vec<HeaderValue>>,
 }
 
-/// The sticky cookie value of one endpoint.
-pub fn sticky_value(listener: &str, group: &str, address: &str) -> String {
-    let mut bytes = Vec::with_capacity(listener.len() + group.len() + address.len() + 2);
-    bytes.extend_from_slice(listener.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(group.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(address.as_bytes());
-    format!("{:016x}", rendezvous::mix(rendezvous::fnv1a(&bytes)))
-}
-
-impl StickyRt {
-    fn build(l: &Listener, cookie: &str) -> StickyRt {
-        let mut table = Vec::new();
-        let mut set_cookie = Vec::with_capacity(l.groups.len());
+impl StickyCookies {
+    fn build(l: &Listener) -> Option<StickyCookies> {
+        let table = StickyTable::of(l)?;
         let secure = if l.protocol == Protocol::Https {
             "; Secure"
         } else {
             ""
         };
-        for (gi, g) in l.groups.iter().enumerate() {
-            let mut values = Vec::with_capacity(g.endpoints.len());
-            for (ei, e) in g.endpoints.iter().enumerate() {
-                let value = sticky_value(&l.name, &g.name, &e.address.text);
-                table.push((u64::from_str_radix(&value, 16).expect("hex"), gi, ei));
-                values.push(
-                    HeaderValue::try_from(format!(
-                        "{cookie}={value}; Path=/; HttpOnly; SameSite=Lax{secure}"
-                    ))
-                    .expect("validated cookie name and hex value"),
-                );
-            }
-            set_cookie.push(values);
-        }
-        table.sort_unstable();
-        StickyRt {
-            cookie: cookie.to_owned(),
-            table,
-            set_cookie,
-        }
-    }
-
-    /// The (group, endpoint) a cookie value names.
-    fn target(&self, value: &str) -> Option<(usize, usize)> {
-        if value.len() != 16 {
-            return None;
-        }
-        let h = u64::from_str_radix(value, 16).ok()?;
-        let i = self.table.binary_search_by_key(&h, |e| e.0).ok()?;
-        Some((self.table[i].1, self.table[i].2))
+        let cookie = &table.cookie;
+        let set_cookie = table
+            .values()
+            .iter()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|value| {
+                        HeaderValue::try_from(format!(
+                            "{cookie}={value}; Path=/; HttpOnly; SameSite=Lax{secure}"
+                        ))
+                        .expect("validated cookie name and hex value")
+                    })
+                    .collect()
+            })
+            .collect();
+        Some(StickyCookies { table, set_cookie })
     }
 }
 
@@ -199,7 +169,7 @@ impl HttpState {
             .initial_connection_window_size(1024 * 1024);
         Ok(HttpState {
             rules: Rules::new(&l.routes),
-            sticky: l.sticky.as_ref().map(|s| StickyRt::build(l, &s.cookie)),
+            sticky: StickyCookies::build(l),
             tls,
             server,
             own: code_classes(registry, &[name, "", ""]),
@@ -589,7 +559,7 @@ async fn proxy(
             uri: &parts.uri,
             headers: &parts.headers,
         };
-        view.cookie(&s.cookie).and_then(|v| s.target(v))
+        view.cookie(&s.table.cookie).and_then(|v| s.table.target(v))
     });
     // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
     let mut upgrade = wants_upgrade(&parts)
@@ -1287,14 +1257,5 @@ mod tests {
         assert_eq!(view.cookie("b"), Some("2"));
         assert_eq!(view.cookie("c"), None);
         assert_eq!(view.request_uri(), Some("/x?y=1"));
-    }
-
-    #[test]
-    fn sticky_values_are_stable_and_opaque() {
-        let v = sticky_value("web", "beijing", "10.0.0.1:80");
-        assert_eq!(v.len(), 16);
-        assert_eq!(v, sticky_value("web", "beijing", "10.0.0.1:80"));
-        assert_ne!(v, sticky_value("web", "beijing", "10.0.0.2:80"));
-        assert!(!v.contains("10.0.0.1"));
     }
 }
