@@ -25,8 +25,9 @@ use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, ListenerPlan, Mode};
 
+use super::http::HttpState;
+use super::http::answers::code_classes;
 use super::http::upstream::{Connects, Upstream};
-use super::http::{HttpState, code_classes};
 use super::telemetry::{self as m, Registered, Registry};
 
 /// The whole routing state of a node at one config version.

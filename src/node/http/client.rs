@@ -6,8 +6,7 @@
 //! endpoints, upgrades). Interleaved A/B runs with wrk put the difference at about 9 % more
 //! requests per second through a node.
 //!
-//! - `RawPool`: up to `keepalive` idle connections per endpoint, last in first out; one idle
-//!   for `idle_timeout` is closed when next looked at or by `RawPool::sweep`.
+//! - `RawPool`: the group's keep-alive pool ([`super::pool::KeepAlive`]) of these connections.
 //! - `RawPool::exchange`: one request; a reused connection that turns out closed (the
 //!   endpoint's keep-alive timer won the race: the write fails, or the connection ends before
 //!   any byte of an answer) is replaced by a fresh one for an idempotent request, as nginx and
@@ -19,7 +18,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::h1::{self, Chunked, Framing, Step};
+use super::pool::{KeepAlive, Reusable};
 use super::upstream::Failure;
 use crate::node::timers::Deadline;
 
@@ -45,21 +45,15 @@ const MAX_READ: usize = 256 * 1024;
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Idle connections per endpoint.
-pub(crate) struct RawPool {
-    slots: Box<[Mutex<Vec<RawConn>>]>,
-    keepalive: usize,
-    base: Instant,
-    idle_ms: u64,
-}
+pub(crate) type RawPool = KeepAlive<RawConn>;
 
 /// One connection to an endpoint, with what was read past the last response (nothing, when
-/// it is idle) and when it went idle (ms after [`RawPool::base`]).
+/// it is idle).
 pub(crate) struct RawConn {
     stream: TcpStream,
     buf: BytesMut,
     /// The request head being sent, kept for the next one.
     out: Vec<u8>,
-    since: u64,
     /// The connection's one timer, for `upstream_timeout`.
     timer: Deadline,
 }
@@ -70,7 +64,6 @@ impl RawConn {
             stream,
             buf: BytesMut::with_capacity(8 * 1024),
             out: Vec::with_capacity(1024),
-            since: 0,
             timer: Deadline::default(),
         }
     }
@@ -107,61 +100,14 @@ impl RawConn {
     }
 }
 
+impl Reusable for RawConn {
+    /// Nothing unread: the last response ended where the connection's bytes did.
+    fn reusable(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
 impl RawPool {
-    pub(crate) fn new(endpoints: usize, keepalive: usize, idle: Duration) -> RawPool {
-        RawPool {
-            slots: (0..endpoints).map(|_| Mutex::default()).collect(),
-            keepalive,
-            base: Instant::now(),
-            idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
-        }
-    }
-
-    fn stamp(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn take(&self, index: usize) -> Option<RawConn> {
-        let now = self.stamp();
-        let mut slot = self.slots[index].lock().ok()?;
-        while let Some(conn) = slot.pop() {
-            if now.saturating_sub(conn.since) < self.idle_ms {
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    fn put(&self, index: usize, mut conn: RawConn) {
-        if self.keepalive == 0 || !conn.buf.is_empty() {
-            return;
-        }
-        conn.since = self.stamp();
-        if let Ok(mut slot) = self.slots[index].lock()
-            && slot.len() < self.keepalive
-        {
-            slot.push(conn);
-        }
-    }
-
-    /// Closes the connections idle for `idle_timeout`.
-    pub(crate) fn sweep(&self) {
-        let now = self.stamp();
-        for slot in &self.slots {
-            let expired: Vec<RawConn> = match slot.lock() {
-                Ok(mut idle) => {
-                    let keep = idle
-                        .iter()
-                        .position(|c| now.saturating_sub(c.since) < self.idle_ms)
-                        .unwrap_or(idle.len());
-                    idle.drain(..keep).collect()
-                }
-                Err(_) => continue,
-            };
-            drop(expired);
-        }
-    }
-
     /// Sends the request head `request` to endpoint `index`, on an idle connection or one from
     /// `open`, and reads the response head by `deadline`.
     pub(crate) async fn exchange<F, Fut>(

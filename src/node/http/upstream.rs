@@ -1,54 +1,46 @@
 //! The client side of HTTP listeners: one connection pool per group, and the bodies that stream
 //! through gtd in both directions.
 //!
-//! - [`Upstream`]: a small pool of HTTP/1.1 connections per endpoint (hyper's `conn::http1`,
-//!   one task per connection) for requests with a body, TLS endpoints and upgrades, and
-//!   gtd's own client for the rest ([`super::client`], its own pool), opened from `[node] source_ip` within `connect_timeout`, with TLS
-//!   per the group's settings. Up to `keepalive` idle connections per endpoint are kept (last in,
-//!   first out) and closed after `idle_timeout`; a connection goes back when its response body
-//!   ends, and one that closed is dropped at the next look. `upstream_timeout` bounds the wait for
-//!   the response headers (restarted while an upload moves) and then any silence of the
-//!   connection while the response streams (an endpoint that stalls in the middle of a body:
-//!   nginx's `proxy_read_timeout`); such a connection is closed and the client's response cut.
-//!   The request path takes one short, uncontended lock per endpoint and hashes nothing.
-//! - `tunnel`: an upgraded (`101`) client connection and its endpoint connection, relayed.
-//! - `ClientBody`: the client's request body on its way to an endpoint. It remembers whether a
-//!   frame was ever handed on; if the attempt fails before that, dropping it gives the untouched
-//!   body back (through a oneshot) so a retry can send it again. A body of which any byte left
-//!   is never replayed.
-//! - [`DownBody`]: the response towards the client: either gtd's own short answer or the
-//!   endpoint's body, which holds the attempt's [`Pick`] (so `least_conn` counts the request
-//!   until its response ends) and reports `least_time`'s `last_byte` timing when it ends.
+//! - [`Upstream`]: a group's way to its endpoints. [`Upstream::request`] chooses the client
+//!   for each attempt: gtd's own ([`super::client`]) for a request without a body to a plain
+//!   endpoint, hyper's `conn::http1` (one task per connection) for requests with a body, TLS
+//!   endpoints and upgrades. Each keeps its connections in the same keep-alive pool type
+//!   ([`super::pool::KeepAlive`]: up to `keepalive` idle per endpoint, closed after
+//!   `idle_timeout`), opened from `[node] source_ip` within `connect_timeout`, with TLS per the
+//!   group's settings; a connection goes back when its response body ends.
+//!   `upstream_timeout` bounds the wait for the response headers (restarted while an upload
+//!   moves) and then any silence of the connection while the response streams (an endpoint
+//!   that stalls in the middle of a body: nginx's `proxy_read_timeout`); such a connection is
+//!   closed and the client's response cut.
+//! - The request and response bodies are in [`super::bodies`].
 
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::header::{self, HeaderMap};
 use http::uri::PathAndQuery;
-use http::{HeaderName, Uri};
-use http_body_util::BodyExt as _;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use http::{HeaderName, Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
 use hyper::client::conn::http1;
-use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use metrics::{Counter, Histogram};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
-use crate::balance::Pick;
-use crate::config::{Address, Balance, Group, Listener, Measure};
+use crate::config::{Address, Balance, Group, Listener};
 
-use super::client::{BoxError, Outgoing, RawBody, RawPool};
-use super::h1;
-use crate::node::timers::{First, Moving, Watched, origin, quiet};
+use super::bodies::{EndpointBody, Progress, RequestBody, UpBody};
+use super::client::{Outgoing, RawPool};
+use super::pool::{KeepAlive, Reusable, stamp};
+use crate::node::timers::{First, Moving, Watched};
 use crate::node::tls;
 
 /// A group's way to its endpoints over HTTP.
@@ -61,6 +53,8 @@ pub struct Upstream {
     connect: ConnectCfg,
     /// `upstream_timeout`: the longest silence of a connection in use.
     stall_timeout: Duration,
+    /// `idle_timeout`: how long a connection waits in the pool.
+    idle_timeout: Duration,
     /// `path_prefix` without its trailing slash (`None` for none or `/`).
     path_prefix: Option<Box<str>>,
     /// `feedback`: the response header carrying the endpoint's value.
@@ -116,12 +110,11 @@ impl Upstream {
                 Ok((e.address.clone(), authority.host().to_owned()))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let pool = Arc::new(Pool {
-            slots: (0..targets.len()).map(|_| Mutex::default()).collect(),
-            keepalive: group.keepalive as usize,
-            base: Instant::now(),
-            idle_timeout: l.idle_timeout,
-        });
+        let pool = Arc::new(Pool::new(
+            targets.len(),
+            group.keepalive as usize,
+            l.idle_timeout,
+        ));
         let raw = connect.tls.is_none().then(|| {
             Arc::new(RawPool::new(
                 targets.len(),
@@ -148,6 +141,7 @@ impl Upstream {
             targets,
             connect,
             stall_timeout: l.upstream_timeout,
+            idle_timeout: l.idle_timeout,
             path_prefix,
             feedback,
             response_seconds,
@@ -157,7 +151,7 @@ impl Upstream {
 
     /// The request target (origin form) for `path` (path and query as received): the group's
     /// `path_prefix` goes in front. Allocates only when there is a prefix.
-    pub(crate) fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
+    fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
         let original = path.map_or("/", PathAndQuery::as_str);
         let path = match Some(self.prefix(original)).filter(|p| !p.is_empty()) {
             None => match path {
@@ -174,26 +168,62 @@ impl Upstream {
         Ok(Uri::from(path))
     }
 
-    /// Whether gtd's own client ([`super::client`]) carries this group's requests without a body
-    /// (plain endpoints; TLS ones take hyper's).
-    pub(crate) fn has_raw(&self) -> bool {
-        self.raw.is_some()
-    }
-
     /// What goes before `path` (path and query as received): the group's `path_prefix` without
     /// its trailing slash, "" for none, and none before `*` (`OPTIONS *` asks about the server,
     /// not a path).
-    pub(crate) fn prefix(&self, path: &str) -> &str {
+    fn prefix(&self, path: &str) -> &str {
         match &self.path_prefix {
             Some(prefix) if path != "*" => prefix,
             _ => "",
         }
     }
 
-    /// Sends a request without a body through gtd's own client (the caller checked
-    /// [`Self::has_raw`]) to endpoint `index` (at `sent_at`) and waits for the response headers
-    /// for at most `timeout`.
-    pub(crate) async fn send_raw(
+    /// Sends one attempt to endpoint `index` and waits for the response headers, choosing the
+    /// client here: a request with no body to send, no upgrade and an idempotent method takes
+    /// gtd's own ([`super::client`]) to a plain endpoint — the head is written from the
+    /// borrowed parts, and one that finds its pooled connection closed by the endpoint can
+    /// always go again on a fresh one. Anything else goes through hyper's client, its future
+    /// boxed so that the common case does not carry (and move) its size.
+    pub(crate) async fn request(
+        &self,
+        index: usize,
+        r: Sending<'_>,
+    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
+        let bodiless =
+            matches!(r.body, RequestBody::Empty) && !r.upgrade && super::idempotent(r.method);
+        if bodiless && self.raw.is_some() {
+            let path = r.uri.path_and_query().map_or("/", |p| p.as_str());
+            let outgoing = Outgoing {
+                method: r.method,
+                prefix: self.prefix(path),
+                path,
+                headers: r.headers,
+            };
+            return self.send_raw(index, &outgoing, r.timeout, r.sent_at).await;
+        }
+        let target = self.uri(r.uri.path_and_query()).map_err(|e| {
+            tracing::debug!(error = %e, "cannot build the upstream URI");
+            Failure::BadTarget
+        })?;
+        // The headers go with this attempt; a copy stays only if another attempt could follow.
+        let headers = if r.keep_headers {
+            r.headers.clone()
+        } else {
+            std::mem::take(r.headers)
+        };
+        let hyper = Hyper {
+            method: r.method.clone(),
+            target,
+            headers,
+            timeout: r.timeout,
+            sent_at: r.sent_at,
+        };
+        Box::pin(hyper.send(self, index, r.body, r.bytes_up)).await
+    }
+
+    /// Sends a request without a body through gtd's own client to endpoint `index` (at
+    /// `sent_at`) and waits for the response headers for at most `timeout`.
+    async fn send_raw(
         &self,
         index: usize,
         request: &Outgoing<'_>,
@@ -215,7 +245,7 @@ impl Upstream {
     /// its body ends. `upstream_timeout` runs from `sent_at` while the request body is not
     /// moving: it restarts as long as the client keeps uploading, so a large upload is not cut,
     /// and counts from the end of the body otherwise.
-    pub(crate) async fn send(
+    async fn send(
         &self,
         index: usize,
         request: http::Request<UpBody>,
@@ -258,6 +288,7 @@ impl Upstream {
     /// Closes the idle connections of gtd's own client that have passed `idle_timeout` (the
     /// node calls this every second).
     pub(crate) fn sweep(&self) {
+        self.pool.sweep();
         if let Some(raw) = &self.raw {
             raw.sweep();
         }
@@ -272,7 +303,10 @@ impl Upstream {
     ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
         loop {
             let (mut idle, fresh) = match self.pool.take(index) {
-                Some(idle) => (idle, false),
+                Some(idle) => {
+                    idle.clock.store(BUSY, Ordering::Relaxed);
+                    (idle, false)
+                }
                 None => (Box::pin(self.open(index)).await?, true),
             };
             if !fresh && !idle.sender.is_ready() && idle.sender.ready().await.is_err() {
@@ -343,7 +377,7 @@ impl Upstream {
             })?;
         let clock = Arc::new(AtomicU64::new(BUSY));
         let watch = Arc::clone(&clock);
-        let (base, idle, stall) = (self.pool.base, self.pool.idle_timeout, self.stall_timeout);
+        let (base, idle, stall) = (self.pool.base(), self.idle_timeout, self.stall_timeout);
         tokio::spawn(async move {
             let conn = conn.with_upgrades();
             let expiry = expire(base, idle, stall, &watch, &moves);
@@ -362,11 +396,6 @@ const BUSY: u64 = 0;
 
 /// `Idle::clock` of a connection in use whose response headers came: its silence is watched.
 const STREAMING: u64 = u64::MAX;
-
-/// Milliseconds since `base`, plus one (never [`BUSY`], never [`STREAMING`]).
-fn stamp(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 2) + 1
-}
 
 /// Ends when the connection has been idle in the pool for `idle` (`idle_timeout`), or when,
 /// its response headers in, no byte has moved on it for `stall` (`upstream_timeout`; noticed
@@ -407,13 +436,66 @@ async fn expire(
     }
 }
 
-/// Idle keep-alive connections per endpoint: at most `keepalive` each, last in first out.
-struct Pool {
-    slots: Box<[Mutex<Vec<Idle>>]>,
-    keepalive: usize,
-    base: Instant,
-    idle_timeout: Duration,
+/// One attempt of a request, as the request loop hands it to the group's upstream.
+pub(crate) struct Sending<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) uri: &'a Uri,
+    /// The request headers: copied for this attempt when `keep_headers`, else taken.
+    pub(crate) headers: &'a mut HeaderMap,
+    /// Another attempt may follow (it needs the headers again).
+    pub(crate) keep_headers: bool,
+    pub(crate) body: &'a mut RequestBody,
+    /// The request asks for an upgrade (it keeps its connection: hyper's client).
+    pub(crate) upgrade: bool,
+    /// `upstream_timeout`.
+    pub(crate) timeout: Duration,
+    /// When the attempt is sent (decided).
+    pub(crate) sent_at: Instant,
+    pub(crate) bytes_up: &'a Counter,
 }
+
+/// One attempt through hyper's client: what it sends.
+struct Hyper {
+    method: Method,
+    target: Uri,
+    headers: HeaderMap,
+    timeout: Duration,
+    sent_at: Instant,
+}
+
+impl Hyper {
+    /// Sends the request with `body` (taken back if the attempt did not touch it). Boxed by
+    /// the caller: its state stays out of the common case's future.
+    async fn send(
+        self,
+        up: &Upstream,
+        index: usize,
+        body: &mut RequestBody,
+        bytes_up: &Counter,
+    ) -> Result<(Response<EndpointBody>, Option<Pooled>), Failure> {
+        let mut headers = self.headers;
+        // A small body with trailer fields (an HTTP/2 client's, with a length): chunked, so that
+        // the fields can follow it.
+        if let Some(names) = body.trailer_names() {
+            headers.remove(header::CONTENT_LENGTH);
+            headers.insert(header::TRAILER, names);
+        }
+        let (up_body, back) = body.take(bytes_up);
+        let mut request = Request::new(up_body);
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.target;
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = headers;
+        let result = up
+            .send(index, request, self.timeout, self.sent_at, body.progress())
+            .await;
+        body.recover(back);
+        result
+    }
+}
+
+/// The group's keep-alive pool of hyper connections.
+type Pool = KeepAlive<Idle>;
 
 /// One connection to an endpoint: its sender, and when it went idle ([`BUSY`] in use).
 struct Idle {
@@ -421,28 +503,9 @@ struct Idle {
     clock: Arc<AtomicU64>,
 }
 
-impl Pool {
-    fn take(&self, index: usize) -> Option<Idle> {
-        loop {
-            let idle = self.slots[index].lock().ok()?.pop()?;
-            if idle.sender.is_closed() {
-                continue;
-            }
-            idle.clock.store(BUSY, Ordering::Relaxed);
-            return Some(idle);
-        }
-    }
-
-    fn put(&self, index: usize, idle: Idle) {
-        if self.keepalive == 0 || idle.sender.is_closed() {
-            return;
-        }
-        idle.clock.store(stamp(self.base), Ordering::Relaxed);
-        if let Ok(mut slot) = self.slots[index].lock()
-            && slot.len() < self.keepalive
-        {
-            slot.push(idle);
-        }
+impl Reusable for Idle {
+    fn reusable(&self) -> bool {
+        !self.sender.is_closed()
     }
 }
 
@@ -457,6 +520,8 @@ pub(crate) struct Pooled {
 impl Pooled {
     /// The response is over: the connection may take another request.
     pub(crate) fn release(self) {
+        // Its task closes it once idle for `idle_timeout`, as the pool drops it then.
+        self.idle.clock.store(self.pool.stamp(), Ordering::Relaxed);
         self.pool.put(self.index, self.idle);
     }
 }
@@ -482,6 +547,9 @@ pub(crate) enum Failure {
     /// The client's request body stopped coming for `upstream_timeout` while the endpoint was
     /// waiting for it: not the endpoint's failure.
     ClientStalled,
+    /// The request target cannot be made (the group's `path_prefix` joined with the path):
+    /// nothing was sent; the client gets 400.
+    BadTarget,
 }
 
 /// The failure a connect error is: the endpoint's, or this node's lack of open files.
@@ -505,6 +573,7 @@ impl std::fmt::Display for Failure {
             Failure::Exhausted => "this node is out of open files",
             Failure::ClientGone => "the client's request body broke off",
             Failure::ClientStalled => "the client's request body stalled",
+            Failure::BadTarget => "the request target cannot be made",
         })
     }
 }
@@ -607,495 +676,6 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------- request body
-
-/// How far a request body got: shared between the body on its way up and the attempt waiting
-/// for the response (to tell a slow upload from a silent endpoint).
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    /// When the last piece went up: nanoseconds since [`origin`], plus one (0: none yet).
-    moved_at: AtomicU64,
-    done: AtomicBool,
-    /// The last read of the client's body found nothing yet (as opposed to the endpoint not
-    /// taking what was read).
-    awaiting_client: AtomicBool,
-    /// Reading the client's body failed: the client went away or broke the framing.
-    client_broke: AtomicBool,
-}
-
-impl Progress {
-    /// When the last piece of the body went up, if one did.
-    fn moved_at(&self) -> Option<Instant> {
-        let nanos = self.moved_at.load(Ordering::Acquire).checked_sub(1)?;
-        Some(origin() + Duration::from_nanos(nanos))
-    }
-
-    fn moved_now(&self) {
-        let nanos = u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        self.moved_at.store(nanos + 1, Ordering::Release);
-    }
-
-    fn awaiting_client(&self) -> bool {
-        !self.done.load(Ordering::Acquire) && self.awaiting_client.load(Ordering::Relaxed)
-    }
-
-    fn client_broke(&self) -> bool {
-        self.client_broke.load(Ordering::Acquire)
-    }
-}
-
-/// A request body of known size up to this many bytes is read whole before the first attempt,
-/// so that a retry can send it again (as nginx buffers bodies in its `client_body_buffer_size`,
-/// 16 KiB on 64-bit platforms); a larger or unsized one streams and is never replayed.
-pub(crate) const WHOLE_BODY: u64 = 16 * 1024;
-
-/// The client's request body, held between attempts. Requests without a body (most) cost
-/// nothing here; a small body costs one buffer, a streamed one its progress cell and one
-/// oneshot per attempt.
-pub(crate) enum RequestBody {
-    /// No body at all: every attempt sends an empty one.
-    Empty,
-    /// A small body, read whole (and its trailer fields): every attempt sends it.
-    Whole(Bytes, Option<Box<http::HeaderMap>>),
-    /// A body not yet handed on (a retry may still send it).
-    Ready(Incoming, Arc<Progress>),
-    /// Handed to an attempt, and not given back: it may be partly sent; never replayed.
-    Gone(Arc<Progress>),
-}
-
-impl RequestBody {
-    /// The body as received: `Empty` when it ends before it starts.
-    pub(crate) fn new(body: Incoming) -> RequestBody {
-        if body.is_end_stream() {
-            RequestBody::Empty
-        } else {
-            RequestBody::Ready(body, Arc::default())
-        }
-    }
-
-    /// True for a body to read whole before the first attempt ([`Self::read_whole`]): of known
-    /// size, at most [`WHOLE_BODY`].
-    pub(crate) fn small(&self) -> bool {
-        matches!(self, RequestBody::Ready(body, _)
-            if body.size_hint().exact().is_some_and(|n| n <= WHOLE_BODY))
-    }
-
-    /// Reads a [`Self::small`] body whole, the client leaving at most `silence` between two
-    /// pieces; fails with the client's failure.
-    pub(crate) async fn read_whole(&mut self, silence: Duration) -> Result<(), Failure> {
-        let RequestBody::Ready(body, _) = self else {
-            return Ok(());
-        };
-        let size = body.size_hint().lower().min(WHOLE_BODY);
-        let mut data = bytes::BytesMut::with_capacity(size as usize);
-        let mut trailers = None;
-        loop {
-            match tokio::time::timeout(silence, body.frame()).await {
-                Err(_) => return Err(Failure::ClientStalled),
-                Ok(Some(Err(_))) => return Err(Failure::ClientGone),
-                Ok(None) => break,
-                Ok(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(piece) => data.extend_from_slice(&piece),
-                    // Only what a trailer may carry: the names are declared towards the endpoint.
-                    Err(frame) => {
-                        trailers = frame
-                            .into_trailers()
-                            .ok()
-                            .map(|t| Box::new(h1::trailing(t)))
-                    }
-                },
-            }
-        }
-        *self = RequestBody::Whole(data.freeze(), trailers);
-        Ok(())
-    }
-
-    /// True when another attempt can send the body (there is none, or it is untouched).
-    pub(crate) fn replayable(&self) -> bool {
-        !matches!(self, RequestBody::Gone(_))
-    }
-
-    /// How far the body got, once an attempt streams it (for `upstream_timeout`).
-    pub(crate) fn progress(&self) -> Option<&Progress> {
-        match self {
-            RequestBody::Gone(p) => Some(p),
-            _ => None,
-        }
-    }
-
-    /// The names of a whole body's trailer fields, as a `Trailer` header declares them (hyper's
-    /// client sends only declared ones, after a chunked body).
-    pub(crate) fn trailer_names(&self) -> Option<http::HeaderValue> {
-        let RequestBody::Whole(_, Some(fields)) = self else {
-            return None;
-        };
-        let mut names = String::new();
-        for name in fields.keys() {
-            if !names.is_empty() {
-                names.push_str(", ");
-            }
-            names.push_str(name.as_str());
-        }
-        http::HeaderValue::from_str(&names).ok()
-    }
-
-    /// The body for one attempt, and the way back for it if the attempt does not touch it.
-    pub(crate) fn take(
-        &mut self,
-        bytes: &Counter,
-    ) -> (UpBody, Option<oneshot::Receiver<Incoming>>) {
-        if let RequestBody::Whole(data, trailers) = self {
-            let whole = Whole {
-                data: Some(data.clone()),
-                trailers: trailers.clone(),
-                bytes: bytes.clone(),
-            };
-            return (UpBody::Whole(whole), None);
-        }
-        match std::mem::replace(self, RequestBody::Empty) {
-            RequestBody::Ready(inner, progress) => {
-                *self = RequestBody::Gone(Arc::clone(&progress));
-                let (tx, rx) = oneshot::channel();
-                let body = ClientBody {
-                    inner: Some(inner),
-                    back: Some(tx),
-                    streamed: false,
-                    progress,
-                    bytes: bytes.clone(),
-                };
-                (UpBody::Stream(body), Some(rx))
-            }
-            // Nothing to send, or nothing that may be sent again.
-            other => {
-                *self = other;
-                (UpBody::Empty, None)
-            }
-        }
-    }
-
-    /// After an attempt: takes the body back if the attempt dropped it untouched.
-    pub(crate) fn recover(&mut self, back: Option<oneshot::Receiver<Incoming>>) {
-        if let RequestBody::Gone(progress) = self
-            && let Some(mut rx) = back
-            && let Ok(body) = rx.try_recv()
-        {
-            let progress = Arc::clone(progress);
-            *self = RequestBody::Ready(body, progress);
-        }
-    }
-}
-
-/// What goes to the endpoint as the request body.
-pub(crate) enum UpBody {
-    /// Nothing.
-    Empty,
-    /// The client's small body, read whole: one frame, and its trailers.
-    Whole(Whole),
-    /// The client's body, streamed with backpressure.
-    Stream(ClientBody),
-}
-
-/// A body read whole, on its way to one endpoint.
-pub(crate) struct Whole {
-    data: Option<Bytes>,
-    trailers: Option<Box<http::HeaderMap>>,
-    bytes: Counter,
-}
-
-/// The client's body on its way to one endpoint (see the module doc).
-pub(crate) struct ClientBody {
-    inner: Option<Incoming>,
-    back: Option<oneshot::Sender<Incoming>>,
-    streamed: bool,
-    progress: Arc<Progress>,
-    bytes: Counter,
-}
-
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let b = match self.get_mut() {
-            UpBody::Empty => return Poll::Ready(None),
-            UpBody::Whole(w) => {
-                if let Some(data) = w.data.take() {
-                    w.bytes.increment(data.len() as u64);
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                return Poll::Ready(w.trailers.take().map(|t| Ok(Frame::trailers(*t))));
-            }
-            UpBody::Stream(b) => b,
-        };
-        let Some(inner) = b.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let polled = Pin::new(&mut *inner).poll_frame(cx);
-        b.progress
-            .awaiting_client
-            .store(polled.is_pending(), Ordering::Relaxed);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                b.streamed = true;
-                if let Some(data) = frame.data_ref() {
-                    b.bytes.increment(data.len() as u64);
-                    b.progress.moved_now();
-                }
-                // hyper stops polling a body with a Content-Length once it has that many bytes,
-                // so the final `None` may never come: the upload is over when the body says so.
-                if inner.is_end_stream() {
-                    b.progress.done.store(true, Ordering::Release);
-                }
-            }
-            Poll::Ready(None) => b.progress.done.store(true, Ordering::Release),
-            Poll::Ready(Some(Err(_))) => {
-                b.streamed = true;
-                b.progress.client_broke.store(true, Ordering::Release);
-            }
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpBody::Empty => true,
-            UpBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
-            UpBody::Stream(b) => b.inner.as_ref().is_none_or(Body::is_end_stream),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpBody::Empty => SizeHint::with_exact(0),
-            // With trailers, no exact size: hyper then sends it chunked, trailers after.
-            UpBody::Whole(w) if w.trailers.is_some() => SizeHint::default(),
-            UpBody::Whole(w) => SizeHint::with_exact(w.data.as_ref().map_or(0, |d| d.len() as u64)),
-            UpBody::Stream(b) => b.inner.as_ref().map(Body::size_hint).unwrap_or_default(),
-        }
-    }
-}
-
-impl Drop for ClientBody {
-    fn drop(&mut self) {
-        if !self.streamed
-            && let (Some(inner), Some(back)) = (self.inner.take(), self.back.take())
-        {
-            // Untouched: give it back for a retry (ignored when nobody waits any more).
-            let _ = back.send(inner);
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------- upgrades
-
-/// Relays an upgraded client connection and its endpoint connection both ways (half-close
-/// honoured) until both sides are done or nothing has moved for `idle`. `pooled` (the endpoint
-/// connection that answered `101`) is kept until hyper has handed it over; `pick` until the
-/// end. `bytes` counts what the client sent and what the endpoint sent.
-pub(crate) async fn tunnel(
-    client: OnUpgrade,
-    upstream: OnUpgrade,
-    pooled: Option<Pooled>,
-    pick: Pick,
-    idle: Duration,
-    bytes: [Counter; 2],
-) {
-    let (client, upstream) = tokio::join!(client, upstream);
-    drop(pooled);
-    let (client, upstream) = match (client, upstream) {
-        (Ok(c), Ok(u)) => (c, u),
-        (c, u) => {
-            tracing::debug!(client = ?c.err(), endpoint = ?u.err(), "upgrade failed");
-            return;
-        }
-    };
-    let [up, down] = bytes;
-    let mut client = Moving::new(TokioIo::new(client), Some(up));
-    let mut upstream = Moving::new(TokioIo::new(upstream), Some(down));
-    upstream.moves = Arc::clone(&client.moves);
-    let moves = Arc::clone(&client.moves);
-    let relay = tokio::io::copy_bidirectional(&mut client, &mut upstream);
-    tokio::select! {
-        r = relay => match r {
-            Ok((sent, received)) => tracing::debug!(sent, received, endpoint = %pick.address(), "tunnel closed"),
-            Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
-        },
-        () = quiet(&moves, idle, None) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
-    }
-}
-
-// ------------------------------------------------------------------------------- response body
-
-/// The body of a response to the client.
-// The relayed variant is the common one (every proxied response): boxing it would cost an
-// allocation per request to save moving a few hundred bytes once.
-#[allow(clippy::large_enum_variant)]
-pub enum DownBody {
-    /// gtd's own answer (404, 502, 503, 504), sent in one frame.
-    Own(Option<Bytes>),
-    /// The endpoint's body, streamed.
-    Relayed(Relayed),
-}
-
-/// An endpoint's response body on its way to the client (see the module doc).
-pub struct Relayed {
-    inner: EndpointBody,
-    pick: Option<Pick>,
-    conn: Option<Pooled>,
-    started: Instant,
-    bytes: Counter,
-}
-
-impl Relayed {
-    /// Wraps `inner`; `started` is when the attempt's request was sent.
-    pub(crate) fn new(
-        inner: EndpointBody,
-        conn: Option<Pooled>,
-        pick: Pick,
-        started: Instant,
-        bytes: Counter,
-    ) -> Relayed {
-        Relayed {
-            inner,
-            pick: Some(pick),
-            conn,
-            started,
-            bytes,
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            conn.release();
-        }
-        if let Some(pick) = self.pick.take()
-            && pick.measures(Measure::LastByte)
-        {
-            pick.record_timing(Measure::LastByte, self.started.elapsed());
-        }
-    }
-}
-
-impl Drop for Relayed {
-    fn drop(&mut self) {
-        if self.inner.is_end_stream() {
-            self.finish();
-        }
-    }
-}
-
-impl DownBody {
-    /// gtd's own short answer.
-    pub(crate) fn own(text: &'static str) -> DownBody {
-        DownBody::Own(Some(Bytes::from_static(text.as_bytes())))
-    }
-}
-
-/// An endpoint's response body, from hyper's client connection or gtd's own client.
-pub enum EndpointBody {
-    /// Through hyper (requests with a body, TLS endpoints, upgrades).
-    Hyper(Incoming),
-    /// Through [`super::client`].
-    Raw(RawBody),
-}
-
-impl Body for EndpointBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            // gtd's own client drops what a trailer may not carry as it reads; hyper's keeps it.
-            EndpointBody::Hyper(b) => match Pin::new(b).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    Poll::Ready(Some(Ok(match frame.into_trailers() {
-                        Ok(fields) => Frame::trailers(h1::trailing(fields)),
-                        Err(frame) => frame,
-                    })))
-                }
-                polled => polled.map_err(Into::into),
-            },
-            EndpointBody::Raw(b) => Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            EndpointBody::Hyper(b) => b.is_end_stream(),
-            EndpointBody::Raw(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            EndpointBody::Hyper(b) => b.size_hint(),
-            EndpointBody::Raw(b) => b.size_hint(),
-        }
-    }
-}
-
-impl Body for DownBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            DownBody::Own(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            DownBody::Relayed(r) => {
-                let polled = Pin::new(&mut r.inner).poll_frame(cx);
-                match &polled {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let Some(data) = frame.data_ref() {
-                            r.bytes.increment(data.len() as u64);
-                        }
-                        // Trailers are the last frame, though hyper's chunked body does not say
-                        // it has ended until it is polled once more (and its servers stop
-                        // polling after them).
-                        if frame.is_trailers() || r.inner.is_end_stream() {
-                            r.finish();
-                        }
-                    }
-                    Poll::Ready(None) => r.finish(),
-                    // A broken upstream body: the client sees the stream cut; the pick is
-                    // released without a timing.
-                    Poll::Ready(Some(Err(_))) => {
-                        r.pick = None;
-                        r.conn = None;
-                    }
-                    Poll::Pending => {}
-                }
-                polled
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            DownBody::Own(data) => data.is_none(),
-            DownBody::Relayed(r) => r.inner.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            DownBody::Own(data) => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-            DownBody::Relayed(r) => r.inner.size_hint(),
         }
     }
 }

@@ -1,0 +1,111 @@
+//! gtd's own answers to HTTP clients, in one place (as sozu keeps its `answers`): the status,
+//! the short text body and the counter each one is counted in (`gtd_requests_total` with empty
+//! group and endpoint labels).
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use metrics::Counter;
+
+use super::HttpState;
+use super::bodies::DownBody;
+use super::upstream::Failure;
+use crate::node::snapshot::ListenerState;
+use crate::node::telemetry::{self as m, Registry};
+
+/// `gtd_requests_total` handles for classes 1xx..5xx with these (listener, group, endpoint).
+pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter; 5] {
+    ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
+        registry.counter(
+            &m::REQUESTS_TOTAL,
+            &[labels[0], labels[1], labels[2], class],
+        )
+    })
+}
+
+pub(super) fn class(status: StatusCode) -> usize {
+    usize::from(status.as_u16() / 100).clamp(1, 5) - 1
+}
+
+pub(super) fn bare(status: StatusCode, text: &'static str) -> Response<DownBody> {
+    let mut r = Response::new(DownBody::own(text));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The answer to a plaintext HTTP request on an HTTPS listener.
+pub(super) const PLAIN_TO_HTTPS: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Content-Length: 60\r\nConnection: close\r\n\r\n\
+this port speaks HTTPS: the plain HTTP request was not read\n";
+
+pub(super) fn own(http: &HttpState, status: StatusCode, text: &'static str) -> Response<DownBody> {
+    http.own[class(status)].increment(1);
+    bare(status, text)
+}
+
+/// What the last failed attempt left.
+pub(super) enum Last {
+    /// No attempt was made: no group could take the request.
+    Nothing,
+    /// The last attempt failed so.
+    Failed(Failure),
+}
+
+/// gtd's own answer when no attempt gave one to pass on.
+pub(super) fn failed(http: &HttpState, l: &ListenerState, last: Last) -> Response<DownBody> {
+    match last {
+        Last::Nothing => {
+            l.metrics.no_route.increment(1);
+            own(
+                http,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no healthy endpoint can take this request\n",
+            )
+        }
+        Last::Failed(Failure::Timeout) => own(
+            http,
+            StatusCode::GATEWAY_TIMEOUT,
+            "the endpoint did not answer in time\n",
+        ),
+        Last::Failed(Failure::Exhausted) => own(
+            http,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this node cannot open a connection now\n",
+        ),
+        // Most likely nobody reads this one. The connection closes after either (the rest of
+        // the body will not be read): the answer says so.
+        Last::Failed(Failure::ClientGone) => closing(own(
+            http,
+            StatusCode::BAD_REQUEST,
+            "the request body broke off\n",
+        )),
+        Last::Failed(Failure::ClientStalled) => closing(own(
+            http,
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body stopped coming\n",
+        )),
+        Last::Failed(Failure::BadResponse) => own(
+            http,
+            StatusCode::BAD_GATEWAY,
+            "the endpoint's response head was invalid or too large\n",
+        ),
+        Last::Failed(_) => own(
+            http,
+            StatusCode::BAD_GATEWAY,
+            "no endpoint could be reached\n",
+        ),
+    }
+}
+
+/// `response` with `Connection: close` (hyper leaves it out of HTTP/2 answers).
+pub(super) fn closing(mut response: Response<DownBody>) -> Response<DownBody> {
+    static CLOSE: HeaderValue = HeaderValue::from_static("close");
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, CLOSE.clone());
+    response
+}

@@ -1,0 +1,525 @@
+//! The bodies that stream through gtd in both directions, and upgraded connections:
+//!
+//! - [`RequestBody`]: the client's request body on its way to an endpoint — a small one read
+//!   whole first (so a retry can send it again), a larger one streamed as `ClientBody`, which
+//!   remembers whether a frame was ever handed on; if the attempt fails before that, dropping it
+//!   gives the untouched body back (through a oneshot) so a retry can send it again. A body of
+//!   which any byte left is never replayed. [`Progress`] tells the upstream whether the client
+//!   or the endpoint is the slow one.
+//! - `tunnel`: an upgraded (`101`) client connection and its endpoint connection, relayed.
+//! - [`DownBody`]: the response towards the client: either gtd's own short answer or the
+//!   endpoint's body, which holds the attempt's [`Pick`] (so `least_conn` counts the request
+//!   until its response ends) and reports `least_time`'s `last_byte` timing when it ends.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use metrics::Counter;
+
+use tokio::sync::oneshot;
+
+use crate::balance::Pick;
+use crate::config::Measure;
+
+use super::client::{BoxError, RawBody};
+use super::h1;
+use crate::node::timers::{Moving, origin, quiet};
+
+use super::upstream::{Failure, Pooled};
+
+// ------------------------------------------------------------------------------- request body
+
+/// How far a request body got: shared between the body on its way up and the attempt waiting
+/// for the response (to tell a slow upload from a silent endpoint).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// When the last piece went up: nanoseconds since [`origin`], plus one (0: none yet).
+    moved_at: AtomicU64,
+    done: AtomicBool,
+    /// The last read of the client's body found nothing yet (as opposed to the endpoint not
+    /// taking what was read).
+    awaiting_client: AtomicBool,
+    /// Reading the client's body failed: the client went away or broke the framing.
+    client_broke: AtomicBool,
+}
+
+impl Progress {
+    /// When the last piece of the body went up, if one did.
+    pub(crate) fn moved_at(&self) -> Option<Instant> {
+        let nanos = self.moved_at.load(Ordering::Acquire).checked_sub(1)?;
+        Some(origin() + Duration::from_nanos(nanos))
+    }
+
+    fn moved_now(&self) {
+        let nanos = u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.moved_at.store(nanos + 1, Ordering::Release);
+    }
+
+    pub(crate) fn awaiting_client(&self) -> bool {
+        !self.done.load(Ordering::Acquire) && self.awaiting_client.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn client_broke(&self) -> bool {
+        self.client_broke.load(Ordering::Acquire)
+    }
+}
+
+/// A request body of known size up to this many bytes is read whole before the first attempt,
+/// so that a retry can send it again (as nginx buffers bodies in its `client_body_buffer_size`,
+/// 16 KiB on 64-bit platforms); a larger or unsized one streams and is never replayed.
+pub(crate) const WHOLE_BODY: u64 = 16 * 1024;
+
+/// The client's request body, held between attempts. Requests without a body (most) cost
+/// nothing here; a small body costs one buffer, a streamed one its progress cell and one
+/// oneshot per attempt.
+pub(crate) enum RequestBody {
+    /// No body at all: every attempt sends an empty one.
+    Empty,
+    /// A small body, read whole (and its trailer fields): every attempt sends it.
+    Whole(Bytes, Option<Box<http::HeaderMap>>),
+    /// A body not yet handed on (a retry may still send it).
+    Ready(Incoming, Arc<Progress>),
+    /// Handed to an attempt, and not given back: it may be partly sent; never replayed.
+    Gone(Arc<Progress>),
+}
+
+impl RequestBody {
+    /// The body as received: `Empty` when it ends before it starts.
+    pub(crate) fn new(body: Incoming) -> RequestBody {
+        if body.is_end_stream() {
+            RequestBody::Empty
+        } else {
+            RequestBody::Ready(body, Arc::default())
+        }
+    }
+
+    /// True for a body to read whole before the first attempt ([`Self::read_whole`]): of known
+    /// size, at most [`WHOLE_BODY`].
+    pub(crate) fn small(&self) -> bool {
+        matches!(self, RequestBody::Ready(body, _)
+            if body.size_hint().exact().is_some_and(|n| n <= WHOLE_BODY))
+    }
+
+    /// Reads a [`Self::small`] body whole, the client leaving at most `silence` between two
+    /// pieces; fails with the client's failure.
+    pub(crate) async fn read_whole(&mut self, silence: Duration) -> Result<(), Failure> {
+        let RequestBody::Ready(body, _) = self else {
+            return Ok(());
+        };
+        let size = body.size_hint().lower().min(WHOLE_BODY);
+        let mut data = bytes::BytesMut::with_capacity(size as usize);
+        let mut trailers = None;
+        loop {
+            match tokio::time::timeout(silence, body.frame()).await {
+                Err(_) => return Err(Failure::ClientStalled),
+                Ok(Some(Err(_))) => return Err(Failure::ClientGone),
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(piece) => data.extend_from_slice(&piece),
+                    // Only what a trailer may carry: the names are declared towards the endpoint.
+                    Err(frame) => {
+                        trailers = frame
+                            .into_trailers()
+                            .ok()
+                            .map(|t| Box::new(h1::trailing(t)))
+                    }
+                },
+            }
+        }
+        *self = RequestBody::Whole(data.freeze(), trailers);
+        Ok(())
+    }
+
+    /// True when another attempt can send the body (there is none, or it is untouched).
+    pub(crate) fn replayable(&self) -> bool {
+        !matches!(self, RequestBody::Gone(_))
+    }
+
+    /// How far the body got, once an attempt streams it (for `upstream_timeout`).
+    pub(crate) fn progress(&self) -> Option<&Progress> {
+        match self {
+            RequestBody::Gone(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The names of a whole body's trailer fields, as a `Trailer` header declares them (hyper's
+    /// client sends only declared ones, after a chunked body).
+    pub(crate) fn trailer_names(&self) -> Option<http::HeaderValue> {
+        let RequestBody::Whole(_, Some(fields)) = self else {
+            return None;
+        };
+        let mut names = String::new();
+        for name in fields.keys() {
+            if !names.is_empty() {
+                names.push_str(", ");
+            }
+            names.push_str(name.as_str());
+        }
+        http::HeaderValue::from_str(&names).ok()
+    }
+
+    /// The body for one attempt, and the way back for it if the attempt does not touch it.
+    pub(crate) fn take(
+        &mut self,
+        bytes: &Counter,
+    ) -> (UpBody, Option<oneshot::Receiver<Incoming>>) {
+        if let RequestBody::Whole(data, trailers) = self {
+            let whole = Whole {
+                data: Some(data.clone()),
+                trailers: trailers.clone(),
+                bytes: bytes.clone(),
+            };
+            return (UpBody::Whole(whole), None);
+        }
+        match std::mem::replace(self, RequestBody::Empty) {
+            RequestBody::Ready(inner, progress) => {
+                *self = RequestBody::Gone(Arc::clone(&progress));
+                let (tx, rx) = oneshot::channel();
+                let body = ClientBody {
+                    inner: Some(inner),
+                    back: Some(tx),
+                    streamed: false,
+                    progress,
+                    bytes: bytes.clone(),
+                };
+                (UpBody::Stream(body), Some(rx))
+            }
+            // Nothing to send, or nothing that may be sent again.
+            other => {
+                *self = other;
+                (UpBody::Empty, None)
+            }
+        }
+    }
+
+    /// After an attempt: takes the body back if the attempt dropped it untouched.
+    pub(crate) fn recover(&mut self, back: Option<oneshot::Receiver<Incoming>>) {
+        if let RequestBody::Gone(progress) = self
+            && let Some(mut rx) = back
+            && let Ok(body) = rx.try_recv()
+        {
+            let progress = Arc::clone(progress);
+            *self = RequestBody::Ready(body, progress);
+        }
+    }
+}
+
+/// What goes to the endpoint as the request body.
+pub(crate) enum UpBody {
+    /// Nothing.
+    Empty,
+    /// The client's small body, read whole: one frame, and its trailers.
+    Whole(Whole),
+    /// The client's body, streamed with backpressure.
+    Stream(ClientBody),
+}
+
+/// A body read whole, on its way to one endpoint.
+pub(crate) struct Whole {
+    data: Option<Bytes>,
+    trailers: Option<Box<http::HeaderMap>>,
+    bytes: Counter,
+}
+
+/// The client's body on its way to one endpoint (see the module doc).
+pub(crate) struct ClientBody {
+    inner: Option<Incoming>,
+    back: Option<oneshot::Sender<Incoming>>,
+    streamed: bool,
+    progress: Arc<Progress>,
+    bytes: Counter,
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let b = match self.get_mut() {
+            UpBody::Empty => return Poll::Ready(None),
+            UpBody::Whole(w) => {
+                if let Some(data) = w.data.take() {
+                    w.bytes.increment(data.len() as u64);
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                return Poll::Ready(w.trailers.take().map(|t| Ok(Frame::trailers(*t))));
+            }
+            UpBody::Stream(b) => b,
+        };
+        let Some(inner) = b.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(&mut *inner).poll_frame(cx);
+        b.progress
+            .awaiting_client
+            .store(polled.is_pending(), Ordering::Relaxed);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                b.streamed = true;
+                if let Some(data) = frame.data_ref() {
+                    b.bytes.increment(data.len() as u64);
+                    b.progress.moved_now();
+                }
+                // hyper stops polling a body with a Content-Length once it has that many bytes,
+                // so the final `None` may never come: the upload is over when the body says so.
+                if inner.is_end_stream() {
+                    b.progress.done.store(true, Ordering::Release);
+                }
+            }
+            Poll::Ready(None) => b.progress.done.store(true, Ordering::Release),
+            Poll::Ready(Some(Err(_))) => {
+                b.streamed = true;
+                b.progress.client_broke.store(true, Ordering::Release);
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpBody::Empty => true,
+            UpBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
+            UpBody::Stream(b) => b.inner.as_ref().is_none_or(Body::is_end_stream),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpBody::Empty => SizeHint::with_exact(0),
+            // With trailers, no exact size: hyper then sends it chunked, trailers after.
+            UpBody::Whole(w) if w.trailers.is_some() => SizeHint::default(),
+            UpBody::Whole(w) => SizeHint::with_exact(w.data.as_ref().map_or(0, |d| d.len() as u64)),
+            UpBody::Stream(b) => b.inner.as_ref().map(Body::size_hint).unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if !self.streamed
+            && let (Some(inner), Some(back)) = (self.inner.take(), self.back.take())
+        {
+            // Untouched: give it back for a retry (ignored when nobody waits any more).
+            let _ = back.send(inner);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- upgrades
+
+/// Relays an upgraded client connection and its endpoint connection both ways (half-close
+/// honoured) until both sides are done or nothing has moved for `idle`. `pooled` (the endpoint
+/// connection that answered `101`) is kept until hyper has handed it over; `pick` until the
+/// end. `bytes` counts what the client sent and what the endpoint sent.
+pub(crate) async fn tunnel(
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    pooled: Option<Pooled>,
+    pick: Pick,
+    idle: Duration,
+    bytes: [Counter; 2],
+) {
+    let (client, upstream) = tokio::join!(client, upstream);
+    drop(pooled);
+    let (client, upstream) = match (client, upstream) {
+        (Ok(c), Ok(u)) => (c, u),
+        (c, u) => {
+            tracing::debug!(client = ?c.err(), endpoint = ?u.err(), "upgrade failed");
+            return;
+        }
+    };
+    let [up, down] = bytes;
+    let mut client = Moving::new(TokioIo::new(client), Some(up));
+    let mut upstream = Moving::new(TokioIo::new(upstream), Some(down));
+    upstream.moves = Arc::clone(&client.moves);
+    let moves = Arc::clone(&client.moves);
+    let relay = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    tokio::select! {
+        r = relay => match r {
+            Ok((sent, received)) => tracing::debug!(sent, received, endpoint = %pick.address(), "tunnel closed"),
+            Err(e) => tracing::debug!(error = %e, endpoint = %pick.address(), "tunnel ended with an error"),
+        },
+        () = quiet(&moves, idle, None) => tracing::debug!(endpoint = %pick.address(), "tunnel idle; closed"),
+    }
+}
+
+// ------------------------------------------------------------------------------- response body
+
+/// The body of a response to the client.
+// The relayed variant is the common one (every proxied response): boxing it would cost an
+// allocation per request to save moving a few hundred bytes once.
+#[allow(clippy::large_enum_variant)]
+pub enum DownBody {
+    /// gtd's own answer (404, 502, 503, 504), sent in one frame.
+    Own(Option<Bytes>),
+    /// The endpoint's body, streamed.
+    Relayed(Relayed),
+}
+
+/// An endpoint's response body on its way to the client (see the module doc).
+pub struct Relayed {
+    inner: EndpointBody,
+    pick: Option<Pick>,
+    conn: Option<Pooled>,
+    started: Instant,
+    bytes: Counter,
+}
+
+impl Relayed {
+    /// Wraps `inner`; `started` is when the attempt's request was sent.
+    pub(crate) fn new(
+        inner: EndpointBody,
+        conn: Option<Pooled>,
+        pick: Pick,
+        started: Instant,
+        bytes: Counter,
+    ) -> Relayed {
+        Relayed {
+            inner,
+            pick: Some(pick),
+            conn,
+            started,
+            bytes,
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.release();
+        }
+        if let Some(pick) = self.pick.take()
+            && pick.measures(Measure::LastByte)
+        {
+            pick.record_timing(Measure::LastByte, self.started.elapsed());
+        }
+    }
+}
+
+impl Drop for Relayed {
+    fn drop(&mut self) {
+        if self.inner.is_end_stream() {
+            self.finish();
+        }
+    }
+}
+
+impl DownBody {
+    /// gtd's own short answer.
+    pub(crate) fn own(text: &'static str) -> DownBody {
+        DownBody::Own(Some(Bytes::from_static(text.as_bytes())))
+    }
+}
+
+/// An endpoint's response body, from hyper's client connection or gtd's own client.
+pub enum EndpointBody {
+    /// Through hyper (requests with a body, TLS endpoints, upgrades).
+    Hyper(Incoming),
+    /// Through [`super::client`].
+    Raw(RawBody),
+}
+
+impl Body for EndpointBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            // gtd's own client drops what a trailer may not carry as it reads; hyper's keeps it.
+            EndpointBody::Hyper(b) => match Pin::new(b).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    Poll::Ready(Some(Ok(match frame.into_trailers() {
+                        Ok(fields) => Frame::trailers(h1::trailing(fields)),
+                        Err(frame) => frame,
+                    })))
+                }
+                polled => polled.map_err(Into::into),
+            },
+            EndpointBody::Raw(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            EndpointBody::Hyper(b) => b.is_end_stream(),
+            EndpointBody::Raw(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            EndpointBody::Hyper(b) => b.size_hint(),
+            EndpointBody::Raw(b) => b.size_hint(),
+        }
+    }
+}
+
+impl Body for DownBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            DownBody::Own(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            DownBody::Relayed(r) => {
+                let polled = Pin::new(&mut r.inner).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            r.bytes.increment(data.len() as u64);
+                        }
+                        // Trailers are the last frame, though hyper's chunked body does not say
+                        // it has ended until it is polled once more (and its servers stop
+                        // polling after them).
+                        if frame.is_trailers() || r.inner.is_end_stream() {
+                            r.finish();
+                        }
+                    }
+                    Poll::Ready(None) => r.finish(),
+                    // A broken upstream body: the client sees the stream cut; the pick is
+                    // released without a timing.
+                    Poll::Ready(Some(Err(_))) => {
+                        r.pick = None;
+                        r.conn = None;
+                    }
+                    Poll::Pending => {}
+                }
+                polled
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            DownBody::Own(data) => data.is_none(),
+            DownBody::Relayed(r) => r.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            DownBody::Own(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            DownBody::Relayed(r) => r.inner.size_hint(),
+        }
+    }
+}

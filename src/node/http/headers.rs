@@ -1,0 +1,323 @@
+//! The header rules of HTTP listeners: what is refused (400), which headers are hop-by-hop and
+//! removed both ways, what gtd sets towards the endpoint (`X-Forwarded-For/-Proto/-Host`, Host
+//! from the authority, `TE: trailers`), and which requests ask for an upgrade.
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri, Version};
+
+use super::h1;
+
+/// The `Upgrade` value of an HTTP/1.1 request that asks to switch protocols (`Connection:
+/// upgrade`), if it does. `h2c` (`curl --http2` on cleartext) is not one: switching the whole
+/// connection to one endpoint would end per-request decisions on it, so the request goes on as
+/// HTTP/1.1 (as when gtd answers it itself: hyper does not offer h2c upgrades).
+pub(super) fn wants_upgrade(parts: &http::request::Parts) -> Option<HeaderValue> {
+    if parts.version != Version::HTTP_11 {
+        return None;
+    }
+    let proto = parts.headers.get(header::UPGRADE)?;
+    let h2c = proto.to_str().map_or(true, |p| {
+        p.split(',').any(|p| p.trim().eq_ignore_ascii_case("h2c"))
+    });
+    if h2c {
+        return None;
+    }
+    parts
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+        .then(|| proto.clone())
+}
+
+pub(super) static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
+static XFP_HTTP: HeaderValue = HeaderValue::from_static("http");
+static XFP_HTTPS: HeaderValue = HeaderValue::from_static("https");
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Rewrites the client's headers for the endpoint (see the module doc); false when the request
+/// names no host (HTTP/1.0 allows that).
+pub(super) fn forward_headers(
+    headers: &mut HeaderMap,
+    uri: &Uri,
+    version: Version,
+    xff: &HeaderValue,
+    https: bool,
+) -> bool {
+    if strip_hop_by_hop(headers) {
+        headers.insert(header::TE, TE_TRAILERS.clone());
+        headers.insert(header::CONNECTION, CONNECTION_TE.clone());
+    }
+    headers.remove(header::EXPECT);
+    // HTTP/1.1 endpoints get the request target's authority as Host.
+    let host = match authority(uri).and_then(|a| HeaderValue::from_str(a).ok()) {
+        Some(h) => {
+            headers.insert(header::HOST, h.clone());
+            Some(h)
+        }
+        None => headers.get(header::HOST).cloned(),
+    };
+    // X-Forwarded-For: what came in, then the client's address, on one line.
+    match headers.entry(X_FORWARDED_FOR) {
+        header::Entry::Vacant(e) => {
+            e.insert(xff.clone());
+        }
+        header::Entry::Occupied(mut e) => {
+            let came = e.iter().filter(|v| v.to_str().is_ok());
+            if let Some(v) = joined(came.chain([xff]), b", ") {
+                e.insert(v);
+            }
+        }
+    }
+    // HTTP/2 clients may send cookies as several fields; an HTTP/1.1 endpoint gets one, joined
+    // with "; " (RFC 9113 8.2.3), as nginx, HAProxy and Envoy pass them.
+    if version == Version::HTTP_2
+        && headers.get_all(header::COOKIE).iter().nth(1).is_some()
+        && let Some(v) = joined(headers.get_all(header::COOKIE).iter(), b"; ")
+    {
+        headers.insert(header::COOKIE, v);
+    }
+    headers.insert(
+        X_FORWARDED_PROTO,
+        if https {
+            XFP_HTTPS.clone()
+        } else {
+            XFP_HTTP.clone()
+        },
+    );
+    match host {
+        Some(h) => {
+            headers.insert(X_FORWARDED_HOST, h);
+            true
+        }
+        None => {
+            headers.remove(X_FORWARDED_HOST);
+            false
+        }
+    }
+}
+
+/// The answer to a request gtd does not proxy, if it is one:
+/// - more than one Host field, or none in an HTTP/1.1 request whose target does not name one
+///   (RFC 9112 section 3.2: 400, as nginx and HAProxy answer; routes and the endpoint would
+///   otherwise see different hosts);
+/// - the asterisk target with a method other than OPTIONS (RFC 9112 section 3.2.4);
+/// - more than 100 header fields (431): hyper holds HTTP/1.1 heads to that, as HAProxy and
+///   Envoy do, and HTTP/2 gets the same here, its cookie fields (browsers send one per cookie)
+///   counted as the one field they become.
+pub(super) fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'static str)> {
+    let bad = |why| Some((StatusCode::BAD_REQUEST, why));
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => return bad("more than one Host header\n"),
+        (None, _) if parts.version == Version::HTTP_11 && authority(&parts.uri).is_none() => {
+            return bad("no Host header\n");
+        }
+        _ => {}
+    }
+    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
+        return bad("the target * is for OPTIONS only\n");
+    }
+    let headers = &parts.headers;
+    if headers.len() > h1::MAX_HEADERS {
+        let cookies = headers.get_all(header::COOKIE).iter().count();
+        if headers.len() - cookies.saturating_sub(1) > h1::MAX_HEADERS {
+            let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+            return Some((status, "more than 100 header fields\n"));
+        }
+    }
+    None
+}
+
+/// The host (and port) the request target names: HTTP/2's :authority, or the host of an
+/// absolute-form HTTP/1.1 target. It wins over a Host header (RFC 9113 8.3.1, RFC 9112 3.2.2),
+/// for routes as for the endpoint. Without userinfo, which clients should not send.
+pub(super) fn authority(uri: &Uri) -> Option<&str> {
+    let a = uri.authority()?.as_str();
+    Some(a.rsplit_once('@').map_or(a, |(_, host)| host))
+}
+
+/// The values, in order, as one value with `separator` between them.
+fn joined<'a>(
+    values: impl Iterator<Item = &'a HeaderValue>,
+    separator: &[u8],
+) -> Option<HeaderValue> {
+    let mut out = Vec::new();
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            out.extend_from_slice(separator);
+        }
+        out.extend_from_slice(v.as_bytes());
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(out)).ok()
+}
+
+/// True for the fixed hop-by-hop headers (Proxy-* and `Proxy` itself included: httpoxy).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TE
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str().starts_with("proxy")
+}
+
+/// Removes hop-by-hop headers: those Connection names, then the fixed list. One pass over the
+/// names and nothing else when there is none (most requests). True when a `TE` among them
+/// listed `trailers` (the sender accepts trailer fields).
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
+    let mut found = headers.keys().filter(|k| is_hop_by_hop(k));
+    match (found.next(), found.next()) {
+        (None, _) => return false,
+        // `TE` alone (HTTP/2 clients that take trailers: gRPC's): nothing else to look for.
+        (Some(k), None) if k == header::TE => {
+            let trailers = headers.get_all(header::TE).iter().any(lists_trailers);
+            headers.remove(header::TE);
+            return trailers;
+        }
+        // `Connection: keep-alive` alone (most responses): likewise.
+        (Some(k), None) if k == header::CONNECTION => {
+            let mut values = headers.get_all(header::CONNECTION).iter();
+            if let (Some(v), None) = (values.next(), values.next())
+                && v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+            {
+                headers.remove(header::CONNECTION);
+                return false;
+            }
+        }
+        _ => {}
+    }
+    let trailers = headers.get_all(header::TE).iter().any(lists_trailers);
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .cloned()
+            .collect();
+        for v in &listed {
+            for token in v.to_str().unwrap_or("").split(',') {
+                let token = token.trim();
+                // keep-alive is in the fixed list, removed below.
+                if !token.is_empty() && !token.eq_ignore_ascii_case("keep-alive") {
+                    headers.remove(token);
+                }
+            }
+        }
+    }
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| is_hop_by_hop(k))
+        .cloned()
+        .collect();
+    for n in names {
+        headers.remove(n);
+    }
+    trailers
+}
+
+/// True when a `TE` value lists `trailers`.
+fn lists_trailers(te: &HeaderValue) -> bool {
+    te.to_str().unwrap_or("").split(',').any(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
+    })
+}
+
+/// What is left of a client's `TE` on the way to the endpoint: gtd forwards trailer fields, so
+/// it may say it accepts them (RFC 9110 section 10.1.4, which also asks for `Connection: te`);
+/// transfer codings are the hop's own.
+static TE_TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+static CONNECTION_TE: HeaderValue = HeaderValue::from_static("te");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::try_from(*k).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "x-other, TE"),
+            ("x-secret", "1"),
+            ("x-other", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy", "http://evil"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-kept", "yes"),
+            ("cookie", "a=b"),
+            // It names end-to-end fields (RFC 9110 section 6.6.2); hyper sends the trailer
+            // fields it names, and only those.
+            ("trailer", "x-sum"),
+        ]);
+        assert!(strip_hop_by_hop(&mut h), "TE listed trailers");
+        let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cookie", "trailer", "x-kept"]);
+        let mut h = map(&[("te", "gzip;q=0.5"), ("te", "Trailers;q=1, deflate")]);
+        assert!(strip_hop_by_hop(&mut h) && h.is_empty());
+        // Alone (an HTTP/2 client's `te: trailers`), or without trailers.
+        let mut h = map(&[("te", "trailers"), ("x-a", "1")]);
+        assert!(strip_hop_by_hop(&mut h) && h.len() == 1);
+        let mut h = map(&[("te", "gzip, deflate")]);
+        assert!(!strip_hop_by_hop(&mut h) && h.is_empty());
+
+        // The common response: `Connection: keep-alive` alone.
+        let mut h = map(&[("connection", "Keep-Alive"), ("content-length", "3")]);
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-length"]);
+        let mut h = map(&[("connection", "x-a"), ("x-a", "1"), ("x-b", "1")]);
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-b"]);
+    }
+
+    #[test]
+    fn forwarded_headers_are_set_and_appended() {
+        let uri: Uri = "/p".parse().unwrap();
+        let xff = HeaderValue::from_static("192.0.2.7");
+        let mut h = map(&[
+            ("host", "example.com:8080"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+            ("x-forwarded-proto", "http"),
+            ("expect", "100-continue"),
+        ]);
+        forward_headers(&mut h, &uri, Version::HTTP_11, &xff, true);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "example.com:8080");
+        assert!(!h.contains_key("expect"));
+
+        // HTTP/2: no Host header, the authority becomes Host.
+        let uri: Uri = "https://h2.example.com/p".parse().unwrap();
+        let mut h = HeaderMap::new();
+        forward_headers(&mut h, &uri, Version::HTTP_2, &xff, true);
+        assert_eq!(h["host"], "h2.example.com");
+        assert_eq!(h["x-forwarded-host"], "h2.example.com");
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+    }
+}

@@ -1,0 +1,178 @@
+//! Idle keep-alive connections to a group's endpoints, one pool type for both HTTP clients
+//! (hyper's connections and gtd's own, [`super::client`]): up to `keepalive` idle connections
+//! per endpoint, last in first out (the most recently used is the likeliest still open), each
+//! closed once idle for `idle_timeout` — when next looked at, or by [`KeepAlive::sweep`],
+//! which the node calls every second. The request path takes one short, uncontended lock per
+//! endpoint and hashes nothing.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Milliseconds since `base`, plus one: never 0, never `u64::MAX` (values a connection's
+/// clock may keep for "in use").
+pub(crate) fn stamp(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX - 2) + 1
+}
+
+/// A connection that may go back to the pool.
+pub(crate) trait Reusable {
+    /// Whether it can carry another request (not closed, nothing unread on it).
+    fn reusable(&self) -> bool;
+}
+
+/// An idle connection and when it went idle ([`stamp`]).
+type Parked<C> = (C, u64);
+
+/// Idle connections per endpoint (config order).
+pub(crate) struct KeepAlive<C> {
+    /// Each endpoint's idle connections, with when each went idle ([`Self::stamp`]); the most
+    /// recent last.
+    slots: Box<[Mutex<Vec<Parked<C>>>]>,
+    keepalive: usize,
+    base: Instant,
+    idle_ms: u64,
+}
+
+impl<C: Reusable> KeepAlive<C> {
+    /// A pool for `endpoints` endpoints keeping up to `keepalive` idle connections each for
+    /// `idle` at most.
+    pub(crate) fn new(endpoints: usize, keepalive: usize, idle: Duration) -> KeepAlive<C> {
+        KeepAlive {
+            slots: (0..endpoints).map(|_| Mutex::default()).collect(),
+            keepalive,
+            base: Instant::now(),
+            idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Milliseconds since the pool was made, plus one: never 0 ([`stamp`]).
+    pub(crate) fn stamp(&self) -> u64 {
+        stamp(self.base)
+    }
+
+    /// When the pool was made (what [`Self::stamp`] counts from).
+    pub(crate) fn base(&self) -> Instant {
+        self.base
+    }
+
+    /// The most recently idle connection to endpoint `index` that can still be used; those
+    /// idle too long or no longer reusable are dropped (closed) on the way.
+    pub(crate) fn take(&self, index: usize) -> Option<C> {
+        let now = self.stamp();
+        let mut slot = self.slots[index].lock().ok()?;
+        while let Some((conn, since)) = slot.pop() {
+            if now.saturating_sub(since) < self.idle_ms && conn.reusable() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Gives a connection back after its response ended; dropped when it cannot be reused, the
+    /// endpoint already has `keepalive` idle ones, or `keepalive` is 0.
+    pub(crate) fn put(&self, index: usize, conn: C) {
+        if self.keepalive == 0 || !conn.reusable() {
+            return;
+        }
+        let since = self.stamp();
+        if let Ok(mut slot) = self.slots[index].lock()
+            && slot.len() < self.keepalive
+        {
+            slot.push((conn, since));
+        }
+    }
+
+    /// Closes the connections idle for `idle_timeout` (outside the lock).
+    pub(crate) fn sweep(&self) {
+        let now = self.stamp();
+        for slot in &self.slots {
+            let expired: Vec<Parked<C>> = match slot.lock() {
+                Ok(mut idle) => {
+                    let keep = idle
+                        .iter()
+                        .position(|(_, since)| now.saturating_sub(*since) < self.idle_ms)
+                        .unwrap_or(idle.len());
+                    idle.drain(..keep).collect()
+                }
+                Err(_) => continue,
+            };
+            drop(expired);
+        }
+    }
+
+    /// Idle connections to endpoint `index` now.
+    #[cfg(test)]
+    fn idle(&self, index: usize) -> usize {
+        self.slots[index].lock().map_or(0, |s| s.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A stand-in connection: reusable until told otherwise.
+    struct Conn(u32, Arc<AtomicBool>);
+
+    impl Reusable for Conn {
+        fn reusable(&self) -> bool {
+            !self.1.load(Ordering::Relaxed)
+        }
+    }
+
+    fn conn(id: u32) -> (Conn, Arc<AtomicBool>) {
+        let closed = Arc::new(AtomicBool::new(false));
+        (Conn(id, closed.clone()), closed)
+    }
+
+    #[test]
+    fn last_in_first_out_up_to_keepalive() {
+        let pool = KeepAlive::new(2, 2, Duration::from_secs(60));
+        for id in 1..=3 {
+            pool.put(0, conn(id).0);
+        }
+        assert_eq!(pool.idle(0), 2, "the third is closed: keepalive is 2");
+        assert_eq!(pool.take(0).map(|c| c.0), Some(2));
+        assert_eq!(pool.take(0).map(|c| c.0), Some(1));
+        assert!(pool.take(0).is_none());
+        assert!(pool.take(1).is_none(), "endpoints do not share connections");
+    }
+
+    #[test]
+    fn closed_connections_are_skipped_and_never_kept() {
+        let pool = KeepAlive::new(1, 4, Duration::from_secs(60));
+        let (a, _) = conn(1);
+        let (b, b_closed) = conn(2);
+        pool.put(0, a);
+        pool.put(0, b);
+        b_closed.store(true, Ordering::Relaxed);
+        assert_eq!(pool.take(0).map(|c| c.0), Some(1));
+        let (c, c_closed) = conn(3);
+        c_closed.store(true, Ordering::Relaxed);
+        pool.put(0, c);
+        assert_eq!(pool.idle(0), 0);
+    }
+
+    #[test]
+    fn keepalive_zero_keeps_nothing() {
+        let pool = KeepAlive::new(1, 0, Duration::from_secs(60));
+        pool.put(0, conn(1).0);
+        assert!(pool.take(0).is_none());
+    }
+
+    #[test]
+    fn idle_connections_expire() {
+        let pool = KeepAlive::new(1, 4, Duration::ZERO);
+        pool.put(0, conn(1).0);
+        pool.put(0, conn(2).0);
+        assert!(
+            pool.take(0).is_none(),
+            "idle for idle_timeout (0): closed when looked at"
+        );
+        pool.put(0, conn(3).0);
+        pool.sweep();
+        assert_eq!(pool.idle(0), 0);
+    }
+}
