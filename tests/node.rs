@@ -38,35 +38,28 @@ impl Drop for Backends {
 
 /// A TCP backend: writes its name and a newline, then echoes until EOF, then writes "bye".
 async fn tcp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
-    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = socket.local_addr().unwrap();
     let name = name.to_owned();
-    let handle = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = socket.accept().await else {
+    socket_backend(move |mut s| {
+        let name = name.clone();
+        async move {
+            if s.write_all(format!("{name}\n").as_bytes()).await.is_err() {
                 return;
-            };
-            let name = name.clone();
-            tokio::spawn(async move {
-                if s.write_all(format!("{name}\n").as_bytes()).await.is_err() {
-                    return;
-                }
-                let mut buf = vec![0_u8; 64 * 1024];
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if s.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
+            }
+            let mut buf = vec![0_u8; 64 * 1024];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
                         }
                     }
                 }
-                let _ = s.write_all(b"bye").await;
-            });
+            }
+            let _ = s.write_all(b"bye").await;
         }
-    });
-    (addr, handle)
+    })
+    .await
 }
 
 /// A UDP backend: answers every datagram with "NAME:" + the datagram.
@@ -90,28 +83,7 @@ async fn udp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
 
 /// A tcp listener "t" served from cn-beijing, with `extra` settings and `groups`.
 fn tcp_listener(port: u16, extra: &str, groups: &[String]) -> String {
-    format!(
-        "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{extra}\n{}",
-        groups.concat()
-    )
-}
-
-fn group(
-    name: &str,
-    region: &str,
-    ratio: f64,
-    extra: &str,
-    endpoints: &[(SocketAddr, u32)],
-) -> String {
-    let mut s = format!(
-        "[[listener.group]]\nname = \"{name}\"\nregion = \"{region}\"\nratio = {ratio}\n{extra}\n"
-    );
-    for (addr, weight) in endpoints {
-        s.push_str(&format!(
-            "[[listener.group.endpoint]]\naddress = \"{addr}\"\nweight = {weight}\n"
-        ));
-    }
-    s
+    listener_on(port, "t", "tcp", &["cn-beijing"], extra, &groups.concat())
 }
 
 /// Connects through the node and returns the backend's name line.
@@ -520,9 +492,15 @@ impl Checksum {
 
 // ------------------------------------------------------------------ UDP
 
+/// A udp listener "u" served from cn-beijing and cn-shanghai, with `extra` settings and `groups`.
 fn udp_listener(port: u16, extra: &str, groups: &str) -> String {
-    format!(
-        "[[listener]]\nname = \"u\"\nprotocol = \"udp\"\nport = {port}\nregions = [\"cn-beijing\", \"cn-shanghai\"]\n{extra}\n{groups}"
+    listener_on(
+        port,
+        "u",
+        "udp",
+        &["cn-beijing", "cn-shanghai"],
+        extra,
+        groups,
     )
 }
 
@@ -766,18 +744,20 @@ fn out_of_open_files_blames_no_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (udp_port, tcp_port, admin_port) = (free_port(true), free_port(false), free_port(false));
     let cfg = dir.path().join("config.toml");
-    let text = format!(
-        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{admin_port}\"\n{}{}",
-        root().join("regions/catalog.toml").display().to_string(),
-        udp_listener(
-            udp_port,
-            "",
-            &group("g", "cn-beijing", 100.0, "", &[(u, 1)])
-        ),
-        tcp_listener(
-            tcp_port,
-            "",
-            &[group("g", "cn-beijing", 100.0, "", &[(t, 1)])]
+    let text = config_text(
+        admin_port,
+        &format!(
+            "{}{}",
+            udp_listener(
+                udp_port,
+                "",
+                &group("g", "cn-beijing", 100.0, "", &[(u, 1)])
+            ),
+            tcp_listener(
+                tcp_port,
+                "",
+                &[group("g", "cn-beijing", 100.0, "", &[(t, 1)])]
+            ),
         ),
     );
     std::fs::write(&cfg, text).unwrap();
@@ -867,11 +847,15 @@ fn out_of_open_files_blames_no_endpoint() {
 
 // ------------------------------------------------------------------ reload and lifecycle
 
+/// A tcp listener "t" on `port`: group beijing (`a`, at `ratio_a`) and then shanghai (`b`).
 fn tcp_two_groups(port: u16, a: SocketAddr, b: SocketAddr, ratio_a: f64) -> String {
-    format!(
-        "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = {port}\nregions = [\"cn-beijing\"]\n{}{}",
-        group("beijing", "cn-beijing", ratio_a, "", &[(a, 1)]),
-        group("shanghai", "cn-shanghai", 100.0, "", &[(b, 1)]),
+    tcp_listener(
+        port,
+        "",
+        &[
+            group("beijing", "cn-beijing", ratio_a, "", &[(a, 1)]),
+            group("shanghai", "cn-shanghai", 100.0, "", &[(b, 1)]),
+        ],
     )
 }
 

@@ -6,52 +6,33 @@
 //! ketama points with exactly this function, which is why gtd uses it: the same key and server
 //! list give the same server.
 
-/// The byte-at-a-time lookup table, built at compile time.
-const TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-};
-
 /// A running CRC-32; `Copy` so a common prefix can be checksummed once and then extended in
 /// several ways (the ketama points of one server).
+///
+/// The arithmetic is `crc32fast`'s; this keeps the checksum so far (finalised, as
+/// `crc32fast::Hasher::new_with_initial` resumes from) so that, unlike the crate's hasher, it
+/// can be copied. Feeding it piece by piece is nginx's `ngx_crc32_update`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Crc32 {
-    state: u32,
+    crc: u32,
 }
 
 impl Crc32 {
     /// An empty checksum.
     pub(crate) fn new() -> Self {
-        Crc32 { state: 0xFFFF_FFFF }
+        Crc32 { crc: 0 }
     }
 
     /// Feeds `bytes`.
     pub(crate) fn update(&mut self, bytes: &[u8]) {
-        let mut c = self.state;
-        for &b in bytes {
-            c = TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
-        }
-        self.state = c;
+        let mut h = crc32fast::Hasher::new_with_initial(self.crc);
+        h.update(bytes);
+        self.crc = h.finalize();
     }
 
     /// The checksum of everything fed so far.
     pub(crate) fn finish(&self) -> u32 {
-        self.state ^ 0xFFFF_FFFF
+        self.crc
     }
 }
 

@@ -1,8 +1,18 @@
-//! Helpers shared by the integration tests that run nodes on loopback (`node.rs`, `http.rs`):
-//! free ports, configs written to temp dirs, starting a node in-process, the admin API, metrics,
-//! bounded waits, `sim`'s expectation for a config, and a test PKI (rcgen).
+//! Helpers shared by the integration tests that run nodes on loopback (`node.rs`, `http/`):
+//! free ports, configs built from TOML snippets and written to temp dirs, raw socket backends,
+//! starting a node in-process, the admin API, metrics, bounded waits, `sim`'s expectation for a
+//! config, and a test PKI (rcgen).
 
 #![allow(dead_code)]
+
+mod backends;
+mod config;
+
+// Not every test binary uses every helper (`config.rs` and `logs.rs` build no snippets).
+#[allow(unused_imports)]
+pub(crate) use backends::*;
+#[allow(unused_imports)]
+pub(crate) use config::*;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -36,16 +46,19 @@ pub(crate) fn free_port(udp: bool) -> u16 {
     }
 }
 
-/// Writes `dir/config.toml` (catalogue: the shipped one; admin on a free port) with `listeners`.
-pub(crate) fn write_config(dir: &Path, listeners: &str) -> PathBuf {
+/// A config (catalogue: the shipped one; admin on `admin_port`) with `listeners`.
+pub(crate) fn config_text(admin_port: u16, listeners: &str) -> String {
     let catalog = root().join("regions/catalog.toml");
-    let text = format!(
-        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{}\"\n{listeners}",
+    format!(
+        "catalog = {:?}\n[admin]\nbind = \"127.0.0.1:{admin_port}\"\n{listeners}",
         catalog.display().to_string(),
-        free_port(false)
-    );
+    )
+}
+
+/// Writes `dir/config.toml` (admin on a free port) with `listeners`.
+pub(crate) fn write_config(dir: &Path, listeners: &str) -> PathBuf {
     let path = dir.join("config.toml");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, config_text(free_port(false), listeners)).unwrap();
     path
 }
 
