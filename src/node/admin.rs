@@ -140,24 +140,12 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
+/// One path segment, `%XX` escapes decoded (an endpoint address may be written `[::1]%3A80`);
+/// bytes that are not UTF-8 become U+FFFD, and so name nothing.
 fn percent_decode(s: &str) -> String {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push(hi << 4 | lo);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The `/status` document (SPEC 7).
@@ -213,4 +201,19 @@ fn status(node: &Inner) -> Value {
         },
         "listeners": listeners,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3A80"), "[::1]:80");
+        assert_eq!(percent_decode("127.0.0.1:9001"), "127.0.0.1:9001");
+        // An escape cut short stays as written; bytes that are not UTF-8 name nothing.
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("%FF"), "\u{FFFD}");
+    }
 }
