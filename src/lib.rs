@@ -1,22 +1,31 @@
 //! gtd — a global traffic director.
 //!
-//! # Module map (data flows down the list)
+//! # Layout (data flows down the list)
 //!
-//! - [`config`]: `config.toml` → validated, typed [`config::Config`]; every error names
-//!   `FILE:LINE:COL` and the path of names.
+//! - [`config`]: `config.toml` → the spanned TOML document → `validate/` (one file per
+//!   section) → the typed, validated [`config::Config`] (`model.rs`: every type and every
+//!   default, once). Every error names `FILE:LINE:COL` and the path of names.
 //! - [`regions`]: the region catalogue and the great-circle RTT estimate used before any
 //!   measurement exists.
 //! - [`split`] (pure): between groups — priority ranking with hysteresis, the
-//!   traffic-distribution-ratio cascade, failover, and the per-decision group choice (smooth
-//!   rotation, or weighted rendezvous hashing of the client address).
+//!   traffic-distribution-ratio cascade, failover, the per-decision group choice (smooth
+//!   rotation, or weighted rendezvous hashing of the client address), the forwarding rules of
+//!   HTTP listeners, and [`split::plan`]: the routing plan as a value (facts → listener plan,
+//!   per-rule plans, sticky cookie table).
 //! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
 //!   with per-endpoint state in atomics shared by all threads of a node.
-//! - [`node`] (I/O): the listener node — routing snapshot behind `ArcSwap`, TCP, UDP and
-//!   HTTP/HTTPS data planes (forwarding rules from [`split::rules`], pooled upstreams, TLS),
-//!   reload and drain, the admin server and metrics.
+//! - [`node`] (I/O only): the listener node, in wings that do not import each other —
+//!   [`node::http`] (server, header rules, upstream and keep-alive pool, gtd's HTTP/1.1 client
+//!   and codec, bodies, its own answers) and [`node::l4`] (TCP relay, UDP flows, PROXY
+//!   protocol) — over shared parts: [`node::accept`], [`node::connect`] (outbound sockets),
+//!   [`node::attempt`] (the one attempt budget and the order of attempts),
+//!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`),
+//!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the data
+//!   planes).
 //!
-//! The `gtd` node and the `sim` simulator both call [`split`] and [`balance`]; there is no second
-//! implementation of any decision.
+//! The `gtd` node and the `sim` simulator (`sim/`) both build their plans with [`split::plan`]
+//! and call [`split`] and [`balance`] for every decision; there is no second implementation of
+//! any decision. The rules themselves are stated in `docs/design.md`.
 
 pub mod balance;
 pub mod config;

@@ -1,12 +1,15 @@
 //! The listener node (`gtd run`): serves every listener that lists its acceleration region.
 //!
-//! Data flow: [`Node::start`] loads the config, builds a [`state::Snapshot`] and binds every
-//! listener's socket; accept loops (`tcp.rs`, which hands HTTP/HTTPS connections to `http.rs`)
-//! and receive loops (`udp.rs`) load the snapshot per connection/flow/request (lock-free) and
-//! ask `split` and `balance` for decisions through [`attempt::Attempts`]. The planner re-reads group health every 250 ms (and at once after admin
-//! toggles and passive failures) and swaps in a new plan when a fact changed. Reload (SIGHUP,
-//! `POST /reload`) builds and validates a whole new snapshot, binds new ports, then swaps it in;
-//! a bad config keeps the running one. SIGTERM stops accepting and drains.
+//! Data flow: [`Node::start`] loads the config, builds a [`snapshot::Snapshot`] (the pure
+//! routing plan of [`crate::split::plan`] with this node's handles attached) and binds every
+//! listener's socket. [`accept`] admits TCP-borne connections and hands them to [`l4`] (TCP) or
+//! [`http`] (HTTP, HTTPS); [`l4`]'s UDP loop receives datagrams. Each loads the snapshot per
+//! connection, flow or request (lock-free) and walks its attempts with [`attempt`], which asks
+//! `split` and `balance` for every decision; [`connect`] opens the sockets towards endpoints.
+//! The planner re-reads group health every 250 ms (and at once after admin toggles and passive
+//! failures) and swaps in a new plan when a fact changed. Reload (SIGHUP, `POST /reload`)
+//! builds and validates a whole new snapshot, binds new ports, then swaps it in; a bad config
+//! keeps the running one. SIGTERM stops accepting and drains.
 
 pub mod accept;
 pub mod admin;

@@ -8,7 +8,7 @@
 //! The registry is gtd's own (`metrics-util`'s sharded map, rendered here with the Prometheus
 //! exporter's escaping) rather than `metrics-exporter-prometheus`'s recorder, because that one
 //! cannot forget a series: after a reload removed a group, its gauges would be exported with
-//! their last values forever. Each [`state::Snapshot`](super::state::Snapshot) records the series
+//! their last values forever. Each [`Snapshot`](super::snapshot::Snapshot) records the series
 //! it registered; once a reload has swapped it in, [`Registry::retain`] ends every series of the
 //! listeners, groups and endpoints that are gone — gauges, counters and histograms alike, as a
 //! Prometheus client library's `DeleteLabelValues` would.

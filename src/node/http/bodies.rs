@@ -1,10 +1,10 @@
 //! The bodies that stream through gtd in both directions, and upgraded connections:
 //!
-//! - [`RequestBody`]: the client's request body on its way to an endpoint — a small one read
+//! - `RequestBody`: the client's request body on its way to an endpoint — a small one read
 //!   whole first (so a retry can send it again), a larger one streamed as `ClientBody`, which
 //!   remembers whether a frame was ever handed on; if the attempt fails before that, dropping it
 //!   gives the untouched body back (through a oneshot) so a retry can send it again. A body of
-//!   which any byte left is never replayed. [`Progress`] tells the upstream whether the client
+//!   which any byte left is never replayed. `Progress` tells the upstream whether the client
 //!   or the endpoint is the slow one.
 //! - `tunnel`: an upgraded (`101`) client connection and its endpoint connection, relayed.
 //! - [`DownBody`]: the response towards the client: either gtd's own short answer or the

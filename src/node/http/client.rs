@@ -6,7 +6,7 @@
 //! endpoints, upgrades). Interleaved A/B runs with wrk put the difference at about 9 % more
 //! requests per second through a node.
 //!
-//! - `RawPool`: the group's keep-alive pool ([`super::pool::KeepAlive`]) of these connections.
+//! - `RawPool`: the group's keep-alive pool (`KeepAlive`, in `pool.rs`) of these connections.
 //! - `RawPool::exchange`: one request; a reused connection that turns out closed (the
 //!   endpoint's keep-alive timer won the race: the write fails, or the connection ends before
 //!   any byte of an answer) is replaced by a fresh one for an idempotent request, as nginx and

@@ -1,11 +1,10 @@
-//! The client side of HTTP listeners: one connection pool per group, and the bodies that stream
-//! through gtd in both directions.
+//! The client side of HTTP listeners: each group's way to its endpoints.
 //!
-//! - [`Upstream`]: a group's way to its endpoints. [`Upstream::request`] chooses the client
+//! - [`Upstream`]: a group's way to its endpoints. `Upstream::request` chooses the client
 //!   for each attempt: gtd's own ([`super::client`]) for a request without a body to a plain
 //!   endpoint, hyper's `conn::http1` (one task per connection) for requests with a body, TLS
 //!   endpoints and upgrades. Each keeps its connections in the same keep-alive pool type
-//!   ([`super::pool::KeepAlive`]: up to `keepalive` idle per endpoint, closed after
+//!   (`KeepAlive` of `pool.rs`: up to `keepalive` idle per endpoint, closed after
 //!   `idle_timeout`), opened from `[node] source_ip` within `connect_timeout`, with TLS per the
 //!   group's settings; a connection goes back when its response body ends.
 //!   `upstream_timeout` bounds the wait for the response headers (restarted while an upload
