@@ -532,3 +532,124 @@ fn client_route() {
     assert_eq!(web["regions"][0]["route"]["endpoint_by"], "rotation");
     assert_eq!(json(&["--client", "203.0.113.9"]), doc);
 }
+
+/// An HTTP listener with two forwarding rules over groups in A, B and C, seen from A.
+fn routed(dir: &Path) -> PathBuf {
+    let path = custom(dir, "", "");
+    let groups: String = [("a", "r-a"), ("b", "r-b"), ("c", "r-c")]
+        .iter()
+        .enumerate()
+        .map(|(i, (name, region))| group(name, region, "50", 9001 + i as u16))
+        .collect();
+    std::fs::write(
+        &path,
+        format!(
+            r#"catalog = "catalog.toml"
+[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["r-a"]
+  [[listener.route]]
+  host = "api.example.com"
+  path_prefix = ["/v2/"]
+  groups = ["c", "b"]
+  [[listener.route]]
+  path_prefix = ["/static/"]
+  header = {{ name = "x-tier", value = "gold" }}
+  groups = ["b"]
+{groups}"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn each_forwarding_rule_has_its_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = routed(dir.path());
+    let config = config.to_str().unwrap();
+    let doc = json(&["--config", config]);
+    let region = &doc["listeners"][0]["regions"][0];
+    // The listener's own cascade over a, b, c (A's node ranks them in that order): 50, 25 and
+    // 12.5 on the first pass, the 12.5 left split three ways.
+    let (_, listener) = shares(&doc, "web", "r-a");
+    let third = 12.5 / 3.0;
+    assert_eq!(
+        listener,
+        s(&[
+            ("a", 50.0 + third),
+            ("b", 25.0 + third),
+            ("c", 12.5 + third)
+        ])
+    );
+    let routes = region["routes"].as_array().expect("a routes section");
+    assert_eq!(routes.len(), 2);
+    // Rule 1 runs the cascade over b and c only: b ranks first from A.
+    assert_eq!(routes[0]["rule"], 1);
+    assert_eq!(routes[0]["matches"], "host api.example.com, path /v2/");
+    assert_eq!(routes[0]["mode"], "cascade");
+    let split: Vec<(String, f64)> = routes[0]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["share"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(split, s(&[("b", 62.5), ("c", 37.5)]));
+    assert_eq!(routes[1]["groups"][0]["share"], 100.0);
+    // Down, its rule has no route while the listener fails over.
+    let doc = json(&["--config", config, "--down", "b"]);
+    let routes = &doc["listeners"][0]["regions"][0]["routes"];
+    assert_eq!(routes[1]["mode"], "no-route");
+    assert_eq!(routes[0]["groups"][1]["share"], 100.0);
+    // The table has the section too; a listener without rules has none (shipped config).
+    let table = sim(&["--config", config]);
+    assert!(table.contains("forwarding rules"), "{table}");
+    assert!(table.contains("host api.example.com, path /v2/"), "{table}");
+    assert!(!sim(&[]).contains("forwarding rules"));
+}
+
+#[test]
+fn a_request_finds_its_rule_and_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = routed(dir.path());
+    let config = config.to_str().unwrap();
+    let ask = |extra: &[&str]| {
+        let mut args = vec!["--config", config, "--client", "203.0.113.9"];
+        args.extend(extra);
+        json(&args)["listeners"][0]["regions"][0]["route"].clone()
+    };
+    let r = ask(&["--host", "api.example.com", "--path", "/v2/users"]);
+    assert_eq!(r["rule"], 1);
+    assert!(r["group"] == "b" || r["group"] == "c", "{r}");
+    // The header rule takes only requests carrying it.
+    let r = ask(&["--path", "/static/x.css", "--header", "X-Tier: gold"]);
+    assert_eq!(
+        (r["rule"].clone(), r["group"].clone()),
+        (2.into(), "b".into())
+    );
+    let r = ask(&["--path", "/static/x.css"]);
+    assert_eq!(r["rule"], "default");
+    // A host a rule claims, on a path none covers: 404.
+    let r = ask(&["--host", "api.example.com", "--path", "/v1/"]);
+    assert_eq!(r["rule"], "not-found");
+    assert!(r["group"].is_null());
+    let table = sim(&[
+        "--config",
+        config,
+        "--client",
+        "203.0.113.9",
+        "--host",
+        "api.example.com",
+        "--path",
+        "/v1/",
+    ]);
+    assert!(table.contains("→ 404"), "{table}");
+    assert!(sim_err(&["--host", "x"]).contains("--client"));
+}
