@@ -205,7 +205,7 @@ run_mode() {
   local base loads
   case "$mode" in
     http) base=18280 loads="$conns" ;;
-    tcp) base=15480 loads="-" ;;
+    tcp) base=15480 loads="1-stream" ;;
     udp) base=15580 loads="$rates" ;;
   esac
   declare -gA port=([gtd]=$base [nginx]=$((base + 10)) [haproxy]=$((base + 11)))
@@ -324,6 +324,13 @@ summary() { # CSV TARGETS LOADS : medians per (target, load), then gtd / each ot
       i=4
       for col in value p50_ms p99_ms loss_pct proxy_cpu_pct; do
         local m; m="$(awk -F, -v t="$t" -v l="$l" -v i="$i" 'NR > 1 && $2 == t && $3 == l && $i != "" { print $i }' "$csv" | median)"
+        if [[ -n "$m" ]]; then
+          case "$col" in
+            proxy_cpu_pct) m="$(printf '%.0f' "$m")" ;;
+            value) if [[ "$mode" == http ]]; then m="$(printf '%.0f' "$m")"; else m="$(printf '%.3f' "$m")"; fi ;;
+            *) m="$(printf '%.3f' "$m")" ;;
+          esac
+        fi
         med[$t,$l,$col]="$m"
         [[ " $cols " == *" $col "* ]] && row+=" ${m:--} |"
         i=$((i + 1))
