@@ -7,13 +7,10 @@
 #   gtd-bench-config.sh --proto tcp|udp|http --port PORT --backends H:P[,H:P...] --run-dir DIR
 #                       [--gtd PATH] [--admin IP:PORT] [--region ID]
 #
-# Meant for the harness's --extra-proxy-cmd, with its placeholders:
-#   --extra-proxy-cmd 'benches/proxy/gtd-bench-config.sh --proto tcp --port {PORT}
-#                      --backends {BACKENDS} --run-dir {RUN_DIR} --gtd /path/to/gtd'
-# Without the options, ANCHOR_PORT / ANCHOR_BACKENDS / ANCHOR_RUN_DIR (exported by the harness)
-# are used.
+# run.sh starts it as the gtd target. Without the options, ANCHOR_PORT / ANCHOR_BACKENDS /
+# ANCHOR_RUN_DIR are used (the variables an external harness may export).
 #
-# What it configures (see "Configuration reference" in README.md):
+# What it configures (every key: docs/configuration.md):
 #   tcp:  one tcp listener on 127.0.0.1:PORT, one group, the backends as round-robin endpoints,
 #         idle_timeout long enough for any iperf3 run (the control connection sits idle while
 #         the data connection runs).

@@ -1,35 +1,34 @@
 #!/usr/bin/env bash
-# gtd's proxy benchmark: builds gtd (release) once, then runs the shared harness
-# (../shared/bench/run_{tcp,udp,http}.sh) with gtd as the "extra" proxy, so that gtd and the
-# anchors (direct, direct-split, nginx, haproxy) are measured in the same session, interleaved,
-# on the same cores. At the end it prints where each summary.md is and a short table of ratios
-# (gtd vs direct / direct-split / nginx / haproxy) computed from the harness's raw.csv.
+# gtd's proxy benchmark, self-contained: measures gtd next to nginx and HAProxy (and the
+# backend reached directly) on loopback, in one session, runs interleaved, the proxy pinned to
+# CPU 1 and the load generator and backends to CPU 0. Everything listens on 127.0.0.1 only.
 #
-#   benches/proxy/run.sh [MODE...] [options] [-- HARNESS-OPTIONS...]
+#   benches/proxy/run.sh [MODE...] [options]
 #
-# MODE: tcp, udp, http or all                                              [tcp udp]
+# MODE: tcp (iperf3, one stream), udp (iperf3 -u -l 1400), http (wrk -t1 --latency), all
+#                                                                               [http]
 # Options:
-#   --reps N          repetitions per target (harness --reps)              [harness: 3]
-#   --duration S      seconds per run (iperf3 -t via --time; wrk -d via --duration) [harness: 10]
-#   --targets "LIST"  anchors to measure: direct direct-split nginx haproxy, in this order (gtd
-#                     is always measured: where the list names it, else last; haproxy is
-#                     dropped for udp, which it cannot proxy)                [all]
-#   --results DIR     results root; each mode writes DIR/<mode>           [target/bench]
-#   --harness DIR     the harness                    [$GTD_BENCH_HARNESS or ../shared/bench]
+#   --reps N          repetitions per target and load (after one short warm-up) [3]
+#   --duration S      seconds per measurement (iperf3 -t, wrk -d)               [10]
+#   --targets "LIST"  what to measure, in this order: direct nginx haproxy gtd
+#                     (haproxy is dropped for udp: HAProxy has no UDP proxy)   [all]
+#   --conns "A B"     http: wrk connection counts                               ["50 200"]
+#   --rates "A B"     udp: iperf3 -b rates                                      ["0 1G"]
+#   --results DIR     results root; each mode writes DIR/<mode>                 [target/bench]
 #   --gtd PATH        use this gtd binary and skip the build
 #   --no-build        do not run cargo build (the binary must exist)
-#   --max-seconds N   hard bound for one harness run (it has its own watchdog too) [computed]
+#   --no-pin          do not pin processes to CPUs
 #   -h, --help
-# Everything after "--" goes verbatim to every harness script, e.g. -- --rates "1G" --quiet-max 50
-# (see ../shared/bench/run_tcp.sh --help for what it takes).
+# Needs: nginx (and its stream module for tcp/udp: libnginx-mod-stream on Debian), haproxy,
+# wrk, iperf3, jq, curl, ss, setsid, timeout; taskset unless --no-pin.
 #
-# A previous DIR/<mode> is moved to DIR/<mode>.prev (and the one before that is removed).
-# Environment: CARGO_TARGET_DIR (where the release build goes), RUST_LOG (gtd's log filter,
-# e.g. debug; gtd's log is run/extra.log in the results).
+# Output: DIR/<mode>/raw.csv (one row per run), DIR/<mode>/summary.md (medians, and gtd
+# divided by each other target), DIR/<mode>/run/ (configs, logs, wrk/iperf3 output). The
+# summary is also printed. Compare ratios, not absolute figures: they move with the machine.
 #
-# Everything this script starts it stops by PID: the build and each harness run go through
-# `timeout`, in the background, and a signal to this script is passed on to that one PID (the
-# harness then stops every process group it started, gtd included).
+# Every process this script starts gets its own process group (setsid) and is stopped by that
+# group id at the end, on error and on Ctrl-C. Nothing is stopped by name. Every client run goes
+# through `timeout`.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,221 +38,320 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 log() { printf '[%(%H:%M:%S)T] run.sh: %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
 
-modes=() reps="" duration="" targets="" results="$repo/target/bench" gtd="" build=1 max_seconds=""
-harness="${GTD_BENCH_HARNESS:-$repo/../shared/bench}"
-passthrough=()
+modes=() reps=3 duration=10 targets="direct nginx haproxy gtd" conns="50 200" rates="0 1G"
+results="$repo/target/bench" gtd="" build=1 pin=1
 while (($#)); do
   case "$1" in
     tcp | udp | http) modes+=("$1"); shift ;;
     all) modes+=(tcp udp http); shift ;;
     --reps) reps="${2:?--reps N}"; shift 2 ;;
-    --duration | --time) duration="${2:?--duration S}"; shift 2 ;;
-    --targets) targets="${2?--targets LIST}"; shift 2 ;;
+    --duration) duration="${2:?--duration S}"; shift 2 ;;
+    --targets) targets="${2:?--targets LIST}"; shift 2 ;;
+    --conns) conns="${2:?--conns LIST}"; shift 2 ;;
+    --rates) rates="${2:?--rates LIST}"; shift 2 ;;
     --results) results="${2:?--results DIR}"; shift 2 ;;
-    --harness) harness="${2:?--harness DIR}"; shift 2 ;;
     --gtd) gtd="${2:?--gtd PATH}"; build=0; shift 2 ;;
     --no-build) build=0; shift ;;
-    --max-seconds) max_seconds="${2:?--max-seconds N}"; shift 2 ;;
+    --no-pin) pin=0; shift ;;
     -h | --help) usage; exit 0 ;;
-    --) shift; passthrough=("$@"); break ;;
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
 done
-((${#modes[@]})) || modes=(tcp udp)
-[[ -z "$reps" || "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps: '$reps' is not a positive integer"
-[[ -z "$duration" || "$duration" =~ ^[1-9][0-9]*$ ]] || die "--duration: '$duration' is not a positive integer"
-[[ -z "$max_seconds" || "$max_seconds" =~ ^[1-9][0-9]*$ ]] || die "--max-seconds: bad value"
-harness="$(cd "$harness" 2>/dev/null && pwd)" || die "no harness directory (try --harness DIR)"
+((${#modes[@]})) || modes=(http)
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps: '$reps' is not a positive integer"
+[[ "$duration" =~ ^[1-9][0-9]*$ ]] || die "--duration: '$duration' is not a positive integer"
+for t in $targets; do
+  [[ "$t" =~ ^(direct|nginx|haproxy|gtd)$ ]] || die "--targets: unknown target '$t'"
+done
 [[ "$results" == /* ]] || results="$PWD/$results"
-config_script="$here/gtd-bench-config.sh"
-[[ -x "$config_script" ]] || die "$config_script is not executable"
-command -v timeout >/dev/null || die "missing 'timeout' (coreutils)"
+for c in timeout setsid ss curl jq awk; do command -v "$c" >/dev/null || die "missing '$c'"; done
+((pin == 0)) || command -v taskset >/dev/null || die "missing 'taskset' (or pass --no-pin)"
+((pin == 0)) || (($(nproc) >= 2)) || { log "fewer than 2 CPUs: not pinning"; pin=0; }
 
-# ---- the one process we run at a time, stopped by its PID on a signal ---------------------
-child=""
-on_signal() {
-  log "signal received; stopping pid $child"
-  if [[ -n "$child" ]] && kill -0 "$child" 2>/dev/null; then
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true # timeout ends its command within its -k bound
-  fi
-  exit 130
+# ---- processes: one process group each, stopped by group id -----------------------------------
+declare -A PGID=()
+on_cpu() { if ((pin)); then echo "taskset -c $1"; fi; }
+start_bg() { # NAME CPU CMD... : CMD in its own session (pgid = pid), output to run/NAME.log
+  local name="$1" cpu="$2"; shift 2
+  # shellcheck disable=SC2046
+  setsid $(on_cpu "$cpu") "$@" >"$run_dir/$name.log" 2>&1 </dev/null &
+  PGID[$name]=$!
 }
-trap on_signal INT TERM HUP
-
-run_bounded() { # SECONDS CMD... : runs CMD under timeout, in the background, waits for it
-  local bound="$1"; shift
-  timeout -k 30 "$bound" "$@" &
-  child=$!
-  local rc=0
-  wait "$child" || rc=$?
-  child=""
-  return "$rc"
+stop_all() {
+  local name pg i
+  for name in "${!PGID[@]}"; do kill -TERM -- "-${PGID[$name]}" 2>/dev/null || true; done
+  for name in "${!PGID[@]}"; do
+    pg="${PGID[$name]}"
+    for ((i = 0; i < 50; i++)); do kill -0 -- "-$pg" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pg" 2>/dev/null || true
+    wait "$pg" 2>/dev/null || true
+  done
+  PGID=()
 }
+trap 'stop_all' EXIT
+trap 'log "interrupted"; exit 130' INT TERM HUP
 
-# ---- build ------------------------------------------------------------------------------------
-if [[ -z "$gtd" ]]; then
-  gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd"
-fi
+wait_port() { # tcp|udp PORT : until something listens on 127.0.0.1:PORT (10 s)
+  local flag=-ltn i; [[ "$1" == udp ]] && flag=-lun
+  for ((i = 0; i < 100; i++)); do
+    ss -H "$flag" "sport = :$2" 2>/dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+  return 1
+}
+cpu_ticks() { # PGID : user+system clock ticks of every process in that group
+  local pg="$1"
+  awk -v pg="$pg" '{ s = $0; sub(/^.*\) /, "", s); split(s, f, " ");
+      if (f[3] == pg) t += f[12] + f[13] } END { print t + 0 }' /proc/[0-9]*/stat 2>/dev/null
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ---- build ----------------------------------------------------------------------------------
+[[ -n "$gtd" ]] || gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd"
 if ((build)); then
   log "building gtd (release) -> $gtd"
-  (cd "$repo" && run_bounded 3600 cargo build --release --bin gtd) || die "cargo build failed"
+  (cd "$repo" && timeout 3600 cargo build --release --bin gtd) || die "cargo build failed"
 fi
 [[ -x "$gtd" ]] || die "no gtd binary at $gtd (build it, or pass --gtd PATH)"
 gtd="$(cd "$(dirname "$gtd")" && pwd)/$(basename "$gtd")"
 
-# ---- ratio table from raw.csv -----------------------------------------------------------------
-# Medians per (target, rate|conns) of the value columns, then gtd divided by each anchor.
-# Column names are the harness's raw.csv header (iperf_common.sh / run_http.sh). "SUT cpu %" is
-# the CPU time of the process under test. For TCP, "CPU 1 busy %" is the whole proxy core from
-# /proc/stat. It is approximate (see the harness README), and it also counts kernel work
-# charged to no process, such as loopback softirqs. A splice relay does little in its own
-# time, so look at both.
-ratios() { # MODE CSV
-  local mode="$1" csv="$2"
-  awk -F, -v mode="$mode" '
-    function median(key, col,   m, i, j, x, s) {
-      m = n[key]
-      for (i = 1; i <= m; i++) s[i] = v[key, col, i] + 0
-      for (i = 2; i <= m; i++) { x = s[i]; j = i - 1; while (j > 0 && s[j] > x) { s[j+1] = s[j]; j-- } s[j+1] = x }
-      return (m % 2) ? s[(m+1)/2] : (s[m/2] + s[m/2+1]) / 2
+# ---- configurations -------------------------------------------------------------------------
+nginx_common() { # NAME : the lines every nginx config here starts with
+  cat <<EOF
+worker_processes 1;
+daemon off;
+pid $run_dir/$1.pid;
+error_log $run_dir/$1.error.log warn;
+EOF
+  # Debian builds the stream module as a dynamic module (libnginx-mod-stream).
+  if [[ "$mode" != http && -f /usr/lib/nginx/modules/ngx_stream_module.so ]]; then
+    echo "load_module /usr/lib/nginx/modules/ngx_stream_module.so;"
+  fi
+  echo "events { worker_connections 8192; }"
+}
+nginx_temp() { echo "client_body_temp_path $run_dir/tmp/$1; proxy_temp_path $run_dir/tmp/$1p;"; }
+
+http_backend_conf() { # NAME PORT
+  nginx_common "$1"
+  cat <<EOF
+http {
+  access_log off; keepalive_requests 1000000; $(nginx_temp "$1")
+  server { listen 127.0.0.1:$2 backlog=4096; location / { default_type text/plain; return 200 "ok"; } }
+}
+EOF
+}
+http_nginx_conf() {
+  nginx_common nginx
+  echo "http {"
+  echo "  access_log off; keepalive_requests 1000000; $(nginx_temp nginx)"
+  echo "  upstream backends {"
+  for b in ${backends//,/ }; do echo "    server $b;"; done
+  echo "    keepalive 64; keepalive_requests 1000000;"
+  echo "  }"
+  # The same three headers gtd always sets, so every proxy sends the backends the same request.
+  cat <<EOF
+  server {
+    listen 127.0.0.1:${port[nginx]} backlog=4096;
+    location / {
+      proxy_pass http://backends; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Forwarded-Host \$host;
     }
-    function fmt(x) {
-      if (x == int(x)) return sprintf("%d", x)
-      return (x >= 100) ? sprintf("%.0f", x) : (x >= 1) ? sprintf("%.2f", x) : sprintf("%.3f", x)
-    }
-    NR == 1 {
-      for (i = 1; i <= NF; i++) idx[$i] = i
-      if (mode == "http") {
-        sub_col = "conns"; sub_name = " -c"; tput = "rps"
-        nm = split("rps p50_ms p99_ms sut_cpu_pct sut_us_per_req", M, " ")
-        split("req/s|p50 ms|p99 ms|SUT cpu %|SUT us/req", L, "|")
-      } else if (mode == "udp") {
-        sub_col = "rate"; sub_name = " -b "; tput = "gbps_recv"
-        nm = split("gbps_recv lost_pct sut_cpu_pct", M, " ")
-        split("Gbit/s recv|loss %|SUT cpu %", L, "|")
-      } else {
-        sub_col = "rate"; sub_name = ""; tput = "gbps_recv"
-        nm = split("gbps_recv retrans sut_cpu_pct cpu1_pct", M, " ")
-        split("Gbit/s recv|retransmits|SUT cpu %|CPU 1 busy %", L, "|")
-      }
-      next
-    }
-    {
-      t = $(idx["target"]); if (t == "extra") t = "gtd"
-      s = (mode == "tcp") ? "" : $(idx[sub_col]); key = t SUBSEP s
-      if (!(s in seen_sub)) { seen_sub[s] = 1; subs[++ns] = s }
-      have[t] = 1; n[key]++
-      for (j = 1; j <= nm; j++) v[key, j, n[key]] = $(idx[M[j]])
-      if ($(idx["foreign_busy_pct"]) + 0 > busy_max) busy_max = $(idx["foreign_busy_pct"]) + 0
-      if (t == "gtd" && $(idx[tput]) + 0 == 0) zero_rows++
-      if (t == "gtd" && mode == "http" && $(idx["errors"]) + 0 > 0) err_rows++
-    }
-    END {
-      na = split("direct direct-split nginx haproxy", A, " ")
-      hdr = "| " toupper(mode) " (median of " n["gtd" SUBSEP subs[1]] ") | gtd"; sep = "|---|---"
-      for (a = 1; a <= na; a++) if (A[a] in have) { hdr = hdr " | " A[a]; sep = sep "|---" }
-      for (a = 1; a <= na; a++) if (A[a] in have) { hdr = hdr " | gtd/" A[a]; sep = sep "|---" }
-      print hdr " |"; print sep "|"
-      for (k = 1; k <= ns; k++) {
-        s = subs[k]
-        for (j = 1; j <= nm; j++) {
-          label = L[j] ((mode == "tcp") ? "" : sub_name s)
-          g = ((("gtd" SUBSEP s) in n) ? median("gtd" SUBSEP s, j) : "")
-          line = "| " label " | " (g == "" ? "-" : fmt(g))
-          for (a = 1; a <= na; a++) if (A[a] in have) {
-            key = A[a] SUBSEP s
-            if (key in n) { x[a] = median(key, j); line = line " | " fmt(x[a]) } else { x[a] = ""; line = line " | -" }
-          }
-          for (a = 1; a <= na; a++) if (A[a] in have) {
-            # (the direct target leaves CPU 1 idle: no ratio to it)
-            if (g == "" || x[a] == "" || x[a] + 0 == 0 || (M[j] == "cpu1_pct" && A[a] == "direct")) line = line " | -"
-            else line = line " | " sprintf("%.2f", g / x[a])
-          }
-          print line " |"
-        }
-      }
-      print ""
-      if (mode == "http") print "Higher is better for req/s; lower for p50, p99, CPU and us/req."
-      else if (mode == "udp") print "Higher is better for Gbit/s (compare -b 0 by it); lower for loss (compare -b 1G by it) and CPU."
-      else print "Higher is better for Gbit/s; lower for CPU. Retransmits on loopback are mostly reordering (DSACK undone)."
-      print "SUT cpu % = the process under test (direct rows: the backend / iperf3 server)" ((mode == "tcp") ? "; CPU 1 = the proxy core (approximate)." : ".")
-      if (busy_max > 35) printf "WARNING: some runs started with %d%% (of 200) foreign CPU busy: see foreign_busy_pct in raw.csv.\n", busy_max
-      if (zero_rows > 0) printf "WARNING: %d gtd run(s) measured nothing (client error): see run/ and run/extra.log.\n", zero_rows
-      if (err_rows > 0) printf "WARNING: %d gtd run(s) had wrk socket errors or non-2xx answers.\n", err_rows
-    }' "$csv"
+  }
+}
+EOF
+}
+stream_nginx_conf() { # nginx stream module towards the iperf3 server (UDP: TCP control too)
+  nginx_common nginx
+  echo "stream {"
+  echo "  upstream be { server $backend; }"
+  echo "  server { listen 127.0.0.1:${port[nginx]}; proxy_pass be; proxy_timeout 1h; }"
+  [[ "$mode" == udp ]] && echo "  server { listen 127.0.0.1:${port[nginx]} udp; proxy_pass be; proxy_timeout 60s; }"
+  echo "}"
+}
+haproxy_conf() {
+  cat <<EOF
+global
+  nbthread 1
+  maxconn 8192
+defaults
+  mode $([[ "$mode" == http ]] && echo http || echo tcp)
+  timeout connect 5s
+  timeout client 1h
+  timeout server 1h
+  maxconn 8192
+frontend fe
+  bind 127.0.0.1:${port[haproxy]}
+  default_backend be
+backend be
+EOF
+  if [[ "$mode" == http ]]; then
+    printf '  balance roundrobin\n  http-reuse always\n  option http-keep-alive\n  option forwardfor\n'
+    printf '  http-request set-header X-Forwarded-Proto http\n  http-request set-header X-Forwarded-Host %%[req.hdr(host)]\n'
+  fi
+  local b n=0
+  for b in ${backends//,/ }; do n=$((n + 1)); echo "  server b$n $b"; done
 }
 
-# ---- one harness run per mode -------------------------------------------------------------------
-failed=() report=()
-mkdir -p "$results"
-for mode in "${modes[@]}"; do
-  script="$harness/run_$mode.sh"
-  [[ -f "$script" ]] || die "no $script"
-  out="$results/$mode"
-  if [[ -e "$out" ]]; then
-    rm -rf "$out.prev"
-    mv "$out" "$out.prev"
-  fi
+# ---- one mode -------------------------------------------------------------------------------
+run_mode() {
+  mode="$1"
+  out="$results/$mode" run_dir="$results/$mode/run"
+  rm -rf "$out"; mkdir -p "$run_dir/tmp"
+  local list="" t
+  for t in $targets; do [[ "$mode" == udp && "$t" == haproxy ]] || list+=" $t"; done
+  list="${list# }"
+  local base loads
+  case "$mode" in
+    http) base=18280 loads="$conns" ;;
+    tcp) base=15480 loads="1-stream" ;;
+    udp) base=15580 loads="$rates" ;;
+  esac
+  declare -gA port=([gtd]=$base [nginx]=$((base + 10)) [haproxy]=$((base + 11)))
+  need=(nginx); [[ "$mode" == http ]] && need+=(wrk) || need+=(iperf3)
+  [[ " $list " == *" haproxy "* ]] && need+=(haproxy)
+  for c in "${need[@]}"; do command -v "$c" >/dev/null || die "$mode: missing '$c'"; done
 
-  args=(--results "$out" --extra-name gtd)
-  [[ -n "$reps" ]] && args+=(--reps "$reps")
-  if [[ -n "$duration" ]]; then
-    if [[ "$mode" == http ]]; then args+=(--duration "$duration"); else args+=(--time "$duration"); fi
-  fi
-  if [[ -n "$targets" ]]; then
-    t_list="" with_gtd=0
-    for t in $targets; do
-      case "$t" in
-        gtd | extra) t_list+=" extra" with_gtd=1 ;; # where it is named, else last
-        haproxy) [[ "$mode" == udp ]] || t_list+=" $t" ;;
-        direct | direct-split | nginx) t_list+=" $t" ;;
-        *) die "--targets: unknown target '$t' (direct direct-split nginx haproxy gtd)" ;;
-      esac
+  # Backends on CPU 0: three nginx "return 200 ok" servers (http), or one iperf3 server.
+  if [[ "$mode" == http ]]; then
+    backends="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+    local i
+    for i in 1 2 3; do
+      http_backend_conf "backend$i" $((base + i)) >"$run_dir/backend$i.conf"
+      start_bg "backend$i" 0 nginx -p "$run_dir" -c "$run_dir/backend$i.conf" -e "$run_dir/backend$i.error.log"
     done
-    ((with_gtd)) || t_list+=" extra"
-    args+=(--targets "${t_list# }")
-  fi
-  printf -v cmd '%q --proto %s --port {PORT} --backends {BACKENDS} --run-dir {RUN_DIR} --gtd %q' \
-    "$config_script" "$mode" "$gtd"
-  args+=(--extra-proxy-cmd "$cmd")
-  args+=(${passthrough[@]+"${passthrough[@]}"})
-
-  # Outer bound, looser than the harness's own watchdog: up to 5 targets x 4 rates/conns
-  # x (reps (+1 warm-up)) x (duration + setup + the harness's 90 s quiet wait), + 10 min.
-  bound="$max_seconds"
-  if [[ -z "$bound" ]]; then
-    bound=$(( (${reps:-3} + 1) * 5 * 4 * (${duration:-10} + 15 + 90) + 600 ))
-  fi
-
-  log "$mode: $script ${args[*]}"
-  mkdir -p "$out"
-  rc=0
-  # stdout+stderr of the harness go to the terminal and to $out/harness.log
-  run_bounded "$bound" bash "$script" "${args[@]}" > >(tee "$out/harness.log") 2>&1 || rc=$?
-  if ((rc != 0)) || [[ ! -f "$out/raw.csv" ]]; then
-    log "$mode: harness failed (exit $rc); see $out/harness.log and $out/run/"
-    failed+=("$mode")
-    continue
-  fi
-  report+=("$mode")
-done
-
-# ---- report -------------------------------------------------------------------------------------
-echo
-for mode in ${report[@]+"${report[@]}"}; do
-  out="$results/$mode"
-  echo "== $mode: $out/summary.md (raw rows: $out/raw.csv, gtd log: $out/run/extra.log)"
-  echo
-  if [[ -s "$out/raw.csv" ]] && (($(wc -l <"$out/raw.csv") > 1)); then
-    ratios "$mode" "$out/raw.csv"
   else
-    echo "(no rows in raw.csv)"
+    backends="127.0.0.1:$((base + 1))"
+    start_bg iperf3-server 0 iperf3 -s -B 127.0.0.1 -p $((base + 1))
   fi
+  backend="${backends%%,*}" port[direct]="${backend##*:}"
+
+  # The proxies under test, each alone on CPU 1.
+  if [[ " $list " == *" nginx "* ]]; then
+    if [[ "$mode" == http ]]; then http_nginx_conf; else stream_nginx_conf; fi >"$run_dir/nginx.conf"
+    start_bg nginx 1 nginx -p "$run_dir" -c "$run_dir/nginx.conf" -e "$run_dir/nginx.error.log"
+  fi
+  if [[ " $list " == *" haproxy "* ]]; then
+    haproxy_conf >"$run_dir/haproxy.cfg"
+    start_bg haproxy 1 haproxy -db -f "$run_dir/haproxy.cfg"
+  fi
+  if [[ " $list " == *" gtd "* ]]; then
+    start_bg gtd 1 env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
+      --port "${port[gtd]}" --backends "$backends" --run-dir "$run_dir" --gtd "$gtd"
+  fi
+  local p
+  for t in $list; do
+    wait_port tcp "${port[$t]}" || { tail -5 "$run_dir/$t.log" >&2 || true; die "$mode: $t never listened on ${port[$t]}"; }
+    [[ "$mode" == udp && "$t" != direct ]] && { wait_port udp "${port[$t]}" || die "$mode: $t has no UDP socket"; }
+    if [[ "$mode" == http ]]; then
+      [[ "$(curl -s --max-time 5 "http://127.0.0.1:${port[$t]}/")" == ok ]] || die "http: $t does not answer 'ok'"
+    fi
+  done
+  for p in ${backends//,/ }; do wait_port tcp "${p##*:}" || die "$mode: backend $p never listened"; done
+  log "$mode: targets $list; loads $loads; $reps x ${duration}s each"
+
+  local csv="$out/raw.csv" rep l
+  echo "rep,target,load,value,p50_ms,p99_ms,loss_pct,proxy_cpu_pct" >"$csv"
+  for t in $list; do for l in $loads; do one "$t" "$l" 0 2 >/dev/null; done; done # warm-up
+  for ((rep = 1; rep <= reps; rep++)); do
+    for t in $list; do for l in $loads; do one "$t" "$l" "$rep" "$duration" >>"$csv"; done; done
+  done
+  stop_all
+  summary "$csv" "$list" "$loads" | tee "$out/summary.md"
+}
+
+one() { # TARGET LOAD REP SECONDS : prints one CSV row
+  local t="$1" l="$2" rep="$3" secs="$4" f="$run_dir/$1-$2-r$3" pg="" c0=0 c1=0 t0 t1
+  [[ "$t" == direct ]] || pg="${PGID[$t]}"
+  [[ -n "$pg" ]] && c0="$(cpu_ticks "$pg")"
+  t0="$(date +%s.%N)"
+  local value="" p50="" p99="" loss=""
+  case "$mode" in
+    http)
+      # shellcheck disable=SC2046
+      timeout $((secs + 20)) $(on_cpu 0) wrk -t1 -c"$l" -d"${secs}s" --latency "http://127.0.0.1:${port[$t]}/" >"$f.txt" 2>&1 || true
+      value="$(awk '/^Requests\/sec:/ { print $2 }' "$f.txt")"
+      p50="$(awk '$1 == "50%" { print $2 }' "$f.txt")" p99="$(awk '$1 == "99%" { print $2 }' "$f.txt")"
+      p50="$(to_ms "$p50")" p99="$(to_ms "$p99")"
+      ;;
+    tcp)
+      # shellcheck disable=SC2046
+      timeout $((secs + 20)) $(on_cpu 0) iperf3 -c 127.0.0.1 -p "${port[$t]}" -t "$secs" -J >"$f.json" 2>&1 || true
+      value="$(jq -r '(.end.sum_received.bits_per_second // 0) / 1e9' "$f.json" 2>/dev/null || echo 0)"
+      ;;
+    udp)
+      # shellcheck disable=SC2046
+      timeout $((secs + 20)) $(on_cpu 0) iperf3 -c 127.0.0.1 -p "${port[$t]}" -u -b "$l" -l 1400 -t "$secs" -J >"$f.json" 2>&1 || true
+      value="$(jq -r '((.end.sum_received // .end.sum).bits_per_second // 0) / 1e9' "$f.json" 2>/dev/null || echo 0)"
+      loss="$(jq -r '.end.sum.lost_percent // ""' "$f.json" 2>/dev/null || true)"
+      ;;
+  esac
+  t1="$(date +%s.%N)"
+  if [[ "$mode" != http ]]; then value="$(printf '%.3f' "${value:-0}")"; fi
+  if [[ -n "$loss" ]]; then loss="$(printf '%.2f' "$loss")"; fi
+  [[ -n "$pg" ]] && c1="$(cpu_ticks "$pg")"
+  local cpu=""
+  [[ -n "$pg" ]] && cpu="$(awk -v a="$c0" -v b="$c1" -v s="$t0" -v e="$t1" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.0f", 100 * (b - a) / hz / (e - s) }')"
+  echo "$rep,$t,$l,${value:-0},$p50,$p99,$loss,$cpu"
+}
+to_ms() { # wrk's "512.00us" / "1.23ms" / "1.02s" -> ms
+  [[ -n "$1" ]] || { echo ""; return; }
+  awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    f = (u == "us") ? 0.001 : (u == "s") ? 1000 : 1; printf "%.3f", n * f }'
+}
+
+summary() { # CSV TARGETS LOADS : medians per (target, load), then gtd / each other target
+  local csv="$1" list="$2" loads="$3" t l unit
+  case "$mode" in http) unit="req/s" ;; *) unit="Gbit/s received" ;; esac
+  echo "## $mode ($(date -u '+%Y-%m-%d %H:%M UTC'), gtd $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'), medians of $reps x ${duration}s)"
   echo
-done
-echo "Ratios of medians from the same session; absolute figures depend on what else runs on this machine."
-if ((${#failed[@]})); then
-  log "failed: ${failed[*]}"
-  exit 1
-fi
+  echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (a busy machine lowers every figure; rerun then)."
+  echo
+  local cols="value proxy_cpu_pct"
+  [[ "$mode" == http ]] && cols="value p50_ms p99_ms proxy_cpu_pct"
+  [[ "$mode" == udp ]] && cols="value loss_pct proxy_cpu_pct"
+  local hdr="| target | load |" sep="|---|---|" col
+  declare -A name=([value]="$unit" [p50_ms]="p50 ms" [p99_ms]="p99 ms" [loss_pct]="loss %" [proxy_cpu_pct]="proxy CPU %")
+  for col in $cols; do hdr+=" ${name[$col]} |" sep+="---|"; done
+  echo "$hdr"; echo "$sep"
+  declare -A med=()
+  local i
+  for l in $loads; do
+    for t in $list; do
+      local row="| $t | $l |"
+      i=4
+      for col in value p50_ms p99_ms loss_pct proxy_cpu_pct; do
+        local m; m="$(awk -F, -v t="$t" -v l="$l" -v i="$i" 'NR > 1 && $2 == t && $3 == l && $i != "" { print $i }' "$csv" | median)"
+        if [[ -n "$m" ]]; then
+          case "$col" in
+            proxy_cpu_pct) m="$(printf '%.0f' "$m")" ;;
+            value) if [[ "$mode" == http ]]; then m="$(printf '%.0f' "$m")"; else m="$(printf '%.3f' "$m")"; fi ;;
+            *) m="$(printf '%.3f' "$m")" ;;
+          esac
+        fi
+        med[$t,$l,$col]="$m"
+        [[ " $cols " == *" $col "* ]] && row+=" ${m:--} |"
+        i=$((i + 1))
+      done
+      echo "$row"
+    done
+  done
+  echo
+  if [[ " $list " == *" gtd "* ]]; then
+    for l in $loads; do
+      for t in $list; do
+        [[ "$t" == gtd ]] && continue
+        local g="${med[gtd,$l,value]}" o="${med[$t,$l,value]}"
+        if [[ -n "$g" && -n "$o" ]]; then
+          awk -v g="$g" -v o="$o" -v t="$t" -v l="$l" -v u="$unit" \
+            'BEGIN { if (o > 0) printf "gtd / %s at %s: %.2f (%s)\n", t, l, g / o, u }'
+        fi
+      done
+    done
+  fi
+}
+
+mkdir -p "$results"
+for m in "${modes[@]}"; do run_mode "$m"; done

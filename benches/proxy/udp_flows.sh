@@ -11,7 +11,7 @@
 # 5000. At the end it prints the answers, gtd's flow metrics and its resident and virtual memory.
 # Everything listens on loopback; everything it starts it stops by PID; its files live in a
 # temporary directory removed at the end. The open files limit decides how many flows gtd
-# keeps (3/4 of it, see the README): run it under `ulimit -n` to see the share at work.
+# keeps (3/4 of it, see docs/design.md §6): run it under `ulimit -n` to see the share at work.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
