@@ -237,10 +237,11 @@ static TE_TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
 static CONNECTION_TE: HeaderValue = HeaderValue::from_static("te");
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// A header map of `(name, value)` pairs, in order.
+    pub(in crate::node::http) fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.append(

@@ -557,19 +557,8 @@ fn switch(
 
 #[cfg(test)]
 mod tests {
+    use super::headers::tests::map;
     use super::*;
-    use http::HeaderName;
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::try_from(*k).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        h
-    }
 
     #[test]
     fn cookies_are_found_without_copies() {
