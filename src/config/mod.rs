@@ -1,6 +1,6 @@
 //! Configuration: `config.toml` → spanned TOML tree → validated, typed [`Config`].
 //!
-//! `raw.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
+//! `document.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
 //! string values that have a syntax of their own (addresses, key templates, status ranges);
 //! `validate.rs` turns the document into the types of `model.rs` and `catalog.rs` does the same
 //! for the region catalogue. Both collect every error (never stopping at the first) as a
@@ -10,9 +10,9 @@
 //! validate text already in memory (tests, reloads with a known catalogue).
 
 mod catalog;
+mod document;
 mod error;
 mod model;
-mod raw;
 mod summary;
 mod syntax;
 mod validate;

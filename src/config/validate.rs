@@ -8,12 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::error::{ConfigError, ConfigErrors, position};
-use super::model::*;
-use super::raw::{
+use super::document::{
     At, Ctx, Table, Value, as_int, as_str, describe, did_you_mean, format_duration, is_name,
     one_of, quote,
 };
+use super::error::{ConfigError, ConfigErrors, position};
+use super::model::*;
 use super::syntax;
 use crate::regions::Catalog;
 
