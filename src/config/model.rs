@@ -1,6 +1,6 @@
 //! The typed, validated configuration: what the rest of gtd reads.
 //!
-//! Every value here has passed validation (`validate.rs`): ratios are in range, names are unique,
+//! Every value here has passed validation (`validate/`): ratios are in range, names are unique,
 //! regions exist in the catalogue, methods only carry parameters they support. Code downstream
 //! never re-checks these facts.
 
