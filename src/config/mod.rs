@@ -24,10 +24,6 @@ use std::path::Path;
 
 use crate::regions::Catalog;
 
-/// The catalogue path used when a config has no `catalog = ...`, relative to the config's
-/// directory.
-pub const DEFAULT_CATALOG: &str = validate::DEFAULT_CATALOG;
-
 /// Reads, parses and validates a config file. `regions` overrides the file's `catalog = ...`
 /// (which is otherwise resolved against the config file's directory, default
 /// `regions/catalog.toml`). Every error found is returned, sorted by position; errors in the

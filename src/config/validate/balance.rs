@@ -239,11 +239,7 @@ fn measure(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, protocol: Option<Protocol>) -> 
         ("first_byte", Measure::FirstByte),
     ];
     let http = protocol.is_none_or(Protocol::is_http);
-    let default = if http {
-        Measure::Header
-    } else {
-        Measure::Connect
-    };
+    let default = Measure::default_for(http);
     let Some(m) = choice(ctx, t, "measure", ALL) else {
         return default;
     };
@@ -274,7 +270,7 @@ fn measure(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, protocol: Option<Protocol>) -> 
 /// `factor`: the weight the history keeps per sample, in [0, 1), default 0.9.
 fn factor(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
     let Some(n) = t.number(ctx, "factor") else {
-        return 0.9;
+        return Balance::DEFAULT_FACTOR;
     };
     let (x, written) = n.v;
     if (0.0..1.0).contains(&x) {
@@ -285,6 +281,6 @@ fn factor(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
             &t.path,
             format!("factor {written} is out of range 0..1 (at least 0, below 1)"),
         );
-        0.9
+        Balance::DEFAULT_FACTOR
     }
 }

@@ -2,7 +2,6 @@
 //! parameters the group's method allows.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::balance::Method;
 use super::fields::{item_path, peek_str, required_tables};
@@ -94,9 +93,10 @@ fn endpoint(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, method: Option<Method>) -> Opt
         supported("backup"),
     );
     let weight = if weight_ok {
-        t.u32(ctx, "weight", 1, Some(1000)).map_or(1, |n| n.v)
+        t.u32(ctx, "weight", 1, Some(1000))
+            .map_or(Endpoint::DEFAULT_WEIGHT, |n| n.v)
     } else {
-        1
+        Endpoint::DEFAULT_WEIGHT
     };
     let slow_start = if slow_ok {
         t.duration(ctx, "slow_start").map(|d| d.v)
@@ -111,11 +111,13 @@ fn endpoint(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, method: Option<Method>) -> Opt
         .filter(|&n| n > 0);
     let down = t.bool(ctx, "down").unwrap_or(false);
     let drain = t.bool(ctx, "drain").unwrap_or(false);
-    let enabled = t.bool(ctx, "enabled").unwrap_or(true);
-    let max_fails = t.u32(ctx, "max_fails", 0, None).map_or(1, |n| n.v);
+    let enabled = t.bool(ctx, "enabled").unwrap_or(Endpoint::DEFAULT_ENABLED);
+    let max_fails = t
+        .u32(ctx, "max_fails", 0, None)
+        .map_or(Endpoint::DEFAULT_MAX_FAILS, |n| n.v);
     let fail_timeout = t
         .positive_duration(ctx, "fail_timeout")
-        .map_or(Duration::from_secs(10), |d| d.v);
+        .map_or(Endpoint::DEFAULT_FAIL_TIMEOUT, |d| d.v);
     Some(Endpoint {
         address: address?,
         weight,

@@ -165,7 +165,7 @@ fn group<'t>(
             .filter(|p| slash_path(ctx, *p, &t.path, "path_prefix"))
             .map(|p| p.v.to_owned());
     }
-    let mut keepalive = 32;
+    let mut keepalive = Group::DEFAULT_KEEPALIVE;
     if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {
         keepalive = t.u32(ctx, "keepalive", 0, None).map_or(keepalive, |n| n.v);
     }
@@ -183,10 +183,10 @@ fn group<'t>(
                 if endpoints.len() == 1 { "" } else { "s" }
             );
             ctx.error(n.at, &t.path, msg);
-            1
+            Group::DEFAULT_MIN_HEALTHY
         }
         Some(n) => n.v,
-        None => 1,
+        None => Group::DEFAULT_MIN_HEALTHY,
     };
 
     GroupRead {
@@ -212,7 +212,7 @@ fn group<'t>(
 /// `ratio`: an integer or float in 0..=100, default 100.
 fn ratio(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
     let Some(n) = t.number(ctx, "ratio") else {
-        return 100.0;
+        return Group::DEFAULT_RATIO;
     };
     let (x, written) = n.v;
     if (0.0..=100.0).contains(&x) {
@@ -223,7 +223,7 @@ fn ratio(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
             &t.path,
             format!("ratio {written} is out of range 0..=100"),
         );
-        100.0
+        Group::DEFAULT_RATIO
     }
 }
 

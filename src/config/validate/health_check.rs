@@ -80,19 +80,21 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
                 format_duration(d.v)
             );
             ctx.error(d.at, &t.path, msg);
-            Duration::from_secs(5)
+            HealthCheck::DEFAULT_INTERVAL
         }
         Some(d) => d.v,
-        None => Duration::from_secs(5),
+        None => HealthCheck::DEFAULT_INTERVAL,
     };
     let (connect_timeout, read_timeout, timeout) =
         check_timeouts(ctx, t, interval, http && read("read_timeout"));
-    let healthy_threshold = t.u32(ctx, "healthy_threshold", 1, None).map_or(2, |n| n.v);
+    let healthy_threshold = t
+        .u32(ctx, "healthy_threshold", 1, None)
+        .map_or(HealthCheck::DEFAULT_HEALTHY_THRESHOLD, |n| n.v);
     let unhealthy_threshold = t
         .u32(ctx, "unhealthy_threshold", 1, None)
-        .map_or(3, |n| n.v);
+        .map_or(HealthCheck::DEFAULT_UNHEALTHY_THRESHOLD, |n| n.v);
 
-    let mut method = CheckMethod::Get;
+    let mut method = CheckMethod::default();
     if read("method") {
         let methods = [
             ("GET", CheckMethod::Get),
@@ -102,7 +104,7 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
         ];
         method = choice(ctx, t, "method", &methods).map_or(method, |m| m.v);
     }
-    let mut path = "/".to_owned();
+    let mut path = HealthCheck::DEFAULT_PATH.to_owned();
     if read("path")
         && let Some(p) = t
             .str(ctx, "path")
@@ -125,7 +127,8 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     } else {
         None
     };
-    let mut expect_status = StatusSet(vec![200..=200]);
+    let ok = HealthCheck::DEFAULT_EXPECT_STATUS;
+    let mut expect_status = StatusSet(vec![ok..=ok]);
     if read("expect_status")
         && let Some(set) = status_set(ctx, t, "expect_status")
     {
@@ -160,7 +163,7 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     let explicit = read("explicit") && t.bool(ctx, "explicit").unwrap_or(false);
 
     Some(HealthCheck {
-        protocol: protocol.map_or(CheckProtocol::Tcp, |p| p.v),
+        protocol: protocol.map_or(CheckProtocol::default(), |p| p.v),
         port,
         interval,
         timeout,
@@ -214,7 +217,7 @@ fn check_timeouts(
     interval: Duration,
     http: bool,
 ) -> (Duration, Duration, Duration) {
-    let default = interval.min(Duration::from_secs(30));
+    let default = interval.min(HealthCheck::DEFAULT_TIMEOUT);
     let split = t.has("connect_timeout") || (http && t.has("read_timeout"));
     if t.has("timeout") && split {
         for key in ["connect_timeout", "read_timeout"] {

@@ -3,7 +3,6 @@
 //! their own modules.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::Env;
 use super::fields::{check_name, choice, item_path, only_for, peek_str, status_set};
@@ -146,21 +145,17 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     .map_or(Affinity::default(), |a| a.v);
     let connect_timeout = t
         .positive_duration(ctx, "connect_timeout")
-        .map_or(Duration::from_secs(5), |d| d.v);
-    let default_idle = match protocol {
-        Some(Protocol::Tcp) | None => 300,
-        Some(Protocol::Udp) => 30,
-        Some(Protocol::Http | Protocol::Https) => 60,
-    };
+        .map_or(Listener::DEFAULT_CONNECT_TIMEOUT, |d| d.v);
+    let default_idle = protocol.unwrap_or(Protocol::Tcp).default_idle_timeout();
     let idle_timeout = t
         .positive_duration(ctx, "idle_timeout")
-        .map_or(Duration::from_secs(default_idle), |d| d.v);
+        .map_or(default_idle, |d| d.v);
     let drain_timeout = t
         .duration(ctx, "drain_timeout")
-        .map_or(Duration::from_secs(30), |d| d.v);
+        .map_or(Listener::DEFAULT_DRAIN_TIMEOUT, |d| d.v);
     let max_connections = t
         .u32(ctx, "max_connections", 1, None)
-        .map_or(100_000, |n| n.v);
+        .map_or(Listener::DEFAULT_MAX_CONNECTIONS, |n| n.v);
 
     // Keys that belong to some protocols only. Without a valid protocol they are not judged.
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
@@ -184,20 +179,24 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
             ctx.error(s.at, &t.path, msg);
         }
     }
-    let mut header_timeout = Duration::from_secs(10);
+    let mut header_timeout = Listener::DEFAULT_HEADER_TIMEOUT;
     if only_for(ctx, t, "header_timeout", http, HTTP) {
         header_timeout = t
             .positive_duration(ctx, "header_timeout")
             .map_or(header_timeout, |d| d.v);
     }
-    let mut upstream_timeout = Duration::from_secs(60);
+    let mut upstream_timeout = Listener::DEFAULT_UPSTREAM_TIMEOUT;
     if only_for(ctx, t, "upstream_timeout", http, HTTP) {
         upstream_timeout = t
             .positive_duration(ctx, "upstream_timeout")
             .map_or(upstream_timeout, |d| d.v);
     }
     let not_udp = is(|p| p != Protocol::Udp);
-    let (mut retry, mut tries, mut retry_timeout) = (true, 3, Duration::from_secs(10));
+    let (mut retry, mut tries, mut retry_timeout) = (
+        Listener::DEFAULT_RETRY,
+        Listener::DEFAULT_TRIES,
+        Listener::DEFAULT_RETRY_TIMEOUT,
+    );
     if only_for(ctx, t, "retry", not_udp, "tcp/http/https listeners") {
         retry = t.bool(ctx, "retry").unwrap_or(retry);
     }
@@ -221,7 +220,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     if only_for(ctx, t, "sticky", http, HTTP) {
         sticky = sticky_cookie(ctx, t);
     }
-    let mut udp_max_flows = 65_536;
+    let mut udp_max_flows = Listener::DEFAULT_UDP_MAX_FLOWS;
     if only_for(
         ctx,
         t,
@@ -249,11 +248,10 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     }
 
     let groups = groups(ctx, env, t, protocol, &regions);
-    if groups.len() > crate::split::MAX_GROUPS {
+    if groups.len() > MAX_GROUPS {
         let msg = format!(
-            "{} groups; a listener holds at most {}",
-            groups.len(),
-            crate::split::MAX_GROUPS
+            "{} groups; a listener holds at most {MAX_GROUPS}",
+            groups.len()
         );
         ctx.error(t.at, &t.path, &msg);
     }

@@ -34,9 +34,6 @@ pub(crate) enum CatalogFrom<'a> {
     Load(Option<&'a Path>),
 }
 
-/// The catalogue path when the config does not name one, relative to the config's directory.
-pub(crate) const DEFAULT_CATALOG: &str = "regions/catalog.toml";
-
 /// Validates a whole config file.
 pub(crate) fn config(
     text: &str,

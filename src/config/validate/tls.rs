@@ -88,7 +88,9 @@ pub(super) fn upstream_tls(
             "min_version",
         ],
     );
-    let enabled = t.bool(ctx, "enabled").unwrap_or(true);
+    let enabled = t
+        .bool(ctx, "enabled")
+        .unwrap_or(UpstreamTls::DEFAULT_ENABLED);
     let sni = t.nonempty_str(ctx, "sni").and_then(|s| {
         if syntax::is_host_name(s.v) {
             Some(s.v.to_owned())
@@ -128,7 +130,7 @@ pub(super) fn upstream_tls(
         }
     }
     let insecure_skip_verify = t.bool(ctx, "insecure_skip_verify").unwrap_or(false);
-    let min_version = tls_version(ctx, t).unwrap_or(TlsVersion::V1_2);
+    let min_version = tls_version(ctx, t).unwrap_or_default();
     // Valid but without effect: a warning, as for other such keys.
     let (idle, why): (Vec<&str>, _) = if enabled {
         let ca = ["ca"]
