@@ -14,6 +14,7 @@ use gtd::config::{
 };
 use gtd::regions::Catalog;
 
+#[path = "../common/mod.rs"]
 mod common;
 
 fn catalog_path() -> PathBuf {
