@@ -43,45 +43,23 @@ regions = ["cn-beijing"]
 }
 
 #[test]
-fn round_robin_by_default_takes_no_method_parameters() {
-    let text = r#"[[listener]]
-name = "web"
-protocol = "http"
-port = 8080
-regions = ["cn-beijing"]
-
-  [[listener.group]]
-  name = "beijing"
-  region = "cn-beijing"
-  hash_key = "$remote_addr"
-    [[listener.group.endpoint]]
-    address = "10.0.0.1:80"
-"#;
-    assert_eq!(
-        error(text),
-        r#"config.toml:10:3: listener "web" group "beijing": balancing method "round_robin" does not support parameter "hash_key""#
-    );
-}
-
-#[test]
-fn ip_hash_on_a_tcp_listener_suggests_hash_on_remote_addr() {
-    let text = r#"[[listener]]
-name = "game"
-protocol = "tcp"
-port = 7000
-regions = ["cn-beijing"]
-
-  [[listener.group]]
-  name = "beijing"
-  region = "cn-beijing"
-  balance = "ip_hash"
-    [[listener.group.endpoint]]
-    address = "10.0.0.1:80"
-"#;
-    assert_eq!(
-        error(text),
-        r#"config.toml:10:13: listener "game" group "beijing": balancing method "ip_hash" is only for http/https listeners; on tcp/udp use balance = "hash" with hash_key = "$remote_addr""#
-    );
+fn methods_on_a_listener_of_one_group() {
+    assert_errors(&[
+        // round_robin, the default, takes no parameters.
+        (
+            one_group(WEB, "  hash_key = \"$remote_addr\"\n", ""),
+            &[
+                r#"config.toml:10:3: listener "web" group "beijing": balancing method "round_robin" does not support parameter "hash_key""#,
+            ],
+        ),
+        // ip_hash on tcp: suggests hash on $remote_addr.
+        (
+            one_group(GAME, "  balance = \"ip_hash\"\n", ""),
+            &[
+                r#"config.toml:10:13: listener "game" group "beijing": balancing method "ip_hash" is only for http/https listeners; on tcp/udp use balance = "hash" with hash_key = "$remote_addr""#,
+            ],
+        ),
+    ]);
 }
 
 #[test]

@@ -54,6 +54,37 @@ fn error(text: &str) -> String {
     e.into_iter().next().unwrap()
 }
 
+/// Checks a table of (config text, every error it gives, in the order reported).
+fn assert_errors(cases: &[(String, &[&str])]) {
+    for (text, expected) in cases {
+        assert_eq!(errors(text), *expected, "config:\n{text}");
+    }
+}
+
+/// The head (lines 1-5) of an http listener "web" on 8080 served from cn-beijing.
+const WEB: &str = r#"[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]"#;
+
+/// The head (lines 1-5) of a tcp listener "game" on 7000 served from cn-beijing.
+const GAME: &str = r#"[[listener]]
+name = "game"
+protocol = "tcp"
+port = 7000
+regions = ["cn-beijing"]"#;
+
+/// A listener of one group: `head` (the listener's lines), a blank line, group "beijing" in
+/// cn-beijing with the lines `group` after its name and region, and one endpoint 10.0.0.1:80
+/// with the lines `endpoint` after its address.
+fn one_group(head: &str, group: &str, endpoint: &str) -> String {
+    format!(
+        "{head}\n\n  [[listener.group]]\n  name = \"beijing\"\n  region = \"cn-beijing\"\n{group}    \
+         [[listener.group.endpoint]]\n    address = \"10.0.0.1:80\"\n{endpoint}"
+    )
+}
+
 fn valid(text: &str) -> Config {
     parse(text).unwrap_or_else(|e| panic!("expected a valid config, got:\n{}", e.join("\n")))
 }

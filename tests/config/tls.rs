@@ -74,14 +74,20 @@ regions = ["cn-beijing"]
         let t = tls(&text.replace("sni = ", &format!("min_version = {written}, sni = ")));
         assert_eq!(t.min_version, version, "{written}");
     }
-    assert_eq!(
-        error(&text.replace("sni = ", "min_version = \"TLSv1.1\", sni = ")),
-        r#"config.toml:10:25: listener "web" group "beijing": min_version "TLSv1.1" is not supported: gtd speaks TLS 1.2 and 1.3 (rustls)"#
-    );
-    assert_eq!(
-        error(&text.replace("sni = ", "min_version = \"1.4\", sni = ")),
-        r#"config.toml:10:25: listener "web" group "beijing": unknown min version "1.4" (expected "1.2" or "1.3")"#
-    );
+    assert_errors(&[
+        (
+            text.replace("sni = ", "min_version = \"TLSv1.1\", sni = "),
+            &[
+                r#"config.toml:10:25: listener "web" group "beijing": min_version "TLSv1.1" is not supported: gtd speaks TLS 1.2 and 1.3 (rustls)"#,
+            ],
+        ),
+        (
+            text.replace("sni = ", "min_version = \"1.4\", sni = "),
+            &[
+                r#"config.toml:10:25: listener "web" group "beijing": unknown min version "1.4" (expected "1.2" or "1.3")"#,
+            ],
+        ),
+    ]);
     // Keys that do nothing are said to.
     let warnings = |text: &str| -> Vec<String> {
         valid(text)
