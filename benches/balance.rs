@@ -30,10 +30,10 @@ fn endpoints(n: usize) -> Vec<Endpoint> {
                 backup: false,
                 down: false,
                 drain: false,
-                enabled: true,
+                enabled: Endpoint::DEFAULT_ENABLED,
                 slow_start: None,
-                max_fails: 1,
-                fail_timeout: Duration::from_secs(10),
+                max_fails: Endpoint::DEFAULT_MAX_FAILS,
+                fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
             }
         })
         .collect()
@@ -43,13 +43,13 @@ fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
     Group {
         name: "bench".into(),
         region: "cn-beijing".into(),
-        ratio: 100.0,
+        ratio: Group::DEFAULT_RATIO,
         priority: None,
         balance,
-        min_healthy: 1,
+        min_healthy: Group::DEFAULT_MIN_HEALTHY,
         health_check: None,
         path_prefix: None,
-        keepalive: 32,
+        keepalive: Group::DEFAULT_KEEPALIVE,
         tls: None,
         endpoints,
     }
@@ -87,7 +87,7 @@ fn methods() -> Vec<(&'static str, Balance)> {
             "least_time",
             Balance::LeastTime {
                 measure: Measure::Header,
-                factor: 0.9,
+                factor: Balance::DEFAULT_FACTOR,
             },
         ),
         (
@@ -95,7 +95,7 @@ fn methods() -> Vec<(&'static str, Balance)> {
             Balance::Feedback {
                 header: "x-capacity".into(),
                 inverse: false,
-                factor: 0.9,
+                factor: Balance::DEFAULT_FACTOR,
             },
         ),
     ]

@@ -6,9 +6,6 @@
 //! the catalogue says otherwise). Measured pairs in `[rtt]` override the estimate.
 
 use std::collections::HashMap;
-use std::path::Path;
-
-use crate::config::ConfigErrors;
 
 /// Mean Earth radius used by the haversine distance, km.
 pub const EARTH_RADIUS_KM: f64 = 6371.0;
@@ -53,11 +50,6 @@ impl Catalog {
         }
         let (ra, rb) = (self.get(a)?, self.get(b)?);
         Some(estimate_rtt_ms(ra, rb, self.route_factor))
-    }
-
-    /// Reads and validates a catalogue file.
-    pub fn load(path: &Path) -> Result<Catalog, ConfigErrors> {
-        crate::config::load_catalog(path)
     }
 }
 

@@ -1,7 +1,6 @@
 //! Builders for unit tests: groups and endpoints constructed directly from the config model.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Duration;
 
 use crate::config::{Address, Balance, Endpoint, Group, Host};
 
@@ -18,10 +17,10 @@ pub(crate) fn ep(port: u16, weight: u32) -> Endpoint {
         backup: false,
         down: false,
         drain: false,
-        enabled: true,
+        enabled: Endpoint::DEFAULT_ENABLED,
         slow_start: None,
-        max_fails: 1,
-        fail_timeout: Duration::from_secs(10),
+        max_fails: Endpoint::DEFAULT_MAX_FAILS,
+        fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
     }
 }
 
@@ -30,13 +29,13 @@ pub(crate) fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
     Group {
         name: "g".into(),
         region: "r".into(),
-        ratio: 100.0,
+        ratio: Group::DEFAULT_RATIO,
         priority: None,
         balance,
-        min_healthy: 1,
+        min_healthy: Group::DEFAULT_MIN_HEALTHY,
         health_check: None,
         path_prefix: None,
-        keepalive: 32,
+        keepalive: Group::DEFAULT_KEEPALIVE,
         tls: None,
         endpoints,
     }

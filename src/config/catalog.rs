@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::document::{At, Ctx, Table, did_you_mean, is_name, quote};
 use super::error::{ConfigErrors, position};
-use super::raw::{At, Ctx, Table, did_you_mean, is_name, quote};
 use crate::regions::{Catalog, DEFAULT_ROUTE_FACTOR, Region, pair_key};
 
 /// Validates a catalogue given as text; `file` names it in errors.

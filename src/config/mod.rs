@@ -1,8 +1,8 @@
 //! Configuration: `config.toml` → spanned TOML tree → validated, typed [`Config`].
 //!
-//! `raw.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
+//! `document.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
 //! string values that have a syntax of their own (addresses, key templates, status ranges);
-//! `validate.rs` turns the document into the types of `model.rs` and `catalog.rs` does the same
+//! `validate/` turns the document into the types of `model.rs` and `catalog.rs` does the same
 //! for the region catalogue. Both collect every error (never stopping at the first) as a
 //! [`ConfigError`] that names file, line, column and the path of names.
 //!
@@ -10,9 +10,9 @@
 //! validate text already in memory (tests, reloads with a known catalogue).
 
 mod catalog;
+mod document;
 mod error;
 mod model;
-mod raw;
 mod summary;
 mod syntax;
 mod validate;
@@ -23,10 +23,6 @@ pub use model::*;
 use std::path::Path;
 
 use crate::regions::Catalog;
-
-/// The catalogue path used when a config has no `catalog = ...`, relative to the config's
-/// directory.
-pub const DEFAULT_CATALOG: &str = validate::DEFAULT_CATALOG;
 
 /// Reads, parses and validates a config file. `regions` overrides the file's `catalog = ...`
 /// (which is otherwise resolved against the config file's directory, default

@@ -1,6 +1,6 @@
 //! The typed, validated configuration: what the rest of gtd reads.
 //!
-//! Every value here has passed validation (`validate.rs`): ratios are in range, names are unique,
+//! Every value here has passed validation (`validate/`): ratios are in range, names are unique,
 //! regions exist in the catalogue, methods only carry parameters they support. Code downstream
 //! never re-checks these facts.
 
@@ -13,6 +13,14 @@ use std::time::Duration;
 
 use crate::config::ConfigError;
 use crate::regions::Catalog;
+
+/// The catalogue path used when a config has no `catalog = ...`, relative to the config's
+/// directory.
+pub const DEFAULT_CATALOG: &str = "regions/catalog.toml";
+
+/// Most groups a listener can hold (the group rotation keeps one state bit per group in an
+/// atomic word).
+pub const MAX_GROUPS: usize = 32;
 
 /// A whole `config.toml`, validated, with the region catalogue it refers to.
 #[derive(Debug, Clone)]
@@ -85,6 +93,15 @@ impl Protocol {
     /// True for HTTP and HTTPS.
     pub fn is_http(self) -> bool {
         matches!(self, Protocol::Http | Protocol::Https)
+    }
+
+    /// `idle_timeout` when unset: TCP streams 300s, UDP flows 30s, HTTP keep-alive 60s.
+    pub fn default_idle_timeout(self) -> Duration {
+        Duration::from_secs(match self {
+            Protocol::Tcp => 300,
+            Protocol::Udp => 30,
+            Protocol::Http | Protocol::Https => 60,
+        })
     }
 }
 
@@ -175,6 +192,29 @@ pub struct Listener {
     pub routes: Vec<Route>,
     /// Endpoint groups, in file order (the tie-break order of priority).
     pub groups: Vec<Group>,
+}
+
+/// The defaults of a listener's keys when unset (SPEC 2; `idle_timeout`:
+/// [`Protocol::default_idle_timeout`]).
+impl Listener {
+    /// `connect_timeout`.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// `drain_timeout`.
+    pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `max_connections`.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 100_000;
+    /// `header_timeout` (HTTP).
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `upstream_timeout` (HTTP).
+    pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `retry`.
+    pub const DEFAULT_RETRY: bool = true;
+    /// `tries`.
+    pub const DEFAULT_TRIES: u32 = 3;
+    /// `retry_timeout`.
+    pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `udp_max_flows` (UDP).
+    pub const DEFAULT_UDP_MAX_FLOWS: usize = 65_536;
 }
 
 /// PROXY protocol version sent to endpoints.
@@ -291,6 +331,16 @@ pub struct Group {
     pub endpoints: Vec<Endpoint>,
 }
 
+/// The defaults of a group's keys when unset (SPEC 3, 4).
+impl Group {
+    /// `ratio`, percent.
+    pub const DEFAULT_RATIO: f64 = 100.0;
+    /// `min_healthy`.
+    pub const DEFAULT_MIN_HEALTHY: u32 = 1;
+    /// `keepalive` (HTTP).
+    pub const DEFAULT_KEEPALIVE: u32 = 32;
+}
+
 /// Balancing method of a group, with its parameters (SPEC 4).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Balance {
@@ -331,6 +381,9 @@ pub enum Balance {
 }
 
 impl Balance {
+    /// `factor` of `least_time` and `feedback` when unset.
+    pub const DEFAULT_FACTOR: f64 = 0.9;
+
     /// The method's name in config files.
     pub fn name(&self) -> &'static str {
         match self {
@@ -356,6 +409,18 @@ pub enum Measure {
     Connect,
     /// Streams: time to the first byte from the endpoint.
     FirstByte,
+}
+
+impl Measure {
+    /// What `least_time` measures when `measure` is unset: `Header` on HTTP listeners, else
+    /// `Connect`.
+    pub fn default_for(http: bool) -> Measure {
+        if http {
+            Measure::Header
+        } else {
+            Measure::Connect
+        }
+    }
 }
 
 /// A hash key template: literals and variables concatenated.
@@ -438,10 +503,28 @@ pub struct HealthCheck {
     pub explicit: bool,
 }
 
+/// The defaults of a health check's keys when unset (SPEC 5; `protocol` and `method`: the
+/// `Default` of [`CheckProtocol`] and [`CheckMethod`]).
+impl HealthCheck {
+    /// `interval`.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+    /// `timeout` is `min(interval, this)` when unset.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `healthy_threshold`.
+    pub const DEFAULT_HEALTHY_THRESHOLD: u32 = 2;
+    /// `unhealthy_threshold`.
+    pub const DEFAULT_UNHEALTHY_THRESHOLD: u32 = 3;
+    /// `path` (HTTP).
+    pub const DEFAULT_PATH: &str = "/";
+    /// `expect_status` (HTTP): this one status.
+    pub const DEFAULT_EXPECT_STATUS: u16 = 200;
+}
+
 /// Health check protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CheckProtocol {
     /// Connect only.
+    #[default]
     Tcp,
     /// HTTP request.
     Http,
@@ -450,9 +533,10 @@ pub enum CheckProtocol {
 }
 
 /// HTTP method of a health check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CheckMethod {
     /// GET
+    #[default]
     Get,
     /// PUT
     Put,
@@ -482,10 +566,18 @@ pub struct UpstreamTls {
     pub min_version: TlsVersion,
 }
 
+/// The defaults of a group's `tls` keys when unset (`min_version`: the `Default` of
+/// [`TlsVersion`]).
+impl UpstreamTls {
+    /// `enabled`: a `tls` table turns TLS on.
+    pub const DEFAULT_ENABLED: bool = true;
+}
+
 /// A TLS protocol version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum TlsVersion {
     /// TLS 1.2
+    #[default]
     V1_2,
     /// TLS 1.3
     V1_3,
@@ -540,4 +632,16 @@ pub struct Endpoint {
     pub max_fails: u32,
     /// Window for counting failures and time it stays marked.
     pub fail_timeout: Duration,
+}
+
+/// The defaults of an endpoint's keys when unset (SPEC 4, nginx's).
+impl Endpoint {
+    /// `weight`.
+    pub const DEFAULT_WEIGHT: u32 = 1;
+    /// `enabled`.
+    pub const DEFAULT_ENABLED: bool = true;
+    /// `max_fails`.
+    pub const DEFAULT_MAX_FAILS: u32 = 1;
+    /// `fail_timeout`.
+    pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 }

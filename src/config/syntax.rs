@@ -7,8 +7,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
+use super::document::{did_you_mean, quote};
 use super::model::{Address, Host, KeyPart, KeyTemplate};
-use super::raw::{did_you_mean, quote};
 
 /// Parses an endpoint address: `host:port`, where host is an IPv4 address, an IPv6 address in
 /// brackets, or a DNS name; port is 1..=65535.

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 pub use cascade::{GroupFacts, Mode, Policy, Share, split, split_into};
 pub use plan::{ListenerPlan, StickyTable};
 pub use priority::{Hysteresis, RttSource};
-pub use rotation::{MAX_GROUPS, Rotation};
+pub use rotation::Rotation;
 
 use crate::config::{Affinity, Listener};
 use crate::regions::Catalog;

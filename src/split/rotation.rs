@@ -19,8 +19,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Most groups a rotation (and so a listener) can hold: one state bit each in the atomic word.
-pub const MAX_GROUPS: usize = 32;
+use crate::config::MAX_GROUPS;
 
 /// Shares (percent) are converted to integer weights with this many units per percent.
 const UNITS_PER_PERCENT: f64 = 1_000_000.0;

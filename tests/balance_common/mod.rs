@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use gtd::balance::StaticRequest;
 use gtd::config::{Address, Balance, Endpoint, Group, Host, KeyPart, KeyTemplate};
 
-/// An endpoint `127.0.0.1:port` with the defaults of SPEC 4 (weight as given, max_fails 1,
-/// fail_timeout 10s).
+/// An endpoint `127.0.0.1:port` with the defaults of SPEC 4 (`Endpoint::DEFAULT_*`) and the
+/// weight given.
 pub fn ep(port: u16, weight: u32) -> Endpoint {
     named(&format!("127.0.0.1:{port}"), weight)
 }
@@ -33,10 +33,10 @@ pub fn named(text: &str, weight: u32) -> Endpoint {
         backup: false,
         down: false,
         drain: false,
-        enabled: true,
+        enabled: Endpoint::DEFAULT_ENABLED,
         slow_start: None,
-        max_fails: 1,
-        fail_timeout: Duration::from_secs(10),
+        max_fails: Endpoint::DEFAULT_MAX_FAILS,
+        fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
     }
 }
 
@@ -54,13 +54,13 @@ pub fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
     Group {
         name: "g".into(),
         region: "cn-beijing".into(),
-        ratio: 100.0,
+        ratio: Group::DEFAULT_RATIO,
         priority: None,
         balance,
-        min_healthy: 1,
+        min_healthy: Group::DEFAULT_MIN_HEALTHY,
         health_check: None,
         path_prefix: None,
-        keepalive: 32,
+        keepalive: Group::DEFAULT_KEEPALIVE,
         tls: None,
         endpoints,
     }

@@ -1,0 +1,316 @@
+//! `[[listener.group]]`: names unique in the listener, region, ratio, priority (set on every
+//! group or none, no two groups sharing a rank) and the keys of the group itself.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::Env;
+use super::balance::balance;
+use super::endpoint::endpoints;
+use super::fields::{check_name, item_path, only_for, peek_str, required_tables, slash_path};
+use super::health_check::health_check;
+use super::listener::HTTP;
+use super::tls::upstream_tls;
+use crate::config::document::{At, Ctx, Table, as_int, describe, did_you_mean, quote};
+use crate::config::error::position;
+use crate::config::model::*;
+
+const GROUP_KEYS: &[&str] = &[
+    "name",
+    "region",
+    "ratio",
+    "priority",
+    "balance",
+    "hash_key",
+    "consistent",
+    "two",
+    "measure",
+    "factor",
+    "feedback_header",
+    "inverse",
+    "min_healthy",
+    "health_check",
+    "path_prefix",
+    "keepalive",
+    "tls",
+    "endpoint",
+];
+
+/// A group as read, with what the listener-wide checks need to point at.
+pub(super) struct GroupRead<'t> {
+    pub(super) group: Group,
+    table: Table<'t, 't>,
+    /// Where the name value is, when valid.
+    name_at: Option<usize>,
+    /// (region, rank, position) of every rank the priority gives (a fixed rank: every region).
+    ranks: Vec<(String, u32, usize)>,
+}
+
+pub(super) fn groups<'t>(
+    ctx: &mut Ctx<'_>,
+    env: &Env<'_>,
+    t: &Table<'t, '_>,
+    protocol: Option<Protocol>,
+    regions: &[At<&str>],
+) -> Vec<GroupRead<'t>> {
+    let Some(tables) = required_tables(
+        ctx,
+        t,
+        "group",
+        "a listener needs at least one [[listener.group]]",
+    ) else {
+        return Vec::new();
+    };
+    let mut out: Vec<GroupRead<'t>> = Vec::new();
+    for (i, v) in tables.into_iter().enumerate() {
+        let path = item_path(&t.path, "group", peek_str(v, "name"), i + 1);
+        let Some(g) = Table::of(ctx, v, "group", &t.path, path) else {
+            continue;
+        };
+        let g = group(ctx, env, g, protocol, regions);
+        if let Some(at) = g.name_at
+            && let Some(first) = out
+                .iter()
+                .find(|o| o.name_at.is_some() && o.group.name == g.group.name)
+        {
+            let line = position(ctx.text(), first.name_at.unwrap_or(0)).0;
+            let msg = format!(
+                "duplicate group name {} (first defined at line {line})",
+                quote(&g.group.name)
+            );
+            ctx.error(at, &g.table.path, msg);
+        }
+        out.push(g);
+    }
+    priorities(ctx, &out);
+    out
+}
+
+/// Either every group sets `priority` or none does; no two share a rank for one region.
+fn priorities(ctx: &mut Ctx<'_>, groups: &[GroupRead<'_>]) {
+    if let Some(with) = groups.iter().find(|g| g.table.has("priority")) {
+        for g in groups.iter().filter(|g| !g.table.has("priority")) {
+            let msg = format!(
+                "priority is set on group {} but not on this one; set it on every group of the listener or on none",
+                quote(&with.group.name)
+            );
+            ctx.error(g.table.at, &g.table.path, msg);
+        }
+    }
+    // (region, rank) → group that took it.
+    let mut taken: HashMap<(&str, u32), &str> = HashMap::new();
+    for g in groups {
+        let mut reported: Vec<&str> = Vec::new();
+        for (region, rank, at) in &g.ranks {
+            match taken.get(&(region.as_str(), *rank)) {
+                Some(other) if !reported.contains(other) => {
+                    reported.push(other);
+                    let msg = match (&g.group.priority, other_priority(groups, other)) {
+                        (Some(Priority::Fixed(_)), Some(Priority::Fixed(_))) => {
+                            format!("priority {rank} is also used by group {}", quote(other))
+                        }
+                        _ => format!(
+                            "priority {rank} for region {} is also used by group {}",
+                            quote(region),
+                            quote(other)
+                        ),
+                    };
+                    ctx.error(*at, &g.table.path, msg);
+                }
+                Some(_) => {}
+                None => {
+                    taken.insert((region.as_str(), *rank), g.group.name.as_str());
+                }
+            }
+        }
+    }
+}
+
+fn other_priority<'a>(groups: &'a [GroupRead<'_>], name: &str) -> Option<&'a Priority> {
+    groups
+        .iter()
+        .find(|g| g.group.name == name)?
+        .group
+        .priority
+        .as_ref()
+}
+
+fn group<'t>(
+    ctx: &mut Ctx<'_>,
+    env: &Env<'_>,
+    t: Table<'t, 't>,
+    protocol: Option<Protocol>,
+    regions: &[At<&str>],
+) -> GroupRead<'t> {
+    t.check_keys(ctx, GROUP_KEYS);
+    let name = t
+        .req_str(ctx, "name")
+        .filter(|n| check_name(ctx, *n, &t.path, "group"));
+    let region = t
+        .req_str(ctx, "region")
+        .filter(|r| env.region(ctx, *r, &t.path));
+    let ratio = ratio(ctx, &t);
+    let (priority, ranks) = priority(ctx, env, &t, regions);
+    let balance = balance(ctx, &t, protocol);
+    let health_check = t
+        .table(ctx, "health_check", format!("{} health_check", t.path))
+        .and_then(|h| {
+            env.unrun_checks.borrow_mut().push(h.at);
+            health_check(ctx, &h)
+        });
+    let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
+    let mut path_prefix = None;
+    if only_for(ctx, &t, "path_prefix", is(Protocol::is_http), HTTP) {
+        path_prefix = t
+            .str(ctx, "path_prefix")
+            .filter(|p| slash_path(ctx, *p, &t.path, "path_prefix"))
+            .map(|p| p.v.to_owned());
+    }
+    let mut keepalive = Group::DEFAULT_KEEPALIVE;
+    if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {
+        keepalive = t.u32(ctx, "keepalive", 0, None).map_or(keepalive, |n| n.v);
+    }
+    let tls = t
+        .table(ctx, "tls", t.path.clone())
+        .and_then(|tls| upstream_tls(ctx, env, &tls));
+    let endpoints = endpoints(ctx, &t, balance.as_ref().map(|b| b.1));
+
+    let min_healthy = match t.u32(ctx, "min_healthy", 1, None) {
+        Some(n) if !endpoints.is_empty() && n.v as usize > endpoints.len() => {
+            let msg = format!(
+                "min_healthy {} is more than the group's {} endpoint{}",
+                n.v,
+                endpoints.len(),
+                if endpoints.len() == 1 { "" } else { "s" }
+            );
+            ctx.error(n.at, &t.path, msg);
+            Group::DEFAULT_MIN_HEALTHY
+        }
+        Some(n) => n.v,
+        None => Group::DEFAULT_MIN_HEALTHY,
+    };
+
+    GroupRead {
+        name_at: name.map(|n| n.at),
+        ranks,
+        group: Group {
+            name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
+            region: region.map(|r| r.v.to_owned()).unwrap_or_default(),
+            ratio,
+            priority,
+            balance: balance.map_or(Balance::RoundRobin, |b| b.0),
+            min_healthy,
+            health_check,
+            path_prefix,
+            keepalive,
+            tls,
+            endpoints,
+        },
+        table: t,
+    }
+}
+
+/// `ratio`: an integer or float in 0..=100, default 100.
+fn ratio(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
+    let Some(n) = t.number(ctx, "ratio") else {
+        return Group::DEFAULT_RATIO;
+    };
+    let (x, written) = n.v;
+    if (0.0..=100.0).contains(&x) {
+        x
+    } else {
+        ctx.error(
+            n.at,
+            &t.path,
+            format!("ratio {written} is out of range 0..=100"),
+        );
+        Group::DEFAULT_RATIO
+    }
+}
+
+/// `priority`: a rank >= 1, or a table region → rank covering every region of the listener.
+fn priority(
+    ctx: &mut Ctx<'_>,
+    env: &Env<'_>,
+    t: &Table<'_, '_>,
+    regions: &[At<&str>],
+) -> (Option<Priority>, Vec<(String, u32, usize)>) {
+    let Some(v) = t.value("priority") else {
+        return (None, Vec::new());
+    };
+    let at = v.span().start;
+    match v.get_ref() {
+        toml::de::DeValue::Integer(_) => {
+            let Some(rank) = t.u32(ctx, "priority", 1, None) else {
+                return (None, Vec::new());
+            };
+            let ranks = regions
+                .iter()
+                .map(|r| (r.v.to_owned(), rank.v, at))
+                .collect();
+            (Some(Priority::Fixed(rank.v)), ranks)
+        }
+        toml::de::DeValue::Table(_) => {
+            let Some(table) = Table::of(ctx, v, "\"priority\"", &t.path, t.path.clone()) else {
+                return (None, Vec::new());
+            };
+            let mut map = BTreeMap::new();
+            let mut ranks = Vec::new();
+            let names: Vec<&str> = regions.iter().map(|r| r.v).collect();
+            for (region, value) in table.entries() {
+                if !names.contains(&region.v) {
+                    let (region_name, served) = (quote(region.v), names.join(", "));
+                    if env.catalog.is_some_and(|c| c.get(region.v).is_some()) {
+                        // One table copied to listeners served from fewer regions: a rank for
+                        // a region that does not serve this listener is never used.
+                        let msg = format!(
+                            "priority ranks region {region_name}, which does not serve this \
+                             listener ({served}); ignored"
+                        );
+                        ctx.warn(region.at, &t.path, msg);
+                    } else {
+                        let hint = did_you_mean(region.v, names.iter().copied());
+                        let msg = format!(
+                            "priority ranks region {region_name}, which is not a region of this \
+                             listener ({served}){hint}"
+                        );
+                        ctx.error(region.at, &t.path, msg);
+                    }
+                    continue;
+                }
+                let what = format!("priority for {}", quote(region.v));
+                let Some(rank) = as_int(ctx, value, &t.path, &what) else {
+                    continue;
+                };
+                let vat = value.span().start;
+                let Some(rank) = u32::try_from(rank).ok().filter(|r| *r >= 1) else {
+                    ctx.error(
+                        vat,
+                        &t.path,
+                        format!("priority {rank} for {} must be at least 1", quote(region.v)),
+                    );
+                    continue;
+                };
+                map.insert(region.v.to_owned(), rank);
+                ranks.push((region.v.to_owned(), rank, vat));
+            }
+            for r in regions {
+                if !table.has(r.v) {
+                    let msg = format!(
+                        "priority has no rank for region {}; a priority table must rank every region of the listener",
+                        quote(r.v)
+                    );
+                    ctx.error(at, &t.path, msg);
+                }
+            }
+            (Some(Priority::PerRegion(map)), ranks)
+        }
+        other => {
+            let msg = format!(
+                "\"priority\" must be an integer or a table of region = rank, found {}",
+                describe(other)
+            );
+            ctx.error(at, &t.path, msg);
+            (None, Vec::new())
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! `[listener.group.health_check]` (SPEC 5): protocol, interval and timeouts (never above the
+//! interval), thresholds, and the keys of HTTP checks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::fields::{choice, only_for, slash_path, status_set};
+use crate::config::document::{Ctx, Table, format_duration, quote};
+use crate::config::model::*;
+use crate::config::syntax;
+
+const CHECK_KEYS: &[&str] = &[
+    "protocol",
+    "port",
+    "interval",
+    "timeout",
+    "connect_timeout",
+    "read_timeout",
+    "healthy_threshold",
+    "unhealthy_threshold",
+    "method",
+    "path",
+    "host",
+    "headers",
+    "body",
+    "expect_status",
+    "expect_headers",
+    "expect_body",
+    "id_header",
+    "essential",
+    "explicit",
+];
+
+/// Keys that only mean something when the check sends an HTTP request.
+const CHECK_HTTP_KEYS: &[&str] = &[
+    "read_timeout",
+    "method",
+    "path",
+    "host",
+    "headers",
+    "body",
+    "expect_status",
+    "expect_headers",
+    "expect_body",
+    "id_header",
+    "explicit",
+];
+
+pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<HealthCheck> {
+    t.check_keys(ctx, CHECK_KEYS);
+    let protocol = choice(
+        ctx,
+        t,
+        "protocol",
+        &[
+            ("tcp", CheckProtocol::Tcp),
+            ("http", CheckProtocol::Http),
+            ("https", CheckProtocol::Https),
+        ],
+    );
+    // No protocol means tcp; an invalid one (already reported) leaves HTTP keys unjudged.
+    let http = match protocol {
+        Some(p) => p.v != CheckProtocol::Tcp,
+        None => t.has("protocol"),
+    };
+    // With a tcp check, HTTP keys are reported and then not read.
+    let mut http_ok = |key: &str| only_for(ctx, t, key, http, "http/https health checks");
+    let allowed: Vec<&str> = CHECK_HTTP_KEYS
+        .iter()
+        .copied()
+        .filter(|k| http_ok(k))
+        .collect();
+    let read = |key: &str| allowed.contains(&key);
+
+    let port = t.port(ctx, "port").map(|p| p.v);
+    let interval = match t.positive_duration(ctx, "interval") {
+        Some(d) if d.v < Duration::from_secs(1) => {
+            let msg = format!(
+                "interval {} is below the minimum of 1s",
+                format_duration(d.v)
+            );
+            ctx.error(d.at, &t.path, msg);
+            HealthCheck::DEFAULT_INTERVAL
+        }
+        Some(d) => d.v,
+        None => HealthCheck::DEFAULT_INTERVAL,
+    };
+    let (connect_timeout, read_timeout, timeout) =
+        check_timeouts(ctx, t, interval, http && read("read_timeout"));
+    let healthy_threshold = t
+        .u32(ctx, "healthy_threshold", 1, None)
+        .map_or(HealthCheck::DEFAULT_HEALTHY_THRESHOLD, |n| n.v);
+    let unhealthy_threshold = t
+        .u32(ctx, "unhealthy_threshold", 1, None)
+        .map_or(HealthCheck::DEFAULT_UNHEALTHY_THRESHOLD, |n| n.v);
+
+    let mut method = CheckMethod::default();
+    if read("method") {
+        let methods = [
+            ("GET", CheckMethod::Get),
+            ("PUT", CheckMethod::Put),
+            ("POST", CheckMethod::Post),
+            ("DELETE", CheckMethod::Delete),
+        ];
+        method = choice(ctx, t, "method", &methods).map_or(method, |m| m.v);
+    }
+    let mut path = HealthCheck::DEFAULT_PATH.to_owned();
+    if read("path")
+        && let Some(p) = t
+            .str(ctx, "path")
+            .filter(|p| slash_path(ctx, *p, &t.path, "path"))
+    {
+        path = p.v.to_owned();
+    }
+    let host = if read("host") {
+        t.nonempty_str(ctx, "host").map(|h| h.v.to_owned())
+    } else {
+        None
+    };
+    let headers = if read("headers") {
+        header_map(ctx, t, "headers")
+    } else {
+        BTreeMap::new()
+    };
+    let body = if read("body") {
+        t.str(ctx, "body").map(|b| b.v.to_owned())
+    } else {
+        None
+    };
+    let ok = HealthCheck::DEFAULT_EXPECT_STATUS;
+    let mut expect_status = StatusSet(vec![ok..=ok]);
+    if read("expect_status")
+        && let Some(set) = status_set(ctx, t, "expect_status")
+    {
+        // Entries that did not parse were reported already; only a list written empty is.
+        let written_empty = t
+            .value("expect_status")
+            .and_then(|v| v.get_ref().as_array())
+            .is_some_and(|a| a.is_empty());
+        if written_empty {
+            let at = t.value_at("expect_status").unwrap_or(t.at);
+            ctx.error(
+                at,
+                &t.path,
+                "\"expect_status\" must list at least one status, like [200]",
+            );
+        } else if !set.is_empty() {
+            expect_status = set;
+        }
+    }
+    let expect_headers = if read("expect_headers") {
+        header_map(ctx, t, "expect_headers")
+    } else {
+        BTreeMap::new()
+    };
+    let expect_body = if read("expect_body") {
+        t.str(ctx, "expect_body").map(|b| b.v.to_owned())
+    } else {
+        None
+    };
+    let id_header = read("id_header") && t.bool(ctx, "id_header").unwrap_or(false);
+    let essential = t.bool(ctx, "essential").unwrap_or(false);
+    let explicit = read("explicit") && t.bool(ctx, "explicit").unwrap_or(false);
+
+    Some(HealthCheck {
+        protocol: protocol.map_or(CheckProtocol::default(), |p| p.v),
+        port,
+        interval,
+        timeout,
+        connect_timeout,
+        read_timeout,
+        healthy_threshold,
+        unhealthy_threshold,
+        method,
+        path,
+        host,
+        headers,
+        body,
+        expect_status,
+        expect_headers,
+        expect_body,
+        id_header,
+        essential,
+        explicit,
+    })
+}
+
+/// One health-check timeout `key`, which may not exceed `interval` (checks would overlap);
+/// `default` when unset or wrong.
+fn single_timeout(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    key: &str,
+    interval: Duration,
+    default: Duration,
+) -> Duration {
+    match t.positive_duration(ctx, key) {
+        Some(d) if d.v > interval => {
+            let msg = format!(
+                "{key} {} is above interval {}; checks would overlap",
+                format_duration(d.v),
+                format_duration(interval)
+            );
+            ctx.error(d.at, &t.path, msg);
+            default
+        }
+        Some(d) => d.v,
+        None => default,
+    }
+}
+
+/// `timeout`, or `connect_timeout` + `read_timeout`; never above `interval`.
+/// Returns (connect, read, whole check).
+fn check_timeouts(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    interval: Duration,
+    http: bool,
+) -> (Duration, Duration, Duration) {
+    let default = interval.min(HealthCheck::DEFAULT_TIMEOUT);
+    let split = t.has("connect_timeout") || (http && t.has("read_timeout"));
+    if t.has("timeout") && split {
+        for key in ["connect_timeout", "read_timeout"] {
+            if let Some(at) = t.key_at(key) {
+                let msg =
+                    "set either \"timeout\" or \"connect_timeout\" and \"read_timeout\", not both";
+                ctx.error(at, &t.path, msg);
+            }
+        }
+        return (default, default, default);
+    }
+    if !split {
+        let d = single_timeout(ctx, t, "timeout", interval, default);
+        return (d, d, d);
+    }
+    if !http {
+        // A tcp check only connects; read_timeout mirrors connect_timeout and is unused.
+        let d = single_timeout(ctx, t, "connect_timeout", interval, default);
+        return (d, d, d);
+    }
+    let connect = t.positive_duration(ctx, "connect_timeout");
+    let read = t.positive_duration(ctx, "read_timeout");
+    for (key, other) in [
+        ("connect_timeout", "read_timeout"),
+        ("read_timeout", "connect_timeout"),
+    ] {
+        if let (Some(at), false) = (t.key_at(key), t.has(other)) {
+            let msg = format!(
+                "{} needs {} too (or use \"timeout\" alone)",
+                quote(key),
+                quote(other)
+            );
+            ctx.error(at, &t.path, msg);
+        }
+    }
+    match (connect, read) {
+        (Some(c), Some(r)) if c.v + r.v > interval => {
+            let msg = format!(
+                "connect_timeout {} + read_timeout {} is above interval {}; checks would overlap",
+                format_duration(c.v),
+                format_duration(r.v),
+                format_duration(interval)
+            );
+            ctx.error(c.at.max(r.at), &t.path, msg);
+            (default, default, default)
+        }
+        (Some(c), Some(r)) => (c.v, r.v, c.v + r.v),
+        _ => (default, default, default),
+    }
+}
+
+/// A table of header name → value with valid names.
+fn header_map(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, value) in t.string_map(ctx, key).unwrap_or_default() {
+        if syntax::is_header_name(name.v) {
+            out.insert(name.v.to_owned(), value.v.to_owned());
+        } else {
+            ctx.error(
+                name.at,
+                &t.path,
+                format!("{} is not a valid header name", quote(name.v)),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,346 @@
+//! `[[listener]]`: names and ports unique across the file, protocol, regions, timeouts, retries
+//! and the keys that belong to some protocols only; its routes, TLS and groups are read by
+//! their own modules.
+
+use std::collections::HashMap;
+
+use super::Env;
+use super::fields::{check_name, choice, item_path, only_for, peek_str, status_set};
+use super::group::groups;
+use super::route::routes;
+use super::tls::server_tls;
+use crate::config::document::{At, Ctx, Table, as_str, quote};
+use crate::config::error::position;
+use crate::config::model::*;
+use crate::config::syntax;
+
+const LISTENER_KEYS: &[&str] = &[
+    "name",
+    "protocol",
+    "port",
+    "regions",
+    "failover",
+    "fail_open",
+    "affinity",
+    "connect_timeout",
+    "idle_timeout",
+    "drain_timeout",
+    "max_connections",
+    "proxy_protocol",
+    "header_timeout",
+    "upstream_timeout",
+    "retry",
+    "tries",
+    "retry_timeout",
+    "retry_non_idempotent",
+    "unhealthy_status",
+    "sticky",
+    "udp_max_flows",
+    "tls",
+    "route",
+    "group",
+];
+
+pub(super) const HTTP: &str = "http/https listeners";
+
+pub(super) fn listeners(ctx: &mut Ctx<'_>, env: &Env<'_>, root: &Table<'_, '_>) -> Vec<Listener> {
+    let mut out = Vec::new();
+    // Name → position of the first listener with it; (transport, port) → first listener there.
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut ports: HashMap<(bool, u16), (String, Protocol)> = HashMap::new();
+    for (i, v) in root.tables(ctx, "listener").into_iter().enumerate() {
+        let path = item_path("", "listener", peek_str(v, "name"), i + 1);
+        let Some(t) = Table::of(ctx, v, "listener", "", path) else {
+            continue;
+        };
+        let Some(l) = listener(ctx, env, &t) else {
+            continue;
+        };
+        if let Some(at) = t.value_at("name") {
+            if let Some(first) = names.get(&l.name) {
+                let line = position(ctx.text(), *first).0;
+                ctx.error(
+                    at,
+                    &t.path,
+                    format!(
+                        "duplicate listener name {} (first defined at line {line})",
+                        quote(&l.name)
+                    ),
+                );
+            } else {
+                names.insert(l.name.clone(), at);
+            }
+        }
+        if let Some(at) = t.value_at("port") {
+            let tcp = l.protocol != Protocol::Udp;
+            if let Some((other, proto)) = ports.get(&(tcp, l.port)) {
+                let msg = if tcp {
+                    format!(
+                        "port {} is already used by listener {} ({proto}); tcp, http and https listeners share TCP ports",
+                        l.port,
+                        quote(other)
+                    )
+                } else {
+                    format!(
+                        "port {} is already used by udp listener {}",
+                        l.port,
+                        quote(other)
+                    )
+                };
+                ctx.error(at, &t.path, msg);
+            } else {
+                ports.insert((tcp, l.port), (l.name.clone(), l.protocol));
+            }
+        }
+        out.push(l);
+    }
+    out
+}
+
+/// One listener; `None` when its protocol or port is unusable (other checks still ran).
+fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Listener> {
+    t.check_keys(ctx, LISTENER_KEYS);
+    let name = t.req_str(ctx, "name");
+    if let Some(n) = name {
+        check_name(ctx, n, &t.path, "listener");
+    }
+    if !t.has("protocol") {
+        t.missing(ctx, "protocol");
+    }
+    let protocol = choice(
+        ctx,
+        t,
+        "protocol",
+        &[
+            ("tcp", Protocol::Tcp),
+            ("udp", Protocol::Udp),
+            ("http", Protocol::Http),
+            ("https", Protocol::Https),
+        ],
+    )
+    .map(|p| p.v);
+    if !t.has("port") {
+        t.missing(ctx, "port");
+    }
+    let port = t.port(ctx, "port").map(|p| p.v);
+    let regions = listener_regions(ctx, env, t);
+
+    let failover = choice(
+        ctx,
+        t,
+        "failover",
+        &[
+            ("next-priority", FailoverMode::NextPriority),
+            ("recompute", FailoverMode::Recompute),
+        ],
+    )
+    .map_or(FailoverMode::default(), |f| f.v);
+    let fail_open = t.bool(ctx, "fail_open").unwrap_or(false);
+    let affinity = choice(
+        ctx,
+        t,
+        "affinity",
+        &[("none", Affinity::None), ("source-ip", Affinity::SourceIp)],
+    )
+    .map_or(Affinity::default(), |a| a.v);
+    let connect_timeout = t
+        .positive_duration(ctx, "connect_timeout")
+        .map_or(Listener::DEFAULT_CONNECT_TIMEOUT, |d| d.v);
+    let default_idle = protocol.unwrap_or(Protocol::Tcp).default_idle_timeout();
+    let idle_timeout = t
+        .positive_duration(ctx, "idle_timeout")
+        .map_or(default_idle, |d| d.v);
+    let drain_timeout = t
+        .duration(ctx, "drain_timeout")
+        .map_or(Listener::DEFAULT_DRAIN_TIMEOUT, |d| d.v);
+    let max_connections = t
+        .u32(ctx, "max_connections", 1, None)
+        .map_or(Listener::DEFAULT_MAX_CONNECTIONS, |n| n.v);
+
+    // Keys that belong to some protocols only. Without a valid protocol they are not judged.
+    let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
+    let http = is(Protocol::is_http);
+    let mut proxy_protocol = None;
+    if only_for(
+        ctx,
+        t,
+        "proxy_protocol",
+        is(|p| p == Protocol::Tcp),
+        "tcp listeners",
+    ) && let Some(s) = t.str(ctx, "proxy_protocol")
+    {
+        if s.v == "v2" {
+            proxy_protocol = Some(ProxyProtocol::V2);
+        } else {
+            let msg = format!(
+                "proxy_protocol {} is not supported; the only version is \"v2\"",
+                quote(s.v)
+            );
+            ctx.error(s.at, &t.path, msg);
+        }
+    }
+    let mut header_timeout = Listener::DEFAULT_HEADER_TIMEOUT;
+    if only_for(ctx, t, "header_timeout", http, HTTP) {
+        header_timeout = t
+            .positive_duration(ctx, "header_timeout")
+            .map_or(header_timeout, |d| d.v);
+    }
+    let mut upstream_timeout = Listener::DEFAULT_UPSTREAM_TIMEOUT;
+    if only_for(ctx, t, "upstream_timeout", http, HTTP) {
+        upstream_timeout = t
+            .positive_duration(ctx, "upstream_timeout")
+            .map_or(upstream_timeout, |d| d.v);
+    }
+    let not_udp = is(|p| p != Protocol::Udp);
+    let (mut retry, mut tries, mut retry_timeout) = (
+        Listener::DEFAULT_RETRY,
+        Listener::DEFAULT_TRIES,
+        Listener::DEFAULT_RETRY_TIMEOUT,
+    );
+    if only_for(ctx, t, "retry", not_udp, "tcp/http/https listeners") {
+        retry = t.bool(ctx, "retry").unwrap_or(retry);
+    }
+    if only_for(ctx, t, "tries", not_udp, "tcp/http/https listeners") {
+        tries = t.u32(ctx, "tries", 1, Some(10)).map_or(tries, |n| n.v);
+    }
+    if only_for(ctx, t, "retry_timeout", not_udp, "tcp/http/https listeners") {
+        retry_timeout = t
+            .positive_duration(ctx, "retry_timeout")
+            .map_or(retry_timeout, |d| d.v);
+    }
+    let mut retry_non_idempotent = false;
+    if only_for(ctx, t, "retry_non_idempotent", http, HTTP) {
+        retry_non_idempotent = t.bool(ctx, "retry_non_idempotent").unwrap_or(false);
+    }
+    let mut unhealthy_status = StatusSet::default();
+    if only_for(ctx, t, "unhealthy_status", http, HTTP) {
+        unhealthy_status = status_set(ctx, t, "unhealthy_status").unwrap_or_default();
+    }
+    let mut sticky = None;
+    if only_for(ctx, t, "sticky", http, HTTP) {
+        sticky = sticky_cookie(ctx, t);
+    }
+    let mut udp_max_flows = Listener::DEFAULT_UDP_MAX_FLOWS;
+    if only_for(
+        ctx,
+        t,
+        "udp_max_flows",
+        is(|p| p == Protocol::Udp),
+        "udp listeners",
+    ) {
+        udp_max_flows = t
+            .int(ctx, "udp_max_flows", 1, None)
+            .map_or(udp_max_flows, |n| n.v as usize);
+    }
+    let mut tls = None;
+    if only_for(
+        ctx,
+        t,
+        "tls",
+        is(|p| p == Protocol::Https),
+        "https listeners",
+    ) {
+        tls = server_tls(ctx, env, t);
+        if protocol == Some(Protocol::Https) && !t.has("tls") {
+            let msg = "https listeners need tls = { certs = [{ cert = \"site.pem\", key = \"site.key\" }] }";
+            ctx.error(t.at, &t.path, msg);
+        }
+    }
+
+    let groups = groups(ctx, env, t, protocol, &regions);
+    if groups.len() > MAX_GROUPS {
+        let msg = format!(
+            "{} groups; a listener holds at most {MAX_GROUPS}",
+            groups.len()
+        );
+        ctx.error(t.at, &t.path, &msg);
+    }
+    let mut routes = Vec::new();
+    if only_for(ctx, t, "route", http, HTTP) {
+        routes = self::routes(ctx, t, &groups);
+    }
+
+    Some(Listener {
+        name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
+        protocol: protocol?,
+        port: port?,
+        regions: regions.iter().map(|r| r.v.to_owned()).collect(),
+        failover,
+        fail_open,
+        affinity,
+        connect_timeout,
+        idle_timeout,
+        drain_timeout,
+        max_connections,
+        proxy_protocol,
+        header_timeout,
+        upstream_timeout,
+        retry,
+        tries,
+        retry_timeout,
+        retry_non_idempotent,
+        unhealthy_status,
+        sticky,
+        udp_max_flows,
+        tls,
+        routes,
+        groups: groups.into_iter().map(|g| g.group).collect(),
+    })
+}
+
+/// `regions = [...]`: non-empty, unique, each in the catalogue.
+fn listener_regions<'t>(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'t, '_>) -> Vec<At<&'t str>> {
+    if !t.has("regions") {
+        t.missing(ctx, "regions");
+        return Vec::new();
+    }
+    let Some(items) = t.array(ctx, "regions") else {
+        return Vec::new();
+    };
+    if items.is_empty() {
+        let at = t.value_at("regions").unwrap_or(t.at);
+        ctx.error(
+            at,
+            &t.path,
+            "\"regions\" must name at least one acceleration region",
+        );
+    }
+    let mut out: Vec<At<&str>> = Vec::new();
+    for item in items {
+        let Some(id) = as_str(ctx, item, &t.path, "each entry of \"regions\"") else {
+            continue;
+        };
+        let id = At {
+            v: id,
+            at: item.span().start,
+        };
+        if out.iter().any(|r| r.v == id.v) {
+            ctx.error(
+                id.at,
+                &t.path,
+                format!("region {} is listed twice", quote(id.v)),
+            );
+            continue;
+        }
+        env.region(ctx, id, &t.path);
+        out.push(id);
+    }
+    out
+}
+
+fn sticky_cookie(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Sticky> {
+    let s = t.table(ctx, "sticky", t.path.clone())?;
+    s.check_keys(ctx, &["cookie"]);
+    let cookie = s.req_str(ctx, "cookie")?;
+    if !syntax::is_cookie_name(cookie.v) {
+        ctx.error(
+            cookie.at,
+            &s.path,
+            format!("{} is not a valid cookie name", quote(cookie.v)),
+        );
+        return None;
+    }
+    Some(Sticky {
+        cookie: cookie.v.to_owned(),
+    })
+}

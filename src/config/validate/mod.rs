@@ -1,0 +1,258 @@
+//! Builds the typed [`Config`] from the spanned document: applies the defaults of SPEC 2–5 and
+//! checks every constraint, recording each problem in the [`Ctx`] and carrying on, so that one
+//! run reports every error. A value that fails a check is replaced by a placeholder so the walk
+//! can continue; the result is only returned when no error was recorded.
+//!
+//! This module holds the entry point, the catalogue, `[node]` and `[admin]`; each section of the
+//! file has a module of its own, in the order the walk reaches them: [`listener`], [`tls`],
+//! [`route`], [`group`], [`balance`], [`health_check`], [`endpoint`]. [`fields`] holds the checks
+//! they share.
+
+mod balance;
+mod endpoint;
+mod fields;
+mod group;
+mod health_check;
+mod listener;
+mod route;
+mod tls;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use super::document::{At, Ctx, Table, did_you_mean, quote};
+use super::error::{ConfigError, ConfigErrors};
+use super::model::*;
+use crate::regions::Catalog;
+use listener::listeners;
+
+/// Where the region catalogue comes from.
+pub(crate) enum CatalogFrom<'a> {
+    /// Already loaded (tests, reloads): the file's `catalog = ...` is checked but not read.
+    Given(&'a Catalog),
+    /// Read it: from this path (`--regions`) or else from the config's `catalog` key.
+    Load(Option<&'a Path>),
+}
+
+/// Validates a whole config file.
+pub(crate) fn config(
+    text: &str,
+    file: &Path,
+    from: CatalogFrom<'_>,
+) -> Result<Config, ConfigErrors> {
+    let mut ctx = Ctx::new(text, file);
+    let Some(doc) = ctx.parse() else {
+        return Err(ConfigErrors(ctx.into_errors()));
+    };
+    let root = Table::root(&doc);
+    root.check_keys(&mut ctx, &["catalog", "node", "admin", "listener"]);
+    let base = base_dir(file);
+
+    // Errors in the catalogue file itself (another file) come first: they explain the rest.
+    let mut catalog_errors = Vec::new();
+    let catalog_key = root.nonempty_str(&mut ctx, "catalog");
+    let catalog = match from {
+        CatalogFrom::Given(c) => Some(c.clone()),
+        CatalogFrom::Load(over) => {
+            let key_ok = catalog_key.is_some() || !root.has("catalog");
+            if over.is_some() || key_ok {
+                read_catalog(&mut ctx, &mut catalog_errors, base, over, catalog_key)
+            } else {
+                None
+            }
+        }
+    };
+
+    let env = Env {
+        catalog: catalog.as_ref(),
+        base,
+        unrun_checks: Default::default(),
+    };
+    let node = node(&mut ctx, &root);
+    let admin = admin(&mut ctx, &root);
+    let listeners = listeners(&mut ctx, &env, &root);
+    // Said once, plainly, rather than left for an operator to discover under failure.
+    let unrun = env.unrun_checks.take();
+    if let Some(&first) = unrun.first() {
+        let lines: Vec<String> = unrun
+            .iter()
+            .map(|&at| crate::config::position(text, at).0.to_string())
+            .collect();
+        let msg = format!(
+            "active health checks are not run by this version: the health_check {} (line{} {}) \
+             {} checked but {} no effect; passive checks (max_fails, fail_timeout) and the admin \
+             API decide which endpoints serve",
+            if unrun.len() == 1 { "table" } else { "tables" },
+            if unrun.len() == 1 { "" } else { "s" },
+            lines.join(", "),
+            if unrun.len() == 1 { "is" } else { "are" },
+            if unrun.len() == 1 { "has" } else { "have" },
+        );
+        ctx.warn(first, "", msg);
+    }
+
+    match catalog {
+        Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
+            source: file.to_path_buf(),
+            catalog,
+            node,
+            admin,
+            listeners,
+            warnings: ctx.take_warnings(),
+        }),
+        _ => {
+            catalog_errors.extend(ctx.into_errors());
+            Err(ConfigErrors(catalog_errors))
+        }
+    }
+}
+
+/// The directory relative paths in a file are resolved against.
+pub(crate) fn base_dir(file: &Path) -> &Path {
+    file.parent().unwrap_or(Path::new(""))
+}
+
+/// Reads the catalogue named by `--regions`, the `catalog` key, or the default.
+fn read_catalog(
+    ctx: &mut Ctx<'_>,
+    outer: &mut Vec<ConfigError>,
+    base: &Path,
+    over: Option<&Path>,
+    key: Option<At<&str>>,
+) -> Option<Catalog> {
+    let path = match (over, key) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(k)) => base.join(k.v),
+        (None, None) => base.join(DEFAULT_CATALOG),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            let shown = path.display();
+            match (over, key) {
+                (Some(_), _) => outer.push(ConfigError {
+                    file: path.clone(),
+                    line: 1,
+                    column: 1,
+                    path: String::new(),
+                    message: format!("cannot read region catalogue: {e}"),
+                }),
+                (None, Some(k)) => ctx.error(k.at, "", format!("cannot read region catalogue {shown}: {e}")),
+                (None, None) => ctx.error(
+                    0,
+                    "",
+                    format!(
+                        "cannot read region catalogue {shown} (the default; set catalog = \"...\" or pass --regions): {e}"
+                    ),
+                ),
+            }
+            return None;
+        }
+    };
+    match super::catalog::parse(&text, &path) {
+        Ok(c) => Some(c),
+        Err(errs) => {
+            outer.extend(errs.0);
+            None
+        }
+    }
+}
+
+/// What every part of the walk needs to know about its surroundings.
+struct Env<'a> {
+    /// The catalogue, when it could be read (region checks are skipped otherwise).
+    catalog: Option<&'a Catalog>,
+    /// Directory of the config file.
+    base: &'a Path,
+    /// Where the `health_check` tables are: checked, but not run by this version.
+    unrun_checks: std::cell::RefCell<Vec<usize>>,
+}
+
+impl Env<'_> {
+    /// Checks that `id` is in the catalogue; records `unknown region "x"; did you mean "y"?`.
+    fn region(&self, ctx: &mut Ctx<'_>, id: At<&str>, path: &str) -> bool {
+        let Some(catalog) = self.catalog else {
+            return true;
+        };
+        if catalog.get(id.v).is_some() {
+            return true;
+        }
+        let hint = did_you_mean(id.v, catalog.regions.iter().map(|r| r.id.as_str()));
+        ctx.error(
+            id.at,
+            path,
+            format!(
+                "unknown region {} (not in the region catalogue){hint}",
+                quote(id.v)
+            ),
+        );
+        false
+    }
+
+    /// Resolves a file path against the config's directory and checks the file exists.
+    fn file(&self, ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str) -> Option<PathBuf> {
+        let s = t.nonempty_str(ctx, key)?;
+        let path = self.base.join(s.v);
+        if !path.is_file() {
+            let looked = if path.as_os_str() == s.v {
+                String::new()
+            } else {
+                format!(" (looked for {})", path.display())
+            };
+            ctx.error(
+                s.at,
+                &t.path,
+                format!("{key} file {} not found{looked}", quote(s.v)),
+            );
+            return None;
+        }
+        Some(path)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// [node], [admin]
+
+fn node(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Node {
+    let Some(t) = root.table(ctx, "node", "node".to_owned()) else {
+        return Node::default();
+    };
+    t.check_keys(ctx, &["source_ip"]);
+    let source_ip = t
+        .str(ctx, "source_ip")
+        .and_then(|s| match s.v.parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                ctx.error(
+                    s.at,
+                    &t.path,
+                    format!("invalid IP address {} for \"source_ip\"", quote(s.v)),
+                );
+                None
+            }
+        });
+    Node { source_ip }
+}
+
+fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
+    let mut admin = Admin::default();
+    let Some(t) = root.table(ctx, "admin", "admin".to_owned()) else {
+        return admin;
+    };
+    t.check_keys(ctx, &["bind", "token"]);
+    if let Some(s) = t.str(ctx, "bind") {
+        match s.v.parse::<SocketAddr>() {
+            Ok(addr) => admin.bind = addr,
+            Err(_) => ctx.error(
+                s.at,
+                &t.path,
+                format!(
+                    "invalid address {} for \"bind\": expected IP:PORT, like \"127.0.0.1:9100\" or \"[::1]:9100\"",
+                    quote(s.v)
+                ),
+            ),
+        }
+    }
+    admin.token = t.nonempty_str(ctx, "token").map(|s| s.v.to_owned());
+    admin
+}

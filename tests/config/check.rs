@@ -1,0 +1,126 @@
+//! `gtd check` end to end: errors, summary, warnings, exit codes.
+
+use super::*;
+
+/// The warning a config with one health_check table gets (on the table's line).
+fn health_checks_not_run(line: usize) -> String {
+    format!(
+        "active health checks are not run by this version: the health_check table (line {line}) \
+         is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API \
+         decide which endpoints serve"
+    )
+}
+
+fn gtd_check(config: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gtd"))
+        .arg("check")
+        .arg("--config")
+        .arg(config)
+        .arg("--regions")
+        .arg(catalog_path())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn gtd_check_prints_every_error_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let text = EXAMPLE.replace(
+        "ratio = 50\n\n    [[listener.group.endpoint]]\n    address = \"127.0.0.1:9001\"",
+        "ratio = 150\n\n    [[listener.group.endpoint]]\n    address = \"127.0.0.1\"",
+    );
+    std::fs::write(&file, text).unwrap();
+    let out = gtd_check(&file);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let f = file.display();
+    assert_eq!(
+        stderr,
+        format!(
+            "{f}:15:11: listener \"web\" group \"beijing\": ratio 150 is out of range 0..=100\n\
+             {f}:18:15: listener \"web\" group \"beijing\" endpoint \"127.0.0.1\": invalid address \"127.0.0.1\": it has no port; write host:port, like \"10.0.0.1:80\", \"[2001:db8::1]:80\" or \"api.example.com:443\"\n\
+             2 errors in {f}\n"
+        )
+    );
+}
+
+#[test]
+fn gtd_check_prints_a_summary_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, EXAMPLE).unwrap();
+    let out = gtd_check(&file);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The only warning: the example's health check is not run yet.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "warning: {}:64:5: {}\n",
+            file.display(),
+            health_checks_not_run(64)
+        )
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let expected = format!(
+        "{}: ok — 3 listeners, 6 groups, 8 endpoints; {} regions in the catalogue
+
+listener  protocol  port  regions                 groups  endpoints  routes
+web       http      8080  cn-beijing,cn-shanghai  2       4          0
+game      tcp       7000  cn-beijing,cn-shanghai  2       2          0
+voice     udp       7000  cn-beijing,cn-shanghai  2       2          0
+
+region       name              groups  endpoints
+cn-beijing   China (Beijing)   3       4
+cn-shanghai  China (Shanghai)  3       4
+",
+        file.display(),
+        catalog().regions.len()
+    );
+    assert_eq!(stdout, expected);
+}
+
+#[test]
+fn gtd_check_prints_warnings_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let text = EXAMPLE.replacen("port = 8080\n", "port = 8080\nproxy_protocol = \"v2\"\n", 1);
+    std::fs::write(&file, text).unwrap();
+    let out = gtd_check(&file);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n\
+             warning: {f}:65:5: {}\n",
+            health_checks_not_run(65),
+            f = file.display()
+        )
+    );
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains(": ok — 3 listeners")
+    );
+}
+
+#[test]
+fn gtd_check_reports_a_missing_file() {
+    let out = gtd_check(Path::new("/nonexistent/gtd.toml"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("/nonexistent/gtd.toml:1:1: cannot read file: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with("1 error in /nonexistent/gtd.toml\n"),
+        "{stderr}"
+    );
+}
