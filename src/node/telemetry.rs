@@ -89,7 +89,7 @@ pub const RETRIES_TOTAL: Def = Def {
     name: "gtd_retries_total",
     kind: Kind::Counter,
     labels: &["listener"],
-    help: "Attempts made after a failed one (another endpoint or group; TCP connects and HTTP requests)",
+    help: "Attempts made after a failed one (another endpoint or group; TCP connects, UDP flow set-ups and HTTP requests)",
 };
 /// Time to connect to an endpoint.
 pub const CONNECT_SECONDS: Def = Def {

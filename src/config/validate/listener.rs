@@ -191,23 +191,14 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
             .positive_duration(ctx, "upstream_timeout")
             .map_or(upstream_timeout, |d| d.v);
     }
-    let not_udp = is(|p| p != Protocol::Udp);
-    let (mut retry, mut tries, mut retry_timeout) = (
-        Listener::DEFAULT_RETRY,
-        Listener::DEFAULT_TRIES,
-        Listener::DEFAULT_RETRY_TIMEOUT,
-    );
-    if only_for(ctx, t, "retry", not_udp, "tcp/http/https listeners") {
-        retry = t.bool(ctx, "retry").unwrap_or(retry);
-    }
-    if only_for(ctx, t, "tries", not_udp, "tcp/http/https listeners") {
-        tries = t.u32(ctx, "tries", 1, Some(10)).map_or(tries, |n| n.v);
-    }
-    if only_for(ctx, t, "retry_timeout", not_udp, "tcp/http/https listeners") {
-        retry_timeout = t
-            .positive_duration(ctx, "retry_timeout")
-            .map_or(retry_timeout, |d| d.v);
-    }
+    // Every protocol: a UDP flow's set-up is retried as a TCP connect is.
+    let retry = t.bool(ctx, "retry").unwrap_or(Listener::DEFAULT_RETRY);
+    let tries = t
+        .u32(ctx, "tries", 1, Some(10))
+        .map_or(Listener::DEFAULT_TRIES, |n| n.v);
+    let retry_timeout = t
+        .positive_duration(ctx, "retry_timeout")
+        .map_or(Listener::DEFAULT_RETRY_TIMEOUT, |d| d.v);
     let mut retry_non_idempotent = false;
     if only_for(ctx, t, "retry_non_idempotent", http, HTTP) {
         retry_non_idempotent = t.bool(ctx, "retry_non_idempotent").unwrap_or(false);
