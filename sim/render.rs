@@ -1,4 +1,4 @@
-//! Output: the terminal table, the JSON contract of SPEC 8, and CSV.
+//! Output: the terminal table, the JSON contract of docs/design.md §8, and CSV.
 
 use std::fmt::Write as _;
 
@@ -299,7 +299,7 @@ pub(crate) fn table(o: &Output<'_>) -> String {
         }
         t.render("  ", &mut out);
     }
-    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (SPEC 3.2)\n");
+    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
     out
 }
 
@@ -331,7 +331,7 @@ fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
 
 // ---------------------------------------------------------------- JSON
 
-/// The SPEC 8 JSON document.
+/// The docs/design.md §8 JSON document.
 pub(crate) fn json(o: &Output<'_>) -> String {
     let listeners: Vec<Value> = o
         .reports

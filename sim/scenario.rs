@@ -1,6 +1,6 @@
 //! What-if inputs: scenario files and command-line overrides, resolved against the config.
 //!
-//! Names follow SPEC 8: `GROUP` is that group in every listener that has it, `LISTENER/GROUP`
+//! Names follow docs/design.md §8: `GROUP` is that group in every listener that has it, `LISTENER/GROUP`
 //! one listener's, `LISTENER/GROUP/ADDRESS` one endpoint (`--down` only). A name that matches
 //! nothing is an error.
 

@@ -1,6 +1,6 @@
 //! The region catalogue (`regions/catalog.toml`) and the great-circle RTT estimate.
 //!
-//! Estimated RTT between regions a and b (SPEC 2):
+//! Estimated RTT between regions a and b (docs/design.md §2):
 //! `1.0 + route_factor * 2 * great_circle_km(a, b) / 200.0` ms — light in fibre covers about
 //! 200 km per ms, and real routes are longer than the great circle by `route_factor` (1.5 unless
 //! the catalogue says otherwise). Measured pairs in `[rtt]` override the estimate.
@@ -71,7 +71,7 @@ pub fn great_circle_km(lat1: f64, lon1: f64, lat2: f64, lon2: f64) -> f64 {
     2.0 * EARTH_RADIUS_KM * h.sqrt().min(1.0).asin()
 }
 
-/// The SPEC 2 estimate between two regions.
+/// The docs/design.md §2 estimate between two regions.
 pub fn estimate_rtt_ms(a: &Region, b: &Region, route_factor: f64) -> f64 {
     1.0 + route_factor * 2.0 * great_circle_km(a.lat, a.lon, b.lat, b.lon) / 200.0
 }

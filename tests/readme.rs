@@ -1,7 +1,7 @@
 //! The documentation says what the code does: the metrics table of `docs/design.md` §7 lists
 //! exactly the metrics the node exports (names, kinds and labels from
 //! `gtd::node::telemetry::ALL`), every scenario file the README or `docs/` mentions exists, and
-//! every design section the code cites (`docs/design.md §3.3`, or the older `SPEC 3.3`) is a
+//! every design section the code cites (`docs/design.md §3.3`) is a
 //! heading of `docs/design.md`.
 
 use std::path::{Path, PathBuf};
@@ -107,11 +107,11 @@ fn design_sections() -> Vec<String> {
         .collect()
 }
 
-/// Section numbers cited in `text`: after "SPEC " or "docs/design.md §", like "3.3" or "2–5"
-/// (a range: both ends). A bare "SPEC" with no number cites nothing.
-fn citations(text: &str) -> Vec<String> {
+/// Section numbers cited in `text` after `marker` ("design.md §" for the design), like "3.3"
+/// or "2–5" (a range: both ends).
+fn citations_after(text: &str, marker: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for marker in ["SPEC ", "design.md §"] {
+    {
         for (at, _) in text.match_indices(marker) {
             let rest = &text[at + marker.len()..];
             let span: String = rest
@@ -127,6 +127,11 @@ fn citations(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Sections of `docs/design.md` cited in `text`.
+fn citations(text: &str) -> Vec<String> {
+    citations_after(text, "design.md §")
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -165,6 +170,14 @@ fn every_cited_design_section_exists() {
         let Ok(text) = std::fs::read_to_string(&f) else {
             continue;
         };
+        // The rules were first written in a specification outside the repository; nothing
+        // may cite it any more.
+        let outside = citations_after(&text, concat!("SP", "EC "));
+        assert!(
+            outside.is_empty(),
+            "{} cites a specification outside the repository (sections {outside:?}): cite docs/design.md",
+            f.display()
+        );
         for n in citations(&text) {
             cited += 1;
             assert!(
@@ -179,9 +192,9 @@ fn every_cited_design_section_exists() {
 
 #[test]
 fn citations_are_parsed() {
-    assert_eq!(citations("(SPEC 3.2–3.3):"), ["3.2", "3.3"]);
-    assert_eq!(citations("SPEC 2–5 and"), ["2", "5"]);
-    assert_eq!(citations("SPEC 4."), ["4"]);
+    assert_eq!(citations("(docs/design.md §3.2–3.3):"), ["3.2", "3.3"]);
+    assert_eq!(citations("docs/design.md §2–5 and"), ["2", "5"]);
+    assert_eq!(citations("docs/design.md §4."), ["4"]);
     assert_eq!(citations("see docs/design.md §3.5, then"), ["3.5"]);
-    assert!(citations("SPEC's schema").is_empty());
+    assert!(citations("the design's schema").is_empty());
 }

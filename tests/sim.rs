@@ -1,5 +1,5 @@
 //! The `sim` binary as a user runs it: shipped config and scenarios, every worked example of
-//! SPEC 3.2 from both acceleration regions, failover modes, fail-open, overrides, formats, and
+//! docs/design.md §3.2 from both acceleration regions, failover modes, fail-open, overrides, formats, and
 //! golden files of the table and JSON for the shipped config (`GTD_BLESS=1` rewrites them).
 
 use std::path::{Path, PathBuf};

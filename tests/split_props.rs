@@ -1,4 +1,4 @@
-//! Property tests of the pure between-group decisions (SPEC 3.2–3.4).
+//! Property tests of the pure between-group decisions (docs/design.md §3.2–3.4).
 
 use std::net::{IpAddr, Ipv4Addr};
 

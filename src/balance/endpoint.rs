@@ -16,9 +16,9 @@
 //!   effective weight.
 //!
 //! One deliberate difference: a failure arriving more than `fail_timeout` after the previous one
-//! starts a new count at 1, so "`max_fails` failures within `fail_timeout`" (SPEC 4) holds
+//! starts a new count at 1, so "`max_fails` failures within `fail_timeout`" (docs/design.md §4) holds
 //! literally; nginx keeps counting until a success. And nginx never marks the only server of an
-//! upstream; gtd does, because a group whose only endpoint fails must fail over (SPEC 3.3).
+//! upstream; gtd does, because a group whose only endpoint fails must fail over (docs/design.md §3.3).
 //!
 //! Times are nanoseconds since the balancer lineage's epoch (an injected `Instant`), so tests
 //! drive every transition with instants built from a base, without waiting.
@@ -219,7 +219,7 @@ impl EndpointState {
         !self.passive_allows(self.rt.hub.nanos(now))
     }
 
-    /// Usable (SPEC 3.3): enabled, not `down`, not draining, allowed by active and passive
+    /// Usable (docs/design.md §3.3): enabled, not `down`, not draining, allowed by active and passive
     /// checks. Being at `max_conns` does not make an endpoint unusable.
     pub fn is_usable(&self, now: Instant) -> bool {
         self.available(self.rt.hub.nanos(now))

@@ -1,4 +1,4 @@
-//! Inside a group: the balancing methods of SPEC 4, behind one interface.
+//! Inside a group: the balancing methods of docs/design.md §4, behind one interface.
 //!
 //! A [`GroupBalancer`] is built from a validated [`config::Group`] for one (listener, group) on
 //! a node and is shared by all its threads. [`GroupBalancer::pick`] chooses an endpoint for a
@@ -518,7 +518,7 @@ impl GroupBalancer {
         self.endpoints.iter().filter(|e| e.available(t)).count()
     }
 
-    /// The group's health (SPEC 3.3): at least `min_healthy` usable endpoints, whether or not
+    /// The group's health (docs/design.md §3.3): at least `min_healthy` usable endpoints, whether or not
     /// health checks are configured. The node and the simulator both ask this.
     pub fn is_healthy(&self, min_healthy: u32, now: Instant) -> bool {
         self.usable_count(now) >= min_healthy as usize

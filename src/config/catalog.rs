@@ -1,4 +1,4 @@
-//! Reads and validates the region catalogue (`regions/catalog.toml`, SPEC 2).
+//! Reads and validates the region catalogue (`regions/catalog.toml`, docs/design.md §2).
 //!
 //! `[[region]]` tables with `id`, `name`, `lat`, `lon`; an optional top-level `route_factor`
 //! (> 0, default 1.5); an optional `[rtt]` table of measured round-trip times keyed `"a/b"`

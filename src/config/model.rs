@@ -111,7 +111,7 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// What happens when the highest-priority group with ratio > 0 is unhealthy (SPEC 3.3).
+/// What happens when the highest-priority group with ratio > 0 is unhealthy (docs/design.md §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailoverMode {
     /// All traffic to the highest-priority healthy group; ratios ignored (the source's rule).
@@ -131,7 +131,7 @@ impl FailoverMode {
     }
 }
 
-/// How a client is mapped to a group (SPEC 3.4).
+/// How a client is mapped to a group (docs/design.md §3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Affinity {
     /// Smooth weighted rotation over the shares.
@@ -194,7 +194,7 @@ pub struct Listener {
     pub groups: Vec<Group>,
 }
 
-/// The defaults of a listener's keys when unset (SPEC 2; `idle_timeout`:
+/// The defaults of a listener's keys when unset (docs/design.md §2; `idle_timeout`:
 /// [`Protocol::default_idle_timeout`]).
 impl Listener {
     /// `connect_timeout`.
@@ -331,7 +331,7 @@ pub struct Group {
     pub endpoints: Vec<Endpoint>,
 }
 
-/// The defaults of a group's keys when unset (SPEC 3, 4).
+/// The defaults of a group's keys when unset (docs/design.md §3, 4).
 impl Group {
     /// `ratio`, percent.
     pub const DEFAULT_RATIO: f64 = 100.0;
@@ -341,7 +341,7 @@ impl Group {
     pub const DEFAULT_KEEPALIVE: u32 = 32;
 }
 
-/// Balancing method of a group, with its parameters (SPEC 4).
+/// Balancing method of a group, with its parameters (docs/design.md §4).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Balance {
     /// Smooth weighted rotation.
@@ -457,7 +457,7 @@ impl KeyPart {
     }
 }
 
-/// `[listener.group.health_check]` (SPEC 5), defaults applied.
+/// `[listener.group.health_check]` (docs/design.md §5), defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheck {
     /// Check protocol.
@@ -503,7 +503,7 @@ pub struct HealthCheck {
     pub explicit: bool,
 }
 
-/// The defaults of a health check's keys when unset (SPEC 5; `protocol` and `method`: the
+/// The defaults of a health check's keys when unset (docs/design.md §5; `protocol` and `method`: the
 /// `Default` of [`CheckProtocol`] and [`CheckMethod`]).
 impl HealthCheck {
     /// `interval`.
@@ -634,7 +634,7 @@ pub struct Endpoint {
     pub fail_timeout: Duration,
 }
 
-/// The defaults of an endpoint's keys when unset (SPEC 4, nginx's).
+/// The defaults of an endpoint's keys when unset (docs/design.md §4, nginx's).
 impl Endpoint {
     /// `weight`.
     pub const DEFAULT_WEIGHT: u32 = 1;

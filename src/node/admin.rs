@@ -1,4 +1,4 @@
-//! The admin server (SPEC 7): `/status`, `/metrics`, `/healthz`, endpoint enable/disable and
+//! The admin server (docs/design.md §7): `/status`, `/metrics`, `/healthz`, endpoint enable/disable and
 //! `/reload`. Mutating calls need `Authorization: Bearer TOKEN` when `[admin] token` is set.
 
 use std::convert::Infallible;
@@ -148,7 +148,7 @@ fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
-/// The `/status` document (SPEC 7).
+/// The `/status` document (docs/design.md §7).
 fn status(node: &Inner) -> Value {
     let snap = node.snapshot.load();
     let now = Instant::now();

@@ -1,4 +1,4 @@
-//! The attempts of one connection, flow or request (SPEC 4, retries), for every protocol:
+//! The attempts of one connection, flow or request (docs/design.md §4, retries), for every protocol:
 //!
 //! - [`Budget`]: how many attempts may start and until when — `tries` in all while `retry` is
 //!   on, none started once `retry_timeout` has passed since the first (nginx's

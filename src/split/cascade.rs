@@ -1,9 +1,9 @@
-//! The traffic-distribution-ratio cascade and group failover (SPEC 3.2, 3.3).
+//! The traffic-distribution-ratio cascade and group failover (docs/design.md §3.2, 3.3).
 //!
 //! Input: a listener's groups **in priority order** with their ratio and health. Output: each
 //! group's share of the node's traffic (percent), split into the first pass and the leftover, and
-//! the mode the listener is in. The arithmetic is `remaining * ratio / 100` in f64, exactly as the
-//! SPEC writes it, so that `sim`, `/status` and every node print the same digits.
+//! the mode the listener is in. The arithmetic is `remaining * ratio / 100` in f64, exactly as
+//! docs/design.md §3.2 writes it, so that `sim`, `/status` and every node print the same digits.
 
 use crate::config::FailoverMode;
 
@@ -63,7 +63,7 @@ pub struct Share {
 
 /// Computes the split of `groups` (priority order) into `out` (same length) and returns the mode.
 ///
-/// Allocation-free. Rules (SPEC 3.2–3.3):
+/// Allocation-free. Rules (docs/design.md §3.2–3.3):
 /// - eligible = ratio > 0 and healthy; a ratio-0 group gets nothing, not even leftover;
 /// - walk the eligible groups with `remaining = 100`: each takes `remaining * ratio / 100`;
 ///   the leftover is split equally among the eligible groups;

@@ -1,4 +1,4 @@
-//! Between groups (SPEC 3), pure: no I/O, no clocks, no globals.
+//! Between groups (docs/design.md §3), pure: no I/O, no clocks, no globals.
 //!
 //! - [`priority`]: the order a node ranks a listener's groups in (static, measured, estimated;
 //!   hysteresis for measured RTTs);

@@ -1,4 +1,4 @@
-//! Priority: the order in which a node ranks a listener's groups (SPEC 3.1).
+//! Priority: the order in which a node ranks a listener's groups (docs/design.md §3.1).
 //!
 //! A static `priority` (1 first) wins when configured. Otherwise groups are ranked by RTT from
 //! the node, lowest first: measured (EWMA of health-probe samples) when there is a sample, else

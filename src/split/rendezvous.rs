@@ -1,4 +1,4 @@
-//! Weighted rendezvous hashing of the client address (`affinity = "source-ip"`, SPEC 3.4).
+//! Weighted rendezvous hashing of the client address (`affinity = "source-ip"`, docs/design.md §3.4).
 //!
 //! Each group scores a client with `share / -ln(u)`, where `u` in (0, 1) comes from a fixed,
 //! unkeyed hash of (group name, client address); the highest score wins. A group's score depends

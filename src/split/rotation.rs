@@ -1,4 +1,4 @@
-//! The deterministic smooth rotation over group shares (SPEC 3.4).
+//! The deterministic smooth rotation over group shares (docs/design.md §3.4).
 //!
 //! Guarantee: over the first N decisions after the shares are set, every group has received
 //! within one decision of `N × share` (so within two over any window of consecutive decisions).

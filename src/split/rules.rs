@@ -1,4 +1,4 @@
-//! Custom forwarding rules of HTTP/HTTPS listeners (SPEC 3.5), pure: which `[[listener.route]]`
+//! Custom forwarding rules of HTTP/HTTPS listeners (docs/design.md §3.5), pure: which `[[listener.route]]`
 //! a request takes, so the cascade runs over only that route's groups.
 //!
 //! Precedence (Alibaba GA's forwarding rules):
@@ -9,7 +9,7 @@
 //! 5. the default (every group of the listener).
 //!
 //! Among rules of one level an exact host beats a wildcard, then the longest matching path
-//! prefix wins, then config order (SPEC 3.5; a header condition only filters: a canary rule must
+//! prefix wins, then config order (docs/design.md §3.5; a header condition only filters: a canary rule must
 //! come before its plain twin, and `gtd check` warns about a rule an earlier one shadows).
 //!
 //! A request whose host matches some rule (its header condition, if any, met) while no rule

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use gtd::balance::StaticRequest;
 use gtd::config::{Address, Balance, Endpoint, Group, Host, KeyPart, KeyTemplate};
 
-/// An endpoint `127.0.0.1:port` with the defaults of SPEC 4 (`Endpoint::DEFAULT_*`) and the
+/// An endpoint `127.0.0.1:port` with the defaults of docs/design.md §4 (`Endpoint::DEFAULT_*`) and the
 /// weight given.
 pub fn ep(port: u16, weight: u32) -> Endpoint {
     named(&format!("127.0.0.1:{port}"), weight)

@@ -191,7 +191,7 @@ regions = ["cn-beijing", "cn-shanghai"]
             r#"config.toml:10:46: listener "web" group "beijing": priority 0 for "cn-shanghai" must be at least 1"#,
         ]
     );
-    // A region of the catalogue that does not serve this listener (SPEC's example table copied
+    // A region of the catalogue that does not serve this listener (docs/design.md §3.1's example table copied
     // onto a listener served from Beijing only): its rank is never used, so it is a warning.
     let one = text
         .replace(r#"["cn-beijing", "cn-shanghai"]"#, r#"["cn-beijing"]"#)

@@ -42,7 +42,7 @@ tries = 2
     [[listener.group.endpoint]]
     address = "10.0.0.1:80"
 "#;
-    // SPEC's own schema sketch lists every listener key in one listener: a key of another
+    // The schema sketch of docs/design.md §2 lists every listener key in one listener: a key of another
     // protocol is valid, has no effect and says so (as HAProxy warns about a keyword of another
     // mode), instead of failing the whole file.
     let c = valid(text);

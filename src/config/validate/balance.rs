@@ -1,4 +1,4 @@
-//! Balancing methods (SPEC 4): `balance`, its aliases, and the parameters each method takes.
+//! Balancing methods (docs/design.md §4): `balance`, its aliases, and the parameters each method takes.
 
 use super::fields::choice;
 use crate::config::document::{At, Ctx, Table, as_str, did_you_mean, one_of, quote};
@@ -66,7 +66,7 @@ impl Method {
         }
     }
 
-    /// Whether endpoints may set this parameter under the method (SPEC 4's table).
+    /// Whether endpoints may set this parameter under the method (docs/design.md §4's table).
     pub(super) fn endpoint_param(self, key: &str) -> bool {
         match key {
             "weight" => self != Method::LeastTime,

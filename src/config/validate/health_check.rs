@@ -1,4 +1,4 @@
-//! `[listener.group.health_check]` (SPEC 5): protocol, interval and timeouts (never above the
+//! `[listener.group.health_check]` (docs/design.md §5): protocol, interval and timeouts (never above the
 //! interval), thresholds, and the keys of HTTP checks.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Builds the typed [`Config`] from the spanned document: applies the defaults of SPEC 2–5 and
+//! Builds the typed [`Config`] from the spanned document: applies the defaults of docs/design.md §2–5 and
 //! checks every constraint, recording each problem in the [`Ctx`] and carrying on, so that one
 //! run reports every error. A value that fails a check is replaced by a placeholder so the walk
 //! can continue; the result is only returned when no error was recorded.

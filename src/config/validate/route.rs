@@ -88,7 +88,7 @@ pub(super) fn routes(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'
     out
 }
 
-/// True when `earlier` takes every request `later` would match (SPEC 3.5 ties go by config
+/// True when `earlier` takes every request `later` would match (docs/design.md §3.5 ties go by config
 /// order): the same level and host, every prefix of `later` among its own, and no header
 /// condition or the same one.
 fn shadows(earlier: &Route, later: &Route) -> bool {
