@@ -34,12 +34,12 @@ fn methods() -> Vec<Balance> {
         Balance::Random { two: true },
         Balance::LeastTime {
             measure: Measure::Header,
-            factor: 0.9,
+            factor: Balance::DEFAULT_FACTOR,
         },
         Balance::Feedback {
             header: "x-capacity".into(),
             inverse: true,
-            factor: 0.9,
+            factor: Balance::DEFAULT_FACTOR,
         },
     ]
 }

@@ -339,7 +339,7 @@ fn least_time_run(
 fn least_time_group(n: usize) -> GroupBalancer {
     let balance = Balance::LeastTime {
         measure: Measure::Header,
-        factor: 0.9,
+        factor: Balance::DEFAULT_FACTOR,
     };
     GroupBalancer::new(
         &group(balance, weighted(&vec![1; n])),

@@ -362,12 +362,12 @@ fn all_methods() -> Vec<Balance> {
         Balance::Random { two: true },
         Balance::LeastTime {
             measure: Measure::Header,
-            factor: 0.9,
+            factor: Balance::DEFAULT_FACTOR,
         },
         Balance::Feedback {
             header: "x-c".into(),
             inverse: false,
-            factor: 0.9,
+            factor: Balance::DEFAULT_FACTOR,
         },
     ]
 }

@@ -526,10 +526,10 @@ mod tests {
             backup: false,
             down: false,
             drain: false,
-            enabled: true,
+            enabled: Endpoint::DEFAULT_ENABLED,
             slow_start,
             max_fails,
-            fail_timeout: Duration::from_secs(10),
+            fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
         }
     }
 
