@@ -642,11 +642,6 @@ async fn udp_on_a_wildcard_address_replies_from_the_address_written_to() {
     let (a1, h1) = udp_backend("one").await;
     let _b = Backends(vec![h1]);
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port(true);
-    let cfg = write_config(
-        dir.path(),
-        &udp_listener(port, "", &group("g", "cn-beijing", 100.0, "", &[(a1, 1)])),
-    );
     // IPv4 wildcard; and the IPv6 one (dual stack: IPv4 clients arrive as mapped addresses)
     // where this host has IPv6 on loopback.
     let ipv6 = std::net::UdpSocket::bind("[::1]:0").is_ok();
@@ -656,9 +651,23 @@ async fn udp_on_a_wildcard_address_replies_from_the_address_written_to() {
         &["0.0.0.0"]
     };
     for wildcard in wildcards {
-        let mut options = options(&cfg);
-        options.bind = wildcard.parse().unwrap();
-        let node = Node::start(options).await.expect("node starts");
+        // A port free on 127.0.0.1 may be some other test's socket on another address, or taken
+        // between the check and the bind (tests run side by side): another port, a few times.
+        let mut tries = 0;
+        let (node, port) = loop {
+            let port = free_port(true);
+            let cfg = write_config(
+                dir.path(),
+                &udp_listener(port, "", &group("g", "cn-beijing", 100.0, "", &[(a1, 1)])),
+            );
+            let mut options = options(&cfg);
+            options.bind = wildcard.parse().unwrap();
+            match Node::start(options).await {
+                Ok(node) => break (node, port),
+                Err(e) if tries < 5 && format!("{e:#}").contains("in use") => tries += 1,
+                Err(e) => panic!("node starts: {e:#}"),
+            }
+        };
         let mut locals = vec!["127.0.0.1", "127.0.0.2", "127.0.0.3"];
         if *wildcard == "::" {
             locals.push("::1");
