@@ -26,9 +26,8 @@ use crate::config::{Config, Listener};
 use crate::split::{self, GroupFacts, ListenerPlan, Mode};
 
 use super::http::HttpState;
-use super::http::answers::code_classes;
 use super::http::upstream::{Connects, Upstream};
-use super::telemetry::{self as m, Registered, Registry};
+use super::telemetry::{self as m, Registered, Registry, code_classes};
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]

@@ -443,6 +443,12 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: impl 
     }
 }
 
+/// `gtd_requests_total` handles for classes 1xx..5xx with these (listener, group, endpoint).
+pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter; 5] {
+    ["1xx", "2xx", "3xx", "4xx", "5xx"]
+        .map(|class| registry.counter(&REQUESTS_TOTAL, &[labels[0], labels[1], labels[2], class]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,9 @@ use crate::config::model::*;
 use crate::config::syntax;
 
 /// Reads the raw string at `key` of the table `v` without recording anything (for names in paths).
+/// Who `only_for` names for keys of HTTP and HTTPS listeners.
+pub(super) const HTTP: &str = "http/https listeners";
+
 pub(super) fn peek_str<'t>(v: &'t Value<'_>, key: &str) -> Option<&'t str> {
     v.get_ref().as_table()?.get(key)?.get_ref().as_str()
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::Env;
-use super::fields::{check_name, choice, item_path, only_for, peek_str, status_set};
+use super::fields::{HTTP, check_name, choice, item_path, only_for, peek_str, status_set};
 use super::group::groups;
 use super::route::routes;
 use super::tls::server_tls;
@@ -40,8 +40,6 @@ const LISTENER_KEYS: &[&str] = &[
     "route",
     "group",
 ];
-
-pub(super) const HTTP: &str = "http/https listeners";
 
 pub(super) fn listeners(ctx: &mut Ctx<'_>, env: &Env<'_>, root: &Table<'_, '_>) -> Vec<Listener> {
     let mut out = Vec::new();

@@ -4,23 +4,11 @@
 
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use metrics::Counter;
 
 use super::HttpState;
 use super::bodies::DownBody;
-use super::upstream::Failure;
+use super::failure::Failure;
 use crate::node::snapshot::ListenerState;
-use crate::node::telemetry::{self as m, Registry};
-
-/// `gtd_requests_total` handles for classes 1xx..5xx with these (listener, group, endpoint).
-pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter; 5] {
-    ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
-        registry.counter(
-            &m::REQUESTS_TOTAL,
-            &[labels[0], labels[1], labels[2], class],
-        )
-    })
-}
 
 pub(super) fn class(status: StatusCode) -> usize {
     usize::from(status.as_u16() / 100).clamp(1, 5) - 1

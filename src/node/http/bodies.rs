@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use metrics::Counter;
@@ -33,7 +34,48 @@ use super::client::{BoxError, RawBody};
 use super::h1;
 use crate::node::timers::{Moving, origin, quiet};
 
-use super::upstream::{Failure, Pooled};
+use super::failure::Failure;
+use super::pool::{KeepAlive, Reusable};
+
+// ------------------------------------------------------------------------------- pooled connections
+
+/// `Idle::clock` of a connection in use, before its response headers.
+pub(super) const BUSY: u64 = 0;
+
+/// `Idle::clock` of a connection in use whose response headers came: its silence is watched.
+pub(super) const STREAMING: u64 = u64::MAX;
+
+/// The group's keep-alive pool of hyper connections.
+pub(super) type Pool = KeepAlive<Idle>;
+
+/// One connection to an endpoint: its sender, and when it went idle ([`BUSY`] in use).
+pub(super) struct Idle {
+    pub(super) sender: http1::SendRequest<UpBody>,
+    pub(super) clock: Arc<AtomicU64>,
+}
+
+impl Reusable for Idle {
+    fn reusable(&self) -> bool {
+        !self.sender.is_closed()
+    }
+}
+
+/// A connection carrying a response: back to the pool when the response ends
+/// ([`Pooled::release`]), closed when dropped before.
+pub(crate) struct Pooled {
+    pub(super) idle: Idle,
+    pub(super) pool: Arc<Pool>,
+    pub(super) index: usize,
+}
+
+impl Pooled {
+    /// The response is over: the connection may take another request.
+    pub(crate) fn release(self) {
+        // Its task closes it once idle for `idle_timeout`, as the pool drops it then.
+        self.idle.clock.store(self.pool.stamp(), Ordering::Relaxed);
+        self.pool.put(self.index, self.idle);
+    }
+}
 
 // ------------------------------------------------------------------------------- request body
 

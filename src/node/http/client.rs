@@ -28,9 +28,9 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
+use super::failure::Failure;
 use super::h1::{self, Chunked, Framing, Step};
 use super::pool::{KeepAlive, Reusable};
-use super::upstream::Failure;
 use crate::node::timers::Deadline;
 
 /// Room made for the first read of a body; it doubles while reads fill it, up to
@@ -131,7 +131,7 @@ impl RawPool {
                     let until = tokio::time::Instant::from_std(deadline);
                     let stream = match tokio::time::timeout_at(until, Box::pin(open())).await {
                         Ok(Ok(stream)) => stream,
-                        Ok(Err(e)) => return Err(super::upstream::connect_failure(&e)),
+                        Ok(Err(e)) => return Err(super::failure::connect_failure(&e)),
                         Err(_) => return Err(Failure::Timeout),
                     };
                     (RawConn::new(stream), false)

@@ -38,6 +38,7 @@
 pub(crate) mod answers;
 pub mod bodies;
 pub mod client;
+pub(crate) mod failure;
 pub mod h1;
 mod headers;
 pub(crate) mod pool;
@@ -45,7 +46,7 @@ mod server;
 
 pub(crate) use server::serve;
 
-use self::answers::{Last, bare, class, code_classes, failed, own};
+use self::answers::{Last, bare, class, failed, own};
 use self::headers::{
     UPGRADE, authority, forward_headers, refused, strip_hop_by_hop, wants_upgrade,
 };
@@ -72,12 +73,14 @@ use crate::config::{Listener, Measure, Protocol};
 use crate::split::StickyTable;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
+use self::bodies::Pooled;
 use self::bodies::{DownBody, EndpointBody, Relayed, RequestBody, tunnel};
-use self::upstream::{Failure, Pooled, Sending};
+use self::failure::Failure;
+use self::upstream::Sending;
 use crate::node::Inner;
 use crate::node::attempt::{Attempt, Attempts, Budget};
 use crate::node::snapshot::ListenerState;
-use crate::node::telemetry::{self as m, Registry};
+use crate::node::telemetry::{self as m, Registry, code_classes};
 use crate::node::timers::{Busy, Pace};
 use crate::node::tls;
 

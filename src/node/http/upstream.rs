@@ -36,9 +36,12 @@ use tokio_rustls::TlsConnector;
 
 use crate::config::{Address, Balance, Group, Listener};
 
-use super::bodies::{EndpointBody, Progress, RequestBody, UpBody};
+use super::bodies::{
+    BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, UpBody,
+};
 use super::client::{Outgoing, RawPool};
-use super::pool::{KeepAlive, Reusable, stamp};
+use super::failure::{Failure, connect_failure};
+use super::pool::stamp;
 use crate::node::timers::{First, Moving, Watched};
 use crate::node::tls;
 
@@ -390,12 +393,6 @@ impl Upstream {
     }
 }
 
-/// `Idle::clock` of a connection in use, before its response headers.
-const BUSY: u64 = 0;
-
-/// `Idle::clock` of a connection in use whose response headers came: its silence is watched.
-const STREAMING: u64 = u64::MAX;
-
 /// Ends when the connection has been idle in the pool for `idle` (`idle_timeout`), or when,
 /// its response headers in, no byte has moved on it for `stall` (`upstream_timeout`; noticed
 /// between one and two `stall` periods after the last byte, never before one). Before the
@@ -490,90 +487,6 @@ impl Hyper {
             .await;
         body.recover(back);
         result
-    }
-}
-
-/// The group's keep-alive pool of hyper connections.
-type Pool = KeepAlive<Idle>;
-
-/// One connection to an endpoint: its sender, and when it went idle ([`BUSY`] in use).
-struct Idle {
-    sender: http1::SendRequest<UpBody>,
-    clock: Arc<AtomicU64>,
-}
-
-impl Reusable for Idle {
-    fn reusable(&self) -> bool {
-        !self.sender.is_closed()
-    }
-}
-
-/// A connection carrying a response: back to the pool when the response ends
-/// ([`Pooled::release`]), closed when dropped before.
-pub(crate) struct Pooled {
-    idle: Idle,
-    pool: Arc<Pool>,
-    index: usize,
-}
-
-impl Pooled {
-    /// The response is over: the connection may take another request.
-    pub(crate) fn release(self) {
-        // Its task closes it once idle for `idle_timeout`, as the pool drops it then.
-        self.idle.clock.store(self.pool.stamp(), Ordering::Relaxed);
-        self.pool.put(self.index, self.idle);
-    }
-}
-
-/// Why an attempt got no response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// No connection (refused, unreachable, connect or TLS handshake timeout): nothing was sent.
-    Connect,
-    /// No response headers within `upstream_timeout`.
-    Timeout,
-    /// The connection broke after the request started.
-    Broken,
-    /// The response head is one gtd does not pass on: invalid, or over 64 KiB or 100 fields.
-    /// Not counted against the endpoint, nor retried (nginx's default: `invalid_header` is not
-    /// in `proxy_next_upstream`).
-    BadResponse,
-    /// No connection because this node is out of open files: not the endpoint's failure.
-    Exhausted,
-    /// The client's request body broke off (the client went away mid-upload): not the
-    /// endpoint's failure.
-    ClientGone,
-    /// The client's request body stopped coming for `upstream_timeout` while the endpoint was
-    /// waiting for it: not the endpoint's failure.
-    ClientStalled,
-    /// The request target cannot be made (the group's `path_prefix` joined with the path):
-    /// nothing was sent; the client gets 400.
-    BadTarget,
-}
-
-/// The failure a connect error is: the endpoint's, or this node's lack of open files.
-pub(crate) fn connect_failure(e: &io::Error) -> Failure {
-    if crate::node::connect::exhausted(e) {
-        Failure::Exhausted
-    } else {
-        Failure::Connect
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Failure::Connect => {
-                "no connection (refused, unreachable, connect_timeout or a failed TLS handshake)"
-            }
-            Failure::Timeout => "no response head within upstream_timeout",
-            Failure::Broken => "the connection broke during the request",
-            Failure::BadResponse => "a response head that is invalid or too large",
-            Failure::Exhausted => "this node is out of open files",
-            Failure::ClientGone => "the client's request body broke off",
-            Failure::ClientStalled => "the client's request body stalled",
-            Failure::BadTarget => "the request target cannot be made",
-        })
     }
 }
 
