@@ -63,7 +63,7 @@ struct Args {
     #[arg(long, value_name = "HOST", requires = "client")]
     host: Option<String>,
     /// With --client: the request's path, for forwarding rules (default `/`).
-    #[arg(long, value_name = "PATH", requires = "client")]
+    #[arg(long, value_name = "PATH", requires = "client", value_parser = parse_path)]
     path: Option<String>,
     /// With --client: a request header, for rules that match one (repeatable).
     #[arg(long, value_name = "NAME:VALUE", requires = "client", value_parser = parse_header)]
@@ -79,7 +79,27 @@ fn parse_header(s: &str) -> std::result::Result<(String, String), String> {
     if name.is_empty() {
         return Err(format!("{s:?}: the header name is empty"));
     }
+    if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(format!(
+            "{name:?}: not a header name (letters, digits and !#$%&'*+-.^_`|~, no spaces)"
+        ));
+    }
     Ok((name.to_owned(), value.trim().to_owned()))
+}
+
+/// `--path`: what a request line carries, as forwarding rules see it (the path, no query).
+fn parse_path(s: &str) -> std::result::Result<String, String> {
+    if s.contains("://") {
+        return Err(format!(
+            "{s:?}: give the host with --host and the path alone (e.g. --host api.example.com --path /v1/)"
+        ));
+    }
+    if !s.starts_with('/') {
+        return Err(format!(
+            "{s:?}: a path starts with / (a node answers a request target without one with 400)"
+        ));
+    }
+    Ok(s.split_once('?').map_or(s, |(path, _)| path).to_owned())
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -169,6 +189,7 @@ fn run(args: &Args) -> Result<String> {
         totals: totals.as_deref(),
         client: args.client.map(|ip| (ip.to_string(), args.key.clone())),
         compare: args.compare.is_some(),
+        request: args.host.is_some() || args.path.is_some() || !args.header.is_empty(),
     };
     Ok(match args.format {
         Format::Table => render::table(&output),

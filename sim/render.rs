@@ -14,6 +14,8 @@ pub(crate) struct Output<'a> {
     pub(crate) totals: Option<&'a [Total]>,
     pub(crate) client: Option<(String, Option<String>)>,
     pub(crate) compare: bool,
+    /// `--host`, `--path` or `--header` was given (they matter only to forwarding rules).
+    pub(crate) request: bool,
 }
 
 // ---------------------------------------------------------------- table
@@ -298,6 +300,13 @@ pub(crate) fn table(o: &Output<'_>) -> String {
             ]);
         }
         t.render("  ", &mut out);
+    }
+    if o.request
+        && o.reports
+            .iter()
+            .all(|l| l.regions.iter().all(|r| r.routes.is_empty()))
+    {
+        out.push_str("\nnote: no listener shown has forwarding rules ([[listener.route]], HTTP only): --host, --path and --header changed nothing\n");
     }
     out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
     out

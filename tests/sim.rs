@@ -652,4 +652,27 @@ fn a_request_finds_its_rule_and_group() {
     ]);
     assert!(table.contains("→ 404"), "{table}");
     assert!(sim_err(&["--host", "x"]).contains("--client"));
+    // What a request line could not carry is refused, naming the flag.
+    for (flag, value, says) in [
+        ("--path", "v1/users", "a path starts with /"),
+        (
+            "--path",
+            "http://api.example.com/v2/",
+            "give the host with --host",
+        ),
+        ("--header", "x tier:gold", "not a header name"),
+        ("--header", "x-tier", "expected NAME:VALUE"),
+    ] {
+        let err = sim_err(&["--config", config, "--client", "203.0.113.9", flag, value]);
+        assert!(
+            err.contains(flag) && err.contains(says),
+            "{flag} {value}: {err}"
+        );
+    }
+    // A query is not part of the path rules match.
+    let r = ask(&["--host", "api.example.com", "--path", "/v2/?q=1"]);
+    assert_eq!(r["rule"], 1);
+    // On listeners without rules the request flags change nothing, and the table says so.
+    let table = sim(&["--client", "203.0.113.9", "--path", "/v2/"]);
+    assert!(table.contains("changed nothing"), "{table}");
 }
