@@ -6,9 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
-use gtd::config::Route as Rule;
 use gtd::config::{Affinity, Balance, Config, Listener};
-use gtd::split::rules::{Match, RouteRequest, Rules};
+use gtd::split::rules::{Match, RouteRequest, Rules, describe};
 use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource};
 
 use crate::scenario::WhatIf;
@@ -50,24 +49,6 @@ pub(crate) struct RouteReport {
     pub(crate) mode: Mode,
     /// (group, share %) of the rule's groups, priority order.
     pub(crate) groups: Vec<(String, f64)>,
-}
-
-/// What a forwarding rule matches, in the config's words.
-pub(crate) fn describe(rule: &Rule) -> String {
-    let mut parts = Vec::new();
-    if let Some(h) = &rule.host {
-        parts.push(format!("host {h}"));
-    }
-    if !rule.path_prefix.is_empty() {
-        parts.push(format!("path {}", rule.path_prefix.join(" ")));
-    }
-    if let Some(h) = &rule.header {
-        parts.push(format!("header {}: {}", h.name, h.value));
-    }
-    if parts.is_empty() {
-        parts.push("any request".to_owned());
-    }
-    parts.join(", ")
 }
 
 /// The request `sim --client` asks about, as forwarding rules see it.
@@ -411,11 +392,10 @@ fn evaluate_region(
             index: i + 1,
             rule: describe(rule),
             mode: p.mode,
-            groups: p
-                .order
-                .iter()
-                .filter(|&&gi| rule.groups.contains(&listener.groups[gi].name))
-                .map(|&gi| (listener.groups[gi].name.clone(), p.shares[gi].total))
+            groups: plan
+                .rule_split(listener, i)
+                .into_iter()
+                .map(|(gi, share)| (listener.groups[gi].name.clone(), share))
                 .collect(),
         })
         .collect();

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
+use crate::split::rules::describe;
 
 type Body = Full<Bytes>;
 
@@ -188,10 +189,29 @@ fn status(node: &Inner) -> Value {
                     })
                 })
                 .collect();
-            json!({
+            let mut v = json!({
                 "name": l.cfg.name, "protocol": l.cfg.protocol.as_str(), "port": l.cfg.port,
                 "mode": planned.plan.mode.as_str(), "groups": groups,
-            })
+            });
+            // Each forwarding rule's split, as `sim` prints it.
+            if !l.cfg.routes.is_empty() {
+                v["routes"] = l
+                    .cfg
+                    .routes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, rule)| {
+                        let groups: Vec<Value> = planned
+                            .rule_split(&l.cfg, i)
+                            .into_iter()
+                            .map(|(gi, share)| json!({"name": l.groups[gi].name, "share": share}))
+                            .collect();
+                        json!({"rule": i + 1, "matches": describe(rule),
+                            "mode": planned.routes[i].mode.as_str(), "groups": groups})
+                    })
+                    .collect();
+            }
+            v
         })
         .collect();
     json!({

@@ -92,6 +92,18 @@ impl ListenerPlan {
         }
     }
 
+    /// Forwarding rule `route`'s split as `sim` and `/status` show it: each of the rule's groups
+    /// (config index) in priority order with its share, percent.
+    pub fn rule_split(&self, listener: &Listener, route: usize) -> Vec<(usize, f64)> {
+        let rule = &listener.routes[route];
+        let plan = &self.routes[route];
+        plan.order
+            .iter()
+            .filter(|&&gi| rule.groups.contains(&listener.groups[gi].name))
+            .map(|&gi| (gi, plan.shares[gi].total))
+            .collect()
+    }
+
     /// The plan decisions follow for forwarding rule `route` (config index), or the
     /// listener's own for `None`.
     pub fn for_route(&self, route: Option<usize>) -> &Plan {
@@ -238,6 +250,9 @@ sticky = { cookie = "gtd" }
         // Both: the listener's own cascade.
         assert_eq!(totals(p.for_route(Some(1))), [62.5, 37.5]);
         assert_eq!(totals(p.for_route(None)), [62.5, 37.5]);
+        // As shown: only the rule's groups, in priority order.
+        assert_eq!(p.rule_split(l, 0), [(1, 100.0)]);
+        assert_eq!(p.rule_split(l, 1), [(0, 62.5), (1, 37.5)]);
         // Shanghai down: its route has no route, the others fail over to Beijing.
         let p = ListenerPlan::build(l, ranking, vec![healthy(true), healthy(false)], l.affinity);
         assert_eq!(p.routes[0].mode, Mode::NoRoute);

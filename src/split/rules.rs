@@ -22,6 +22,25 @@
 
 use crate::config::Route;
 
+/// What a forwarding rule matches, in the config's words (`host …, path …, header …`), as
+/// `sim` and `/status` name it.
+pub fn describe(rule: &Route) -> String {
+    let mut parts = Vec::new();
+    if let Some(h) = &rule.host {
+        parts.push(format!("host {h}"));
+    }
+    if !rule.path_prefix.is_empty() {
+        parts.push(format!("path {}", rule.path_prefix.join(" ")));
+    }
+    if let Some(h) = &rule.header {
+        parts.push(format!("header {}: {}", h.name, h.value));
+    }
+    if parts.is_empty() {
+        parts.push("any request".to_owned());
+    }
+    parts.join(", ")
+}
+
 /// The outcome of matching one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {

@@ -44,6 +44,26 @@ groups = [\"c\"]
     );
     let node = start(&cfg).await;
     let addr = listener_addr(&node, "web").await;
+    // The node's /status shows each rule's split exactly as sim computes it for this node.
+    let (status, text) = admin(&node, "GET", "/status", None);
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let sim = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--region",
+            "cn-beijing",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let node_routes = &doc["listeners"][0]["routes"];
+    assert_eq!(node_routes.as_array().map(Vec::len), Some(4), "{text}");
+    assert_eq!(*node_routes, sim["listeners"][0]["regions"][0]["routes"]);
+    assert_eq!(node_routes[0]["matches"], "host api.example.com, path /v2/");
     let c = client();
     let url = |path: &str| format!("http://{addr}{path}");
     // (Host, path, extra headers, status, backend)
