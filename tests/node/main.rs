@@ -5,6 +5,7 @@
 //! Every backend, node and process a test starts is stopped by its own handle. Waits are for
 //! events (with generous bounds), never fixed sleeps standing in for them.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::*;
