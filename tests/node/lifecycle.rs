@@ -1,0 +1,441 @@
+//! Reload and lifecycle: reloads under load and bad reloads, metric series ending with what a
+//! reload removed, the admin API and its token, SIGTERM draining open connections.
+
+use crate::common::*;
+use crate::harness::*;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gtd::node::Node;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A tcp listener "t" on `port`: group beijing (`a`, at `ratio_a`) and then shanghai (`b`).
+fn tcp_two_groups(port: u16, a: SocketAddr, b: SocketAddr, ratio_a: f64) -> String {
+    tcp_listener(
+        port,
+        "",
+        &[
+            group("beijing", "cn-beijing", ratio_a, "", &[(a, 1)]),
+            group("shanghai", "cn-shanghai", 100.0, "", &[(b, 1)]),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
+    let (a, h1) = tcp_backend("bj").await;
+    let (b, h2) = tcp_backend("sh").await;
+    let _b = Backends(vec![h1, h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(dir.path(), &tcp_two_groups(port, a, b, 100.0));
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+
+    // A long-lived connection opened before the reloads must survive them.
+    let mut long = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut line = [0_u8; 3];
+    long.read_exact(&mut line).await.unwrap();
+    assert_eq!(&line, b"bj\n");
+
+    // Continuous load from two clients while the config changes underneath.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for _ in 0..2 {
+        let (stop, failures, done) = (stop.clone(), failures.clone(), done.clone());
+        load.push(tokio::spawn(async move {
+            // Bounded: stops when told, and never runs past 20 000 connections.
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                match tcp_name(addr).await {
+                    Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let cfg_text = std::fs::read_to_string(&cfg).unwrap();
+    for ratio in [50.0, 0.0, 100.0, 30.0] {
+        let before = done.load(Ordering::Relaxed);
+        until("some traffic", || {
+            done.load(Ordering::Relaxed) > before + 50
+        })
+        .await;
+        std::fs::write(
+            &cfg,
+            cfg_text.replacen("ratio = 100\n", &format!("ratio = {ratio}\n"), 1),
+        )
+        .unwrap();
+        let (status, body) = admin(&node, "POST", "/reload", None);
+        assert_eq!(status, 200, "{body}");
+    }
+    // A broken config: rejected with file:line:col, the running one stays.
+    std::fs::write(&cfg, cfg_text.replacen("ratio = 100\n", "ratio = 150\n", 1)).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 422);
+    assert!(body.contains("ratio 150 is out of range 0..=100"), "{body}");
+    assert!(body.contains("config.toml:"), "{body}");
+    let before = done.load(Ordering::Relaxed);
+    until("traffic after the bad reload", || {
+        done.load(Ordering::Relaxed) > before + 50
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "connections failed during reloads"
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"ok\""]),
+        4.0
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"error\""]),
+        1.0
+    );
+    // The last good config (beijing at 30) is what runs: from cn-beijing 30 / 70.
+    let share = |node: &Node| {
+        let (_, text) = admin(node, "GET", "/status", None);
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        (
+            doc["listeners"][0]["groups"][0]["share"].as_f64().unwrap(),
+            doc,
+        )
+    };
+    assert_eq!(share(&node).0, 30.0);
+    // An endpoint disabled through the admin API stays disabled across a reload: shanghai's only
+    // endpoint off makes shanghai unhealthy, so beijing takes everything, before and after.
+    let (status, _) = admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/shanghai/{b}/disable"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(share(&node).0, 100.0);
+    std::fs::write(&cfg, cfg_text.replacen("ratio = 100\n", "ratio = 30\n", 1)).unwrap();
+    assert_eq!(admin(&node, "POST", "/reload", None).0, 200);
+    let (after, doc) = share(&node);
+    assert_eq!(after, 100.0);
+    assert_eq!(
+        doc["listeners"][0]["groups"][1]["endpoints"][0]["enabled"],
+        false
+    );
+    admin(
+        &node,
+        "POST",
+        &format!("/endpoints/t/shanghai/{b}/enable"),
+        None,
+    );
+    assert_eq!(share(&node).0, 30.0);
+
+    // The long-lived connection still relays.
+    long.write_all(b"still here").await.unwrap();
+    let mut echo = [0_u8; 10];
+    long.read_exact(&mut echo).await.unwrap();
+    assert_eq!(&echo, b"still here");
+    drop(long);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_ends_the_metric_series_of_removed_listeners_groups_and_endpoints() {
+    let (a, h1) = tcp_backend("a").await;
+    let (b, h2) = tcp_backend("b").await;
+    let (c, h3) = tcp_backend("c").await;
+    let _b = Backends(vec![h1, h2, h3]);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, other_port) = (free_port(false), free_port(false));
+    let other = format!(
+        "[[listener]]\nname = \"u\"\nprotocol = \"tcp\"\nport = {other_port}\nregions = [\"cn-beijing\"]\n{}",
+        group("solo", "cn-beijing", 100.0, "", &[(c, 1)])
+    );
+    let before = format!(
+        "{}{other}",
+        tcp_listener(
+            port,
+            "",
+            &[
+                group("beijing", "cn-beijing", 50.0, "", &[(a, 1), (b, 1)]),
+                group("extra", "cn-shanghai", 100.0, "", &[(c, 1)]),
+            ],
+        )
+    );
+    let cfg = write_config(dir.path(), &before);
+    let head = std::fs::read_to_string(&cfg).unwrap().replace(&before, "");
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let share = |node: &Node, g: &str| {
+        metric(
+            node,
+            "gtd_group_share",
+            &["listener=\"t\"", &format!("group=\"{g}\"")],
+        )
+    };
+    assert_eq!(
+        (share(&node, "beijing"), share(&node, "extra")),
+        (50.0, 50.0)
+    );
+    let on_a = format!("endpoint=\"{a}\"");
+    let on_b = format!("endpoint=\"{b}\"");
+    assert_eq!(
+        metric_lines(&node, &["gtd_endpoint_healthy", &on_b]).len(),
+        1
+    );
+    // Traffic until endpoint a has counted connections, to see that its counters stay.
+    for _ in 0..100 {
+        if metric(&node, "gtd_connections_total", &[&on_a]) >= 1.0 {
+            break;
+        }
+        tcp_name(addr).await.unwrap();
+    }
+    let connections_a = metric(&node, "gtd_connections_total", &[&on_a]);
+    assert!(connections_a >= 1.0);
+
+    // A rejected reload (a new listener's port is taken) leaves no series of what it built,
+    // and the running config's gauges as they were, though it changed a ratio.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rejected = format!(
+        "{}[[listener]]\nname = \"v\"\nprotocol = \"tcp\"\nport = {}\nregions = [\"cn-beijing\"]\n{}",
+        before.replace("ratio = 50", "ratio = 80"),
+        taken.local_addr().unwrap().port(),
+        group("late", "cn-beijing", 100.0, "", &[(c, 1)])
+    );
+    assert_ne!(rejected.matches("ratio = 80").count(), 0);
+    std::fs::write(&cfg, format!("{head}{rejected}")).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_ne!(status, 200, "{body}");
+    assert!(metric_lines(&node, &["listener=\"v\""]).is_empty());
+    assert_eq!(
+        (share(&node, "beijing"), share(&node, "extra")),
+        (50.0, 50.0),
+        "the running config's series stay as they were"
+    );
+    drop(taken);
+
+    // Group "extra", endpoint b and listener "u" go.
+    let after = tcp_listener(
+        port,
+        "",
+        &[group("beijing", "cn-beijing", 50.0, "", &[(a, 1)])],
+    );
+    std::fs::write(&cfg, format!("{head}{after}")).unwrap();
+    let (status, body) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 200, "{body}");
+    for gone in ["group=\"extra\"", &on_b, "listener=\"u\""] {
+        let lines = metric_lines(&node, &[gone]);
+        assert!(
+            lines.is_empty(),
+            "{gone} still exported:\n{}",
+            lines.join("\n")
+        );
+    }
+    // What stays keeps (or updates) its values: beijing alone takes everything.
+    assert_eq!(metric(&node, "gtd_group_share", &["listener=\"t\""]), 100.0);
+    assert_eq!(
+        metric(&node, "gtd_group_healthy", &["group=\"beijing\""]),
+        1.0
+    );
+    assert_eq!(metric(&node, "gtd_endpoint_healthy", &[&on_a]), 1.0);
+    assert_eq!(
+        metric(&node, "gtd_connections_total", &[&on_a]),
+        connections_a
+    );
+    assert_eq!(
+        metric_lines(&node, &["gtd_connect_seconds_count", "group=\"beijing\""]).len(),
+        1
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"ok\""]),
+        1.0
+    );
+    assert_eq!(
+        metric(&node, "gtd_config_reloads_total", &["result=\"error\""]),
+        1.0
+    );
+    assert_eq!(tcp_name(addr).await.unwrap(), "a");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_status_metrics_and_token() {
+    let (a, h) = tcp_backend("x").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(dir.path(), &tcp_two_groups(port, a, a, 50.0));
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[admin]\n", "[admin]\ntoken = \"s3cret\"\n");
+    std::fs::write(&cfg, text).unwrap();
+    let node = start(&cfg).await;
+    let (status, body) = admin(&node, "GET", "/healthz", None);
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let (_, body) = admin(&node, "GET", "/status", None);
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["node"]["region"], "cn-beijing");
+    let l = &doc["listeners"][0];
+    assert_eq!(
+        (
+            l["name"].as_str(),
+            l["protocol"].as_str(),
+            l["mode"].as_str()
+        ),
+        (Some("t"), Some("tcp"), Some("cascade"))
+    );
+    let g = &l["groups"][0];
+    for key in [
+        "name",
+        "priority",
+        "rtt_ms",
+        "rtt_source",
+        "ratio",
+        "healthy",
+        "share",
+        "endpoints",
+    ] {
+        assert!(!g[key].is_null(), "group key {key}");
+    }
+    // beijing 50 first, shanghai 100 takes the rest: 50 / 50.
+    assert_eq!(
+        (g["share"].as_f64(), g["rtt_source"].as_str()),
+        (Some(50.0), Some("estimated"))
+    );
+    for key in ["address", "healthy", "enabled", "active", "weight", "fails"] {
+        assert!(!g["endpoints"][0][key].is_null(), "endpoint key {key}");
+    }
+    // POSTs need the token.
+    let (status, _) = admin(&node, "POST", "/reload", None);
+    assert_eq!(status, 401);
+    let (status, _) = admin(&node, "POST", "/reload", Some("wrong"));
+    assert_eq!(status, 401);
+    let (status, _) = admin(&node, "POST", "/reload", Some("s3cret"));
+    assert_eq!(status, 200);
+    // The scheme in any case, as HTTP has it.
+    let mut s = StdTcpStream::connect(node.admin_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(
+        b"POST /reload HTTP/1.0\r\nAuthorization: bearer s3cret\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.split(' ').nth(1) == Some("200"), "{text}");
+    let (status, _) = admin(
+        &node,
+        "POST",
+        "/endpoints/t/nosuch/1.2.3.4:5/disable",
+        Some("s3cret"),
+    );
+    assert_eq!(status, 404);
+    // Every metric of the code's table is exposed, with its description.
+    let (_, body) = admin(&node, "GET", "/metrics", None);
+    for name in [
+        "gtd_group_share",
+        "gtd_group_healthy",
+        "gtd_endpoint_healthy",
+        "gtd_config_reloads_total",
+        "gtd_connections_active",
+    ] {
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "{name} in\n{body}"
+        );
+    }
+    node.shutdown().await;
+}
+
+#[test]
+fn sigterm_drains_open_connections() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, h) = rt.block_on(tcp_backend("x"));
+    let _b = rt.enter();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let cfg = write_config(
+        dir.path(),
+        &tcp_listener(
+            port,
+            "drain_timeout = \"60s\"",
+            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
+        ),
+    );
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut conn = loop {
+        match StdTcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("gtd did not start: {e}"),
+        }
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut name = [0_u8; 2];
+    conn.read_exact(&mut name).unwrap();
+    assert_eq!(&name, b"x\n");
+
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // New connections are refused once the listener closes…
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while StdTcpStream::connect(addr).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "listener still accepting after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // …while the open connection keeps working and the process waits for it.
+    conn.write_all(b"ping").unwrap();
+    let mut echo = [0_u8; 4];
+    conn.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"ping");
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "exited before the connection closed"
+    );
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gtd did not exit after the last connection closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+    h.abort();
+}
