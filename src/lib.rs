@@ -7,13 +7,13 @@
 //!   default, once). Every error names `FILE:LINE:COL` and the path of names.
 //! - [`regions`]: the region catalogue and the great-circle RTT estimate used before any
 //!   measurement exists.
+//! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
+//!   with per-endpoint state in atomics shared by all threads of a node.
 //! - [`split`] (pure): between groups — priority ranking with hysteresis, the
 //!   traffic-distribution-ratio cascade, failover, the per-decision group choice (smooth
 //!   rotation, or weighted rendezvous hashing of the client address), the forwarding rules of
 //!   HTTP listeners, and [`split::plan`]: the routing plan as a value (facts → listener plan,
 //!   per-rule plans, sticky cookie table).
-//! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
-//!   with per-endpoint state in atomics shared by all threads of a node.
 //! - [`node`] (I/O only): the listener node, in wings that do not import each other —
 //!   [`node::http`] (server, header rules, upstream and keep-alive pool, gtd's HTTP/1.1 client
 //!   and codec, bodies, its own answers) and [`node::l4`] (TCP relay, UDP flows, PROXY

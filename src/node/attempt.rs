@@ -10,7 +10,7 @@
 //!   Allocation-free.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::Listener;
 
@@ -29,10 +29,10 @@ use super::snapshot::ListenerState;
 pub struct Budget {
     /// Attempts allowed in all (1 when `retry` is off).
     tries: u32,
-    retry_timeout: Duration,
-    /// When the first attempt could start.
-    started: Instant,
     made: u32,
+    /// The start plus `retry_timeout`: no retry starts from then on (`None`: beyond what the
+    /// clock can hold, so never).
+    retries_until: Option<Instant>,
 }
 
 impl Budget {
@@ -40,9 +40,8 @@ impl Budget {
     pub fn new(l: &Listener, started: Instant) -> Budget {
         Budget {
             tries: if l.retry { l.tries.max(1) } else { 1 },
-            retry_timeout: l.retry_timeout,
-            started,
             made: 0,
+            retries_until: started.checked_add(l.retry_timeout),
         }
     }
 
@@ -50,8 +49,7 @@ impl Budget {
     /// `tries` were made and `retry_timeout` has not passed since the start.
     pub fn allows(&self, now: Instant) -> bool {
         self.made == 0
-            || (self.made < self.tries
-                && now.saturating_duration_since(self.started) < self.retry_timeout)
+            || (self.made < self.tries && self.retries_until.is_none_or(|until| now < until))
     }
 
     /// Counts an attempt that starts; true when it is a retry (not the first).
@@ -183,13 +181,13 @@ impl<'a> Attempts<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn budget(retry: bool, tries: u32, timeout_ms: u64, t0: Instant) -> Budget {
         Budget {
             tries: if retry { tries } else { 1 },
-            retry_timeout: Duration::from_millis(timeout_ms),
-            started: t0,
             made: 0,
+            retries_until: t0.checked_add(Duration::from_millis(timeout_ms)),
         }
     }
 

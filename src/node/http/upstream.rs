@@ -33,6 +33,7 @@ use metrics::{Counter, Histogram};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use crate::config::{Address, Balance, Group, Listener};
 
@@ -186,27 +187,34 @@ impl Upstream {
     /// borrowed parts, and one that finds its pooled connection closed by the endpoint can
     /// always go again on a fresh one. Anything else goes through hyper's client, its future
     /// boxed so that the common case does not carry (and move) its size.
-    pub(crate) async fn request(
-        &self,
+    ///
+    /// Not itself `async`: the future it returns is the chosen client's, so the request's own
+    /// future (which hyper stores for every request) carries no extra layer of state.
+    pub(crate) fn request<'a>(
+        &'a self,
         index: usize,
-        r: Sending<'_>,
-    ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
+        r: Sending<'a>,
+    ) -> Either<impl Future<Output = Exchanged> + Send + 'a, BoxedExchange<'a>> {
         let bodiless =
             matches!(r.body, RequestBody::Empty) && !r.upgrade && super::idempotent(r.method);
         if bodiless && self.raw.is_some() {
+            let headers: &'a HeaderMap = r.headers;
             let path = r.uri.path_and_query().map_or("/", |p| p.as_str());
             let outgoing = Outgoing {
                 method: r.method,
                 prefix: self.prefix(path),
                 path,
-                headers: r.headers,
+                headers,
             };
-            return self.send_raw(index, &outgoing, r.timeout, r.sent_at).await;
+            return Either::Left(self.send_raw(index, outgoing, r.timeout, r.sent_at));
         }
-        let target = self.uri(r.uri.path_and_query()).map_err(|e| {
-            tracing::debug!(error = %e, "cannot build the upstream URI");
-            Failure::BadTarget
-        })?;
+        let target = match self.uri(r.uri.path_and_query()) {
+            Ok(target) => target,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot build the upstream URI");
+                return Either::Right(Box::pin(std::future::ready(Err(Failure::BadTarget))));
+            }
+        };
         // The headers go with this attempt; a copy stays only if another attempt could follow.
         let headers = if r.keep_headers {
             r.headers.clone()
@@ -220,7 +228,7 @@ impl Upstream {
             timeout: r.timeout,
             sent_at: r.sent_at,
         };
-        Box::pin(hyper.send(self, index, r.body, r.bytes_up)).await
+        Either::Right(Box::pin(hyper.send(self, index, r.body, r.bytes_up)))
     }
 
     /// Sends a request without a body through gtd's own client to endpoint `index` (at
@@ -228,7 +236,7 @@ impl Upstream {
     async fn send_raw(
         &self,
         index: usize,
-        request: &Outgoing<'_>,
+        request: Outgoing<'_>,
         timeout: Duration,
         sent_at: Instant,
     ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
@@ -237,7 +245,7 @@ impl Upstream {
         };
         let (address, _) = &self.targets[index];
         let open = || self.counted(index, self.connect.tcp(address));
-        let exchange = raw.exchange(index, request, sent_at + timeout, self.stall_timeout, open);
+        let exchange = raw.exchange(index, &request, sent_at + timeout, self.stall_timeout, open);
         let response = exchange.await?;
         Ok((response.map(EndpointBody::Raw), None))
     }
@@ -369,7 +377,7 @@ impl Upstream {
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
-            // One flat write per request, as on the listener side (src/node/http.rs).
+            // One flat write per request, as on the listener side (src/node/http/mod.rs).
             .writev(false)
             .handshake::<_, UpBody>(TokioIo::new(moving))
             .await
@@ -431,6 +439,13 @@ async fn expire(
         seen = moves.load(Ordering::Relaxed);
     }
 }
+
+/// What one attempt comes to: the response (with its pooled connection, for hyper's client), or
+/// why there is none.
+pub(crate) type Exchanged = Result<(http::Response<EndpointBody>, Option<Pooled>), Failure>;
+
+/// An attempt through hyper's client, boxed so that the common case does not carry its size.
+pub(crate) type BoxedExchange<'a> = Pin<Box<dyn Future<Output = Exchanged> + Send + 'a>>;
 
 /// One attempt of a request, as the request loop hands it to the group's upstream.
 pub(crate) struct Sending<'a> {

@@ -239,8 +239,11 @@ fn expire(node: &Inner, port: u16, flows: &mut Flows, origin: Instant) {
 /// Why no flow was opened.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum NoFlow {
-    /// Every attempt failed, or no group could take the flow.
+    /// No group could take the flow (`gtd_no_route_total`).
     NoRoute,
+    /// Every attempt the budget allowed failed (each a passive failure of its endpoint), as a
+    /// TCP connection whose connects all failed: not counted as no route.
+    Failed,
     /// This node is out of open files (or socket memory): not the endpoint's failure.
     Exhausted,
 }
@@ -260,9 +263,16 @@ async fn open_flow(
     loop {
         let now = Instant::now();
         if !budget.allows(now) {
-            return Err(NoFlow::NoRoute);
+            return Err(NoFlow::Failed);
         }
-        let attempt = router.next(&key, now).ok_or(NoFlow::NoRoute)?;
+        // Nothing left after a failed attempt is that attempt's failure, not "no route" (as TCP).
+        let Some(attempt) = router.next(&key, now) else {
+            return Err(if budget.made() == 0 {
+                NoFlow::NoRoute
+            } else {
+                NoFlow::Failed
+            });
+        };
         if budget.spend() {
             l.metrics.retries.increment(1);
         }
