@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
 use gtd::config::{Affinity, Balance, Config, Listener};
-use gtd::split::rules::{Match, RouteRequest, Rules, describe};
+use gtd::split::rules::{Match, Parts, Rules, describe};
 use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource};
 
 use crate::scenario::WhatIf;
@@ -49,28 +49,6 @@ pub(crate) struct RouteReport {
     pub(crate) mode: Mode,
     /// (group, share %) of the rule's groups, priority order.
     pub(crate) groups: Vec<(String, f64)>,
-}
-
-/// The request `sim --client` asks about, as forwarding rules see it.
-struct SimRoute<'a> {
-    host: Option<&'a str>,
-    path: &'a str,
-    headers: &'a [(String, String)],
-}
-
-impl RouteRequest for SimRoute<'_> {
-    fn host(&self) -> Option<&str> {
-        self.host
-    }
-    fn path(&self) -> &str {
-        self.path
-    }
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
 }
 
 /// Where `--client` goes.
@@ -350,7 +328,7 @@ fn evaluate_region(
         };
         // An HTTP listener's forwarding rules decide first which plan the request follows.
         let rule = (!listener.routes.is_empty()).then(|| {
-            Rules::new(&listener.routes).find(&SimRoute {
+            Rules::new(&listener.routes).find(&Parts {
                 host: asks.host.as_deref(),
                 path: asks.path.as_deref().unwrap_or("/"),
                 headers: &asks.headers,

@@ -81,6 +81,35 @@ pub trait RouteRequest {
     fn header(&self, name: &str) -> Option<&str>;
 }
 
+/// A request given by its parts (`sim --host --path --header`, tests): headers as
+/// (name, value) pairs, names in any case.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts<'a, S> {
+    /// The host, as received.
+    pub host: Option<&'a str>,
+    /// The path (no query).
+    pub path: &'a str,
+    /// The header fields.
+    pub headers: &'a [(S, S)],
+}
+
+impl<S: AsRef<str>> RouteRequest for Parts<'_, S> {
+    fn host(&self) -> Option<&str> {
+        self.host
+    }
+
+    fn path(&self) -> &str {
+        self.path
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.as_ref().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
 /// Rank of a match within its level: exact host, prefix length, then earlier rules (higher is
 /// better).
 type Rank = (bool, usize, std::cmp::Reverse<usize>);
@@ -225,26 +254,7 @@ mod tests {
     use super::*;
     use crate::config::HeaderMatch;
 
-    struct Req<'a> {
-        host: Option<&'a str>,
-        path: &'a str,
-        headers: &'a [(&'a str, &'a str)],
-    }
-
-    impl RouteRequest for Req<'_> {
-        fn host(&self) -> Option<&str> {
-            self.host
-        }
-        fn path(&self) -> &str {
-            self.path
-        }
-        fn header(&self, name: &str) -> Option<&str> {
-            self.headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| *v)
-        }
-    }
+    type Req<'a> = Parts<'a, &'a str>;
 
     fn route(host: Option<&str>, paths: &[&str], header: Option<(&str, &str)>) -> Route {
         Route {
