@@ -7,6 +7,8 @@
 //!   default, once). Every error names `FILE:LINE:COL` and the path of names.
 //! - [`regions`]: the region catalogue and the great-circle RTT estimate used before any
 //!   measurement exists.
+//! - [`health`] (pure): the verdict of an endpoint's active checks — thresholds, `explicit`,
+//!   `essential`, flap damping — as a state machine fed one check result at a time.
 //! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
 //!   with per-endpoint state in atomics shared by all threads of a node.
 //! - [`split`] (pure): between groups — priority ranking with hysteresis, the
@@ -29,6 +31,7 @@
 
 pub mod balance;
 pub mod config;
+pub mod health;
 pub mod node;
 mod pem;
 pub mod regions;
