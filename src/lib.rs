@@ -31,6 +31,7 @@
 
 pub mod balance;
 pub mod config;
+pub mod files;
 pub mod health;
 pub mod node;
 mod pem;

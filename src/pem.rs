@@ -11,15 +11,23 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
+use crate::files;
+
 /// The ring provider, passed to every config: no process-wide provider is installed.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
+/// The bytes of a PEM file: a regular file of at most [`files::MAX_PEM_BYTES`].
+fn pem_bytes(path: &Path) -> Result<Vec<u8>, String> {
+    files::read(path, files::MAX_PEM_BYTES).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Reads a PEM certificate chain (leaf first).
 pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+    let bytes = pem_bytes(path)?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if chain.is_empty() {
         return Err(format!(
@@ -32,7 +40,8 @@ pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, St
 
 /// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
 pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+    let bytes = pem_bytes(path)?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => format!(
             "{}: no private key found (expected a PEM \"BEGIN PRIVATE KEY\", \"BEGIN RSA PRIVATE \
              KEY\" or \"BEGIN EC PRIVATE KEY\" block)",

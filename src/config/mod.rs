@@ -22,6 +22,7 @@ pub use model::*;
 
 use std::path::Path;
 
+use crate::files;
 use crate::regions::Catalog;
 
 /// Reads, parses and validates a config file. `regions` overrides the file's `catalog = ...`
@@ -51,15 +52,31 @@ pub fn parse_catalog(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
     catalog::parse(text, file)
 }
 
-/// Reads a file, turning an I/O failure into a one-error [`ConfigErrors`] at 1:1.
+/// Reads a file (a regular one, at most [`files::MAX_CONFIG_BYTES`]) as UTF-8 text, turning a
+/// failure into a one-error [`ConfigErrors`]: at 1:1, or at the first byte that is not UTF-8.
 fn read(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path).map_err(|e| {
+    let error = |line, column, message| {
         ConfigErrors(vec![ConfigError {
             file: path.to_path_buf(),
-            line: 1,
-            column: 1,
+            line,
+            column,
             path: String::new(),
-            message: format!("cannot read file: {e}"),
+            message,
         }])
+    };
+    let bytes = files::read(path, files::MAX_CONFIG_BYTES)
+        .map_err(|e| error(1, 1, format!("cannot read file: {e}")))?;
+    text(bytes).map_err(|(line, column)| error(line, column, "not UTF-8 text".to_owned()))
+}
+
+/// `bytes` as text, or the line and column (1-based, in characters) of the first byte that is
+/// not UTF-8.
+pub(crate) fn text(bytes: Vec<u8>) -> Result<String, (usize, usize)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let good = std::str::from_utf8(good).expect("valid up to here");
+        let line = good.matches('\n').count() + 1;
+        let column = good.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, column)
     })
 }

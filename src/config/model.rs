@@ -22,6 +22,10 @@ pub const DEFAULT_CATALOG: &str = "regions/catalog.toml";
 /// atomic word).
 pub const MAX_GROUPS: usize = 32;
 
+/// Longest listener or group name, in characters: names are metric labels, log fields and
+/// `/status` keys, where a longer one helps nobody.
+pub const MAX_NAME: usize = 64;
+
 /// A whole `config.toml`, validated, with the region catalogue it refers to.
 #[derive(Debug, Clone)]
 pub struct Config {

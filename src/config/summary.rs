@@ -106,8 +106,10 @@ fn table(rows: &[Vec<String>]) -> String {
     let mut out = String::new();
     for r in rows {
         let mut line = String::new();
+        // Padded by hand: a format width is at most 65 535, and a cell may be longer.
         for (cell, width) in r.iter().zip(&widths) {
-            let _ = write!(line, "{cell:<width$}  ");
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 2));
         }
         out.push_str(line.trim_end());
         out.push('\n');

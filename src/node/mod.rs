@@ -273,15 +273,22 @@ impl Inner {
     pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
         let mut bound = self.bound.lock().await;
         let result = async {
-            let config = Arc::new(load(&self.opts).map_err(|e| format!("{e:#}"))?);
-            let old = self.snapshot.load_full();
-            let next = Snapshot::build(
-                config,
-                &self.region,
-                Some(&old),
-                &self.registry,
-                Instant::now(),
-            )?;
+            // Reading the files and building the snapshot (certificates included) block: off
+            // the runtime, so that a slow disk holds only the reload, not the traffic.
+            let inner = Arc::clone(self);
+            let next = tokio::task::spawn_blocking(move || {
+                let config = Arc::new(load(&inner.opts).map_err(|e| format!("{e:#}"))?);
+                let old = inner.snapshot.load_full();
+                Snapshot::build(
+                    config,
+                    &inner.region,
+                    Some(&old),
+                    &inner.registry,
+                    Instant::now(),
+                )
+            })
+            .await
+            .map_err(|e| format!("reading the config failed: {e}"))??;
             let wanted = wanted_ports(&next);
             let fresh = bind_all(self.opts.bind, &wanted, &bound)
                 .await

@@ -124,3 +124,90 @@ fn gtd_check_reports_a_missing_file() {
         "{stderr}"
     );
 }
+
+/// Files that are not regular files, or too large, are refused at once, naming the file; a name
+/// too long to be a label is an error, not a panic; text that is not UTF-8 is placed.
+#[test]
+fn gtd_check_refuses_pipes_devices_huge_names_and_bad_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let check_of = |catalog: &str| {
+        let text = EXAMPLE.replacen(
+            "catalog = \"regions/catalog.toml\"",
+            &format!("catalog = \"{catalog}\""),
+            1,
+        );
+        std::fs::write(&file, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["check", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    // /dev/zero once grew `gtd check` to 4 GB; a named pipe held it until someone wrote.
+    let (code, err) = check_of("/dev/zero");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "cannot read region catalogue /dev/zero: not a regular file (a character device)"
+        ),
+        "{err}"
+    );
+    let fifo = dir.path().join("cat.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, err) = check_of("cat.fifo");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not a regular file (a named pipe)"), "{err}");
+
+    // A listener name of 64 Ki characters once panicked in the summary table.
+    let long = "a".repeat(64 * 1024);
+    let text = EXAMPLE.replacen("name = \"web\"", &format!("name = \"{long}\""), 1);
+    assert_ne!(text, EXAMPLE, "the example has a listener named web");
+    std::fs::write(&file, text).unwrap();
+    let out = gtd_check(&file);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("listener name \"aaaaaaaaaaaaaaaa\"… is 65536 characters long; at most 64"),
+        "{err}"
+    );
+
+    // Bytes that are not UTF-8: the error is where they are, not at 1:1.
+    let mut bytes = EXAMPLE.as_bytes().to_vec();
+    let at = EXAMPLE.find("web").unwrap();
+    bytes[at] = 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let out = gtd_check(&file);
+    let err = String::from_utf8(out.stderr).unwrap();
+    let line = EXAMPLE[..at].matches('\n').count() + 1;
+    let column = EXAMPLE[..at].rsplit('\n').next().unwrap().len() + 1;
+    assert!(
+        err.contains(&format!("config.toml:{line}:{column}: not UTF-8 text")),
+        "{err}"
+    );
+
+    // A certificate or key that is a device is named as one, not "not found".
+    std::fs::write(
+        &file,
+        "[[listener]]\nname = \"s\"\nprotocol = \"https\"\nport = 8443\nregions = [\"cn-beijing\"]\n\
+         tls = { certs = [{ cert = \"/dev/zero\", key = \"/dev/null\" }] }\n\
+         [[listener.group]]\nname = \"g\"\nregion = \"cn-beijing\"\n\
+         [[listener.group.endpoint]]\naddress = \"127.0.0.1:9001\"\n",
+    )
+    .unwrap();
+    let out = gtd_check(&file);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cert file \"/dev/zero\" is not a regular file (a character device)")
+            && err.contains("key file \"/dev/null\" is not a regular file (a character device)"),
+        "{err}"
+    );
+}

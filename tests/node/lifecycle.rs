@@ -439,3 +439,49 @@ fn sigterm_drains_open_connections() {
     assert!(status.success(), "exit status {status}");
     h.abort();
 }
+
+/// A reload whose catalogue is a named pipe is refused at once, naming the file, while the node
+/// keeps answering (it used to read the pipe on a runtime thread and stop serving until someone
+/// wrote to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_from_a_named_pipe_is_refused_and_the_node_keeps_serving() {
+    let (a, h) = tcp_backend("a").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &tcp_listener(
+            free_port(false),
+            "",
+            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let fifo = dir.path().join("cat.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replacen("catalog = ", "catalog = \"cat.fifo\"\n# was: catalog = ", 1);
+    assert!(text.contains("catalog = \"cat.fifo\""), "{text}");
+    std::fs::write(&cfg, text).unwrap();
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let (status, body) = tokio::task::spawn_blocking(move || admin(&n2, "POST", "/reload", None))
+        .await
+        .unwrap();
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("not a regular file (a named pipe)"), "{body}");
+    let n2 = node.clone();
+    let (status, _) = tokio::task::spawn_blocking(move || admin(&n2, "GET", "/healthz", None))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(tcp_name(addr).await.unwrap(), "a");
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}

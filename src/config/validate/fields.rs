@@ -130,6 +130,13 @@ pub(super) fn slash_path(ctx: &mut Ctx<'_>, s: At<&str>, path: &str, what: &str)
 
 /// Records that a name is not `[A-Za-z0-9_-]+`.
 pub(super) fn check_name(ctx: &mut Ctx<'_>, name: At<&str>, path: &str, what: &str) -> bool {
+    let length = name.v.chars().count();
+    if length > MAX_NAME {
+        let start: String = name.v.chars().take(16).collect();
+        let msg = format!("{what} name {start:?}… is {length} characters long; at most {MAX_NAME}");
+        ctx.error(name.at, path, msg);
+        return false;
+    }
     if is_name(name.v) {
         return true;
     }

@@ -125,7 +125,13 @@ fn read_catalog(
         (None, Some(k)) => base.join(k.v),
         (None, None) => base.join(DEFAULT_CATALOG),
     };
-    let text = match std::fs::read_to_string(&path) {
+    let read = crate::files::read(&path, crate::files::MAX_CONFIG_BYTES)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            crate::config::text(bytes)
+                .map_err(|(line, column)| format!("not UTF-8 text (line {line}, column {column})"))
+        });
+    let text = match read {
         Ok(t) => t,
         Err(e) => {
             let shown = path.display();
@@ -193,16 +199,27 @@ impl Env<'_> {
     fn file(&self, ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str) -> Option<PathBuf> {
         let s = t.nonempty_str(ctx, key)?;
         let path = self.base.join(s.v);
-        if !path.is_file() {
-            let looked = if path.as_os_str() == s.v {
-                String::new()
-            } else {
-                format!(" (looked for {})", path.display())
-            };
+        let looked = if path.as_os_str() == s.v {
+            String::new()
+        } else {
+            format!(" (looked for {})", path.display())
+        };
+        let problem = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("not found".to_owned()),
+            Err(e) => Some(format!("cannot be read: {e}")),
+            Ok(m) if !m.is_file() => {
+                // The same words as the reader's, which is what would refuse it later.
+                crate::files::read(&path, 0)
+                    .err()
+                    .map(|e| format!("is {e}"))
+            }
+            Ok(_) => None,
+        };
+        if let Some(problem) = problem {
             ctx.error(
                 s.at,
                 &t.path,
-                format!("{key} file {} not found{looked}", quote(s.v)),
+                format!("{key} file {} {problem}{looked}", quote(s.v)),
             );
             return None;
         }

@@ -1,0 +1,118 @@
+//! Reading the files an operator names (the config, the region catalogue, certificates and
+//! keys): only regular files, and only up to a size cap, so that a named pipe cannot hold a
+//! start or reload waiting and `/dev/zero` cannot fill the memory.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// Most bytes of a config file or region catalogue.
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+/// Most bytes of a PEM certificate chain, CA bundle or key.
+pub const MAX_PEM_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Why a file could not be read.
+#[derive(Debug)]
+pub enum FileError {
+    /// Opening or reading it failed.
+    Io(io::Error),
+    /// It is a directory, a pipe, a device or a socket.
+    NotRegular(&'static str),
+    /// It holds more than the cap.
+    TooLarge {
+        /// Its size, when known before reading.
+        size: u64,
+        /// The cap.
+        max: u64,
+    },
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::Io(e) => write!(f, "{e}"),
+            FileError::NotRegular(kind) => write!(f, "not a regular file (a {kind})"),
+            FileError::TooLarge { size, max } => {
+                write!(f, "too large ({size} bytes; at most {max})")
+            }
+        }
+    }
+}
+
+/// The bytes of the regular file at `path` (symbolic links followed), at most `max` of them.
+pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
+    let meta = std::fs::metadata(path).map_err(FileError::Io)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        return Err(FileError::NotRegular(describe(&kind)));
+    }
+    if meta.len() > max {
+        return Err(FileError::TooLarge {
+            size: meta.len(),
+            max,
+        });
+    }
+    let file = std::fs::File::open(path).map_err(FileError::Io)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // The file may grow between the look and the read: never past the cap.
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(FileError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(FileError::TooLarge {
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+fn describe(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "named pipe"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_under_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok.toml");
+        std::fs::write(&ok, "a = 1\n").unwrap();
+        assert_eq!(read(&ok, 100).unwrap(), b"a = 1\n");
+        let big = read(&ok, 3).unwrap_err();
+        assert_eq!(big.to_string(), "too large (6 bytes; at most 3)");
+        let e = read(dir.path(), 100).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file (a directory)");
+        let e = read(Path::new("/dev/zero"), 100).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file (a character device)");
+        let fifo = dir.path().join("cat.fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // Refused at once: nothing opens the pipe, so nothing waits for a writer.
+        let e = read(&fifo, 100).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file (a named pipe)");
+        let e = read(&dir.path().join("missing"), 100).unwrap_err();
+        assert!(matches!(e, FileError::Io(ref io) if io.kind() == io::ErrorKind::NotFound));
+    }
+}
