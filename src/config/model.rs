@@ -59,6 +59,17 @@ pub struct Admin {
     pub bind: SocketAddr,
     /// Bearer token required for mutating calls, when set.
     pub token: Option<String>,
+    /// `allow_without_token`: serve a bind reachable beyond this host without a token (the
+    /// operator's explicit choice; refused otherwise).
+    pub open: bool,
+}
+
+impl Admin {
+    /// Whether the admin server on `bind` would let anyone who reaches it reload the config or
+    /// toggle endpoints: reachable beyond loopback, no token, and not explicitly allowed.
+    pub fn exposed(&self, bind: SocketAddr) -> bool {
+        !bind.ip().is_loopback() && self.token.is_none() && !self.open
+    }
 }
 
 impl Default for Admin {
@@ -66,6 +77,7 @@ impl Default for Admin {
         Admin {
             bind: SocketAddr::from(([127, 0, 0, 1], 9100)),
             token: None,
+            open: false,
         }
     }
 }

@@ -129,6 +129,13 @@ impl Node {
             .map_err(|e| anyhow!("{e}"))?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
+        if config.admin.exposed(admin_bind) {
+            bail!(
+                "--admin {admin_bind}: reachable beyond this host, and [admin] has no token: \
+                 set token = \"...\" or allow_without_token = true in {}",
+                opts.config.display()
+            );
+        }
         let admin = TcpListener::bind(admin_bind)
             .await
             .with_context(|| format!("binding the admin server on {admin_bind}"))?;

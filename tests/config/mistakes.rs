@@ -341,3 +341,27 @@ tries = 20
         ]
     );
 }
+
+/// An admin server reachable beyond loopback needs a token, or the operator's explicit
+/// `allow_without_token`: otherwise anyone who reaches it can reload and disable endpoints.
+#[test]
+fn an_admin_server_open_beyond_loopback_needs_a_token() {
+    let listener = one_group(WEB, "", "");
+    let with = |admin: &str| format!("[admin]\n{admin}\n\n{listener}");
+    assert_eq!(
+        error(&with("bind = \"0.0.0.0:9100\"")),
+        "config.toml:2:8: admin: the admin server on 0.0.0.0:9100 is reachable beyond this \
+         host, and without a token anyone who reaches it can reload the config or disable \
+         endpoints: set token = \"...\", bind to 127.0.0.1, or set allow_without_token = true"
+    );
+    assert_eq!(errors(&with("bind = \"[::]:9100\"")).len(), 1);
+    for fine in [
+        "bind = \"0.0.0.0:9100\"\ntoken = \"s3cret\"",
+        "bind = \"0.0.0.0:9100\"\nallow_without_token = true",
+        "bind = \"127.0.0.2:9100\"",
+        "bind = \"[::1]:9100\"",
+    ] {
+        let c = valid(&with(fine));
+        assert!(!c.admin.exposed(c.admin.bind), "{fine}");
+    }
+}

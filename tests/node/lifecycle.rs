@@ -485,3 +485,27 @@ async fn a_reload_from_a_named_pipe_is_refused_and_the_node_keeps_serving() {
     assert_eq!(tcp_name(addr).await.unwrap(), "a");
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
+
+/// `--admin` beyond loopback without a token is refused at start, as `[admin] bind` is by the
+/// config check, before any port opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_override_beyond_loopback_without_a_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, h) = tcp_backend("a").await;
+    let _b = Backends(vec![h]);
+    let cfg = write_config(
+        dir.path(),
+        &tcp_listener(
+            free_port(false),
+            "",
+            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
+        ),
+    );
+    let mut opts = options(&cfg);
+    opts.admin_bind = Some("0.0.0.0:0".parse().unwrap());
+    let err = match Node::start(opts).await {
+        Ok(_) => panic!("an open admin server started"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("reachable beyond this host"), "{err}");
+}

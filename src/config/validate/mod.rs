@@ -256,10 +256,14 @@ fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
     let Some(t) = root.table(ctx, "admin", "admin".to_owned()) else {
         return admin;
     };
-    t.check_keys(ctx, &["bind", "token"]);
+    t.check_keys(ctx, &["bind", "token", "allow_without_token"]);
+    let mut bind_at = None;
     if let Some(s) = t.str(ctx, "bind") {
         match s.v.parse::<SocketAddr>() {
-            Ok(addr) => admin.bind = addr,
+            Ok(addr) => {
+                admin.bind = addr;
+                bind_at = Some(s.at);
+            }
             Err(_) => ctx.error(
                 s.at,
                 &t.path,
@@ -271,5 +275,20 @@ fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
         }
     }
     admin.token = t.nonempty_str(ctx, "token").map(|s| s.v.to_owned());
+    admin.open = t.bool(ctx, "allow_without_token").unwrap_or(false);
+    if let Some(at) = bind_at
+        && admin.exposed(admin.bind)
+    {
+        ctx.error(
+            at,
+            &t.path,
+            format!(
+                "the admin server on {} is reachable beyond this host, and without a token \
+                 anyone who reaches it can reload the config or disable endpoints: set \
+                 token = \"...\", bind to 127.0.0.1, or set allow_without_token = true",
+                admin.bind
+            ),
+        );
+    }
     admin
 }
