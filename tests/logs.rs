@@ -252,3 +252,34 @@ async fn a_refused_response_head_is_logged_once_for_a_burst_and_blames_nobody() 
     assert!(log.lines_with(&endpoint, "out of rotation").is_empty());
     node.shutdown().await;
 }
+
+/// A rejected reload is one log line, every error on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_reload_is_one_line() {
+    let log = captured();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &one_endpoint("rejected", free_port(false), "127.0.0.1:9", ""),
+    );
+    let node = start(&cfg).await;
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let bad = text
+        .replace("region = \"cn-beijing\"", "region = \"nowhere\"")
+        .replace("protocol = \"http\"", "protocol = \"gopher\"");
+    std::fs::write(&cfg, bad).unwrap();
+    assert!(node.reload().await.is_err());
+    let lines: Vec<String> = log
+        .text()
+        .lines()
+        .filter(|l| l.contains("reload rejected"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", log.text());
+    assert!(
+        lines[0].contains("nowhere") && lines[0].contains("gopher") && lines[0].contains("; "),
+        "{}",
+        lines[0]
+    );
+    node.shutdown().await;
+}

@@ -182,6 +182,9 @@ pub struct Listener {
     pub drain_timeout: Duration,
     /// Concurrent connections accepted.
     pub max_connections: u32,
+    /// Connections the kernel may queue before gtd accepts them (TCP, HTTP, HTTPS; the kernel
+    /// caps it at `net.core.somaxconn`).
+    pub backlog: u32,
     /// PROXY protocol header towards endpoints (TCP).
     pub proxy_protocol: Option<ProxyProtocol>,
     /// HTTP: time to read the request headers.
@@ -219,6 +222,9 @@ impl Listener {
     pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
     /// `max_connections`.
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 100_000;
+    /// `backlog`: the kernel's own cap on current Linux (`net.core.somaxconn`), where std's
+    /// listeners ask for 128.
+    pub const DEFAULT_BACKLOG: u32 = 4096;
     /// `header_timeout` (HTTP).
     pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
     /// `upstream_timeout` (HTTP).

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Protocol;
@@ -49,6 +50,9 @@ pub(crate) async fn accept_loop(
         let node2 = node.clone();
         node.tracker.spawn(async move {
             let Some(_active) = Active::admit(&listener, peer) else {
+                if listener.cfg.protocol == Protocol::Http {
+                    refuse_http(stream).await;
+                }
                 return;
             };
             match listener.cfg.protocol {
@@ -63,15 +67,51 @@ pub(crate) async fn accept_loop(
     }
 }
 
+/// The answer to an HTTP client refused at `max_connections`: written before the request is
+/// read (a server may answer early), then what the client sent is drained for a moment so that
+/// closing does not reset the answer away. HTTPS clients are closed: a handshake is what the
+/// limit is there to spare.
+static FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+Content-Length: 50\r\nConnection: close\r\nRetry-After: 1\r\n\r\n\
+this listener has max_connections open; try again\n";
+
+async fn refuse_http(mut stream: TcpStream) {
+    if stream.write_all(FULL).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0_u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(n) if n > 0 => left = left.saturating_sub(n),
+                _ => break,
+            }
+        }
+    })
+    .await;
+}
+
 /// Counts an open client connection until dropped.
 struct Active<'a>(&'a ListenerState);
 
 impl<'a> Active<'a> {
     /// Admits a connection while the listener has fewer than `max_connections` open.
+    /// A refusal is counted, and warned about at most every 10 s (under overload it is every
+    /// connection).
     fn admit(l: &'a ListenerState, peer: SocketAddr) -> Option<Active<'a>> {
         if l.active.fetch_add(1, Ordering::Relaxed) >= l.cfg.max_connections as usize {
             l.active.fetch_sub(1, Ordering::Relaxed);
-            tracing::warn!(listener = %l.cfg.name, %peer, max = l.cfg.max_connections, "max_connections reached; closing");
+            l.metrics.refused_full.increment(1);
+            if l.metrics.refused_warning.due() {
+                tracing::warn!(
+                    listener = %l.cfg.name,
+                    %peer,
+                    max = l.cfg.max_connections,
+                    "max_connections reached: new connections are refused (HTTP ones with 503), \
+                     counted in gtd_connections_refused_total; this warning at most every 10 s"
+                );
+            }
             return None;
         }
         l.metrics.connections_active.increment(1.0);

@@ -35,7 +35,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{self, Config, Protocol};
+use crate::config::{self, Config, Listener, Protocol};
 
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
@@ -64,6 +64,8 @@ pub struct Node {
 struct Bound {
     addr: SocketAddr,
     stop: CancellationToken,
+    /// The listening TCP socket (a second handle on it), to set a reload's `backlog` on.
+    listening: Option<std::os::fd::OwnedFd>,
 }
 
 /// State shared by the node's tasks.
@@ -156,7 +158,7 @@ impl Node {
         {
             let mut bound = inner.bound.lock().await;
             let wanted = wanted_ports(&inner.snapshot.load());
-            let fresh = bind_all(inner.opts.bind, &wanted, &bound).await?;
+            let fresh = bind_all(inner.opts.bind, &wanted, &bound, &inner.snapshot.load()).await?;
             start_loops(&inner, fresh, &mut bound);
         }
         tokio::spawn(admin::serve(inner.clone(), admin, inner.stop.clone()));
@@ -239,9 +241,8 @@ impl Node {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => {
-                    if let Err(e) = self.reload().await {
-                        tracing::error!("reload failed, keeping the running config:\n{e}");
-                    }
+                    // A rejected reload is logged by the reload itself, once.
+                    let _ = self.reload().await;
                 }
             }
         }
@@ -279,7 +280,7 @@ impl Inner {
     /// Build and validate the new state, bind new ports, then swap; else keep the old.
     pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
         let mut bound = self.bound.lock().await;
-        let result = async {
+        let result: std::result::Result<(), String> = async {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.
             let inner = Arc::clone(self);
@@ -297,9 +298,10 @@ impl Inner {
             .await
             .map_err(|e| format!("reading the config failed: {e}"))??;
             let wanted = wanted_ports(&next);
-            let fresh = bind_all(self.opts.bind, &wanted, &bound)
+            let fresh = bind_all(self.opts.bind, &wanted, &bound, &next)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
+            relisten(&bound, &next);
             self.snapshot.store(Arc::new(next));
             // Ports no longer configured stop accepting; their open connections carry on.
             let gone: Vec<(bool, u16)> = bound
@@ -329,7 +331,12 @@ impl Inner {
             }
             Err(e) => {
                 self.reloads_err.increment(1);
-                tracing::error!("reload rejected, the running config stays:\n{e}");
+                // One line, however many errors: each is FILE:LINE:COL: message.
+                tracing::error!(
+                    config = %self.opts.config.display(),
+                    "reload rejected, the running config stays: {}",
+                    e.lines().collect::<Vec<_>>().join("; ")
+                );
             }
         }
         result
@@ -384,11 +391,12 @@ enum Fresh {
     Udp(u16, l4::udp_socket::Listen),
 }
 
-/// Binds every wanted port not bound yet; all or nothing.
+/// Binds every wanted port not bound yet; all or nothing. A failure names the listener.
 async fn bind_all(
     ip: IpAddr,
     wanted: &[(bool, u16)],
     bound: &BTreeMap<(bool, u16), Bound>,
+    snap: &Snapshot,
 ) -> Result<Vec<Fresh>> {
     let mut fresh = Vec::new();
     for &(udp, port) in wanted {
@@ -396,20 +404,48 @@ async fn bind_all(
             continue;
         }
         let addr = SocketAddr::new(ip, port);
+        let listener = snap.listener_on(port, udp);
+        let name = listener.map_or("", |l| l.cfg.name.as_str());
         if udp {
             let s = UdpSocket::bind(addr)
                 .await
                 .and_then(l4::udp_socket::Listen::new)
-                .with_context(|| format!("binding udp {addr}"))?;
+                .with_context(|| format!("listener {name:?}: binding udp {addr}"))?;
             fresh.push(Fresh::Udp(port, s));
         } else {
-            let s = TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding tcp {addr}"))?;
+            let backlog = listener.map_or(Listener::DEFAULT_BACKLOG, |l| l.cfg.backlog);
+            let s = listen_tcp(addr, backlog)
+                .with_context(|| format!("listener {name:?}: binding tcp {addr}"))?;
             fresh.push(Fresh::Tcp(port, s));
         }
     }
     Ok(fresh)
+}
+
+/// A TCP socket listening on `addr` with `backlog` (std's listeners ask for 128).
+fn listen_tcp(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std's TcpListener::bind: a restarted node binds while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// Sets each kept TCP port's `backlog` to the new snapshot's (listen(2) again on a listening
+/// socket changes only its queue length).
+fn relisten(bound: &BTreeMap<(bool, u16), Bound>, snap: &Snapshot) {
+    for (&(udp, port), b) in bound {
+        if let (false, Some(fd), Some(l)) = (udp, &b.listening, snap.listener_on(port, false)) {
+            let backlog = i32::try_from(l.cfg.backlog).unwrap_or(i32::MAX);
+            if let Err(e) = rustix::net::listen(fd, backlog) {
+                tracing::warn!(listener = %l.cfg.name, error = %e, "setting backlog failed; the old one stays");
+            }
+        }
+    }
 }
 
 fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool, u16), Bound>) {
@@ -418,11 +454,13 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
         match f {
             Fresh::Tcp(port, socket) => {
                 let addr = socket.local_addr().expect("bound socket has an address");
+                use std::os::fd::AsFd;
                 bound.insert(
                     (false, port),
                     Bound {
                         addr,
                         stop: stop.clone(),
+                        listening: socket.as_fd().try_clone_to_owned().ok(),
                     },
                 );
                 tokio::spawn(accept::accept_loop(inner.clone(), socket, port, stop));
@@ -434,6 +472,7 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
                     Bound {
                         addr,
                         stop: stop.clone(),
+                        listening: None,
                     },
                 );
                 tokio::spawn(l4::udp::udp_loop(

@@ -28,6 +28,7 @@ use crate::split::{self, GroupFacts, ListenerPlan, Mode};
 use super::http::HttpState;
 use super::http::upstream::{Connects, Upstream};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
+use super::timers::Pace;
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
@@ -100,6 +101,10 @@ pub struct GroupState {
 pub struct ListenerMetrics {
     /// Open client connections.
     pub connections_active: Gauge,
+    /// Connections refused at `max_connections`.
+    pub refused_full: Counter,
+    /// Paces the warning about those refusals (at most one every 10 s).
+    pub(crate) refused_warning: Pace,
     /// Decisions with no route.
     pub no_route: Counter,
     /// Bytes client → endpoint.
@@ -266,6 +271,9 @@ impl ListenerState {
         };
         let metrics = ListenerMetrics {
             connections_active: registry.gauge(&m::CONNECTIONS_ACTIVE, &[name]),
+            refused_full: registry
+                .counter(&m::CONNECTIONS_REFUSED_TOTAL, &[name, "max_connections"]),
+            refused_warning: Pace::new(),
             no_route: registry.counter(&m::NO_ROUTE_TOTAL, &[name]),
             bytes_up: registry.counter(&m::BYTES_TOTAL, &[name, "upstream"]),
             bytes_down: registry.counter(&m::BYTES_TOTAL, &[name, "downstream"]),

@@ -63,6 +63,13 @@ pub const CONNECTIONS_ACTIVE: Def = Def {
     labels: &["listener"],
     help: "Client TCP connections open now",
 };
+/// Client connections refused, by reason.
+pub const CONNECTIONS_REFUSED_TOTAL: Def = Def {
+    name: "gtd_connections_refused_total",
+    kind: Kind::Counter,
+    labels: &["listener", "reason"],
+    help: "Client TCP connections refused before any decision (reason max_connections: the listener had max_connections open; HTTP clients got 503)",
+};
 /// Payload bytes relayed.
 pub const BYTES_TOTAL: Def = Def {
     name: "gtd_bytes_total",
@@ -180,6 +187,7 @@ pub const CONFIG_RELOADS_TOTAL: Def = Def {
 pub const ALL: &[Def] = &[
     CONNECTIONS_TOTAL,
     CONNECTIONS_ACTIVE,
+    CONNECTIONS_REFUSED_TOTAL,
     BYTES_TOTAL,
     NO_ROUTE_TOTAL,
     CONNECT_FAILURES_TOTAL,

@@ -31,6 +31,7 @@ pub(crate) fn origin() -> Instant {
 
 /// Paces a warning that could otherwise repeat for every connection or request: at most one
 /// every 10 s (the first at once), on the monotonic clock.
+#[derive(Debug)]
 pub(crate) struct Pace {
     /// Seconds since [`Pace::due`] first ran, plus 10, at the last warning (0: none yet).
     warned_at: AtomicU64,

@@ -32,11 +32,24 @@ async fn max_connections_applies_to_http_connections() {
     let mut buf = [0_u8; 12];
     first.read_exact(&mut buf).await.unwrap();
     assert_eq!(&buf, b"HTTP/1.1 200");
-    // …so a second one is closed without an answer.
+    // …so a second one gets 503 and is closed, and the refusal is counted.
     let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
     let _ = second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     let rest = until_closed(&mut second, "closed").await;
-    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.starts_with("HTTP/1.1 503 Service Unavailable\r\n")
+            && rest.contains("Connection: close"),
+        "{rest}"
+    );
+    assert_eq!(
+        metric(
+            &node,
+            "gtd_connections_refused_total",
+            &["listener=\"web\"", "reason=\"max_connections\""]
+        ),
+        1.0
+    );
     // Once the first closes, new connections are served again.
     drop(first);
     let c = client();

@@ -509,3 +509,42 @@ async fn an_admin_override_beyond_loopback_without_a_token_is_refused() {
     };
     assert!(err.contains("reachable beyond this host"), "{err}");
 }
+
+/// The listen queue `ss` reports for the TCP socket listening on `port` (its Send-Q column).
+fn listen_queue(port: u16) -> u32 {
+    let out = Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("nothing listens on {port}"));
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// `backlog` sets the listen queue of the port, and a reload changes it on the bound socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlog_sets_the_listen_queue_and_a_reload_changes_it() {
+    let (a, h) = tcp_backend("a").await;
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let groups = [group("g", "cn-beijing", 100.0, "", &[(a, 1)])];
+    let cfg = write_config(dir.path(), &tcp_listener(port, "backlog = 77", &groups));
+    let node = start(&cfg).await;
+    assert_eq!(listen_queue(port), 77);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("backlog = 77", "backlog = 99")).unwrap();
+    let node = Arc::new(node);
+    let n2 = node.clone();
+    let (status, body) = tokio::task::spawn_blocking(move || admin(&n2, "POST", "/reload", None))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(listen_queue(port), 99);
+    let addr = listener_addr(&node, "t").await;
+    assert_eq!(tcp_name(addr).await.unwrap(), "a");
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}

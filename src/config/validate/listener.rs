@@ -26,6 +26,7 @@ const LISTENER_KEYS: &[&str] = &[
     "idle_timeout",
     "drain_timeout",
     "max_connections",
+    "backlog",
     "proxy_protocol",
     "header_timeout",
     "upstream_timeout",
@@ -158,6 +159,18 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     // Keys that belong to some protocols only. Without a valid protocol they are not judged.
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
     let http = is(Protocol::is_http);
+    let mut backlog = Listener::DEFAULT_BACKLOG;
+    if only_for(
+        ctx,
+        t,
+        "backlog",
+        is(|p| p != Protocol::Udp),
+        "tcp/http/https listeners",
+    ) {
+        backlog = t
+            .u32(ctx, "backlog", 1, Some(65_535))
+            .map_or(backlog, |n| n.v);
+    }
     let mut proxy_protocol = None;
     if only_for(
         ctx,
@@ -261,6 +274,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         idle_timeout,
         drain_timeout,
         max_connections,
+        backlog,
         proxy_protocol,
         header_timeout,
         upstream_timeout,
