@@ -191,3 +191,34 @@ tls = {{ certs = [{{ cert = "{site_cert}", key = "{site_key}" }}] }}
         "{errors:?}"
     );
 }
+
+/// A group `tls` on a TCP or UDP listener would leave the bytes in plaintext while the config
+/// reads as if they were encrypted: refused, never ignored.
+#[test]
+fn group_tls_on_a_tcp_or_udp_listener_is_an_error() {
+    for head in [GAME, &GAME.replace("\"tcp\"", "\"udp\"")] {
+        let text = one_group(head, "  tls = { sni = \"api.example.com\" }\n", "");
+        assert_eq!(
+            error(&text),
+            "config.toml:10:3: listener \"game\" group \"beijing\": \"tls\" (TLS towards the \
+             endpoints) is for http/https listeners: this listener relays bytes as they come and \
+             would send them to the endpoints in plaintext; remove it, or terminate TLS at the \
+             endpoints themselves"
+        );
+    }
+    // For the group's https health checks it is accepted, with a warning saying so.
+    let text = one_group(
+        GAME,
+        "  tls = { sni = \"api.example.com\" }\n    [listener.group.health_check]\n    protocol = \"https\"\n",
+        "",
+    );
+    let c = valid(&text);
+    assert!(c.listeners[0].groups[0].tls.is_some());
+    assert!(
+        c.warnings.iter().any(|w| w
+            .to_string()
+            .contains("used by this group's https health checks only")),
+        "{:?}",
+        c.warnings
+    );
+}

@@ -168,9 +168,38 @@ fn group<'t>(
     if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {
         keepalive = t.u32(ctx, "keepalive", 0, None).map_or(keepalive, |n| n.v);
     }
-    let tls = t
-        .table(ctx, "tls", t.path.clone())
-        .and_then(|tls| upstream_tls(ctx, env, &tls));
+    // TLS towards the endpoints is originated by HTTP listeners only; a TCP or UDP listener
+    // relays bytes as they come, so a group `tls` there would send them in plaintext while the
+    // operator believes them encrypted: an error, unless the group's https health checks are
+    // what it is for (then a warning says it is for them alone).
+    let https_checks = health_check
+        .as_ref()
+        .is_some_and(|h| h.protocol == CheckProtocol::Https);
+    let tls = match t.key_at("tls") {
+        Some(at) if !is(Protocol::is_http) && !https_checks => {
+            ctx.error(
+                at,
+                &t.path,
+                "\"tls\" (TLS towards the endpoints) is for http/https listeners: this listener \
+                 relays bytes as they come and would send them to the endpoints in plaintext; \
+                 remove it, or terminate TLS at the endpoints themselves",
+            );
+            None
+        }
+        Some(at) if !is(Protocol::is_http) => {
+            ctx.warn(
+                at,
+                &t.path,
+                "\"tls\" is used by this group's https health checks only: the listener relays \
+                 client bytes to the endpoints as they come, unencrypted by gtd",
+            );
+            t.table(ctx, "tls", t.path.clone())
+                .and_then(|tls| upstream_tls(ctx, env, &tls))
+        }
+        _ => t
+            .table(ctx, "tls", t.path.clone())
+            .and_then(|tls| upstream_tls(ctx, env, &tls)),
+    };
     let endpoints = endpoints(ctx, &t, balance.as_ref().map(|b| b.1));
 
     let min_healthy = match t.u32(ctx, "min_healthy", 1, None) {
