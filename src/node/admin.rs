@@ -95,6 +95,10 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
         .collect();
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (req.method(), seg.as_slice()) {
+        // Draining (SIGTERM): a load balancer in front should stop sending new clients here.
+        (&Method::GET, ["healthz"]) if node.draining.load(std::sync::atomic::Ordering::Relaxed) => {
+            reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
+        }
         (&Method::GET, ["healthz"]) => reply(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, ["metrics"]) => reply(
             StatusCode::OK,

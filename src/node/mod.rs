@@ -79,8 +79,13 @@ pub(crate) struct Inner {
     started: Instant,
     /// Bound sockets by (udp, port); the lock serialises reloads (never taken by decisions).
     bound: Mutex<BTreeMap<(bool, u16), Bound>>,
-    /// Stops accept loops, the planner and the admin server.
+    /// Stops the accept and receive loops (SIGTERM: the drain begins).
     stop: CancellationToken,
+    /// Stops the planner and the admin server once the drain is over, so that `/metrics` and
+    /// `/status` watch it.
+    drained: CancellationToken,
+    /// Set once the drain began: `/healthz` answers 503, for load balancers in front.
+    pub(crate) draining: std::sync::atomic::AtomicBool,
     admin_addr: SocketAddr,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
@@ -153,6 +158,8 @@ impl Node {
             started: now,
             bound: Mutex::new(BTreeMap::new()),
             stop: CancellationToken::new(),
+            drained: CancellationToken::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             admin_addr,
         });
         {
@@ -161,7 +168,7 @@ impl Node {
             let fresh = bind_all(inner.opts.bind, &wanted, &bound, &inner.snapshot.load()).await?;
             start_loops(&inner, fresh, &mut bound);
         }
-        tokio::spawn(admin::serve(inner.clone(), admin, inner.stop.clone()));
+        tokio::spawn(admin::serve(inner.clone(), admin, inner.drained.clone()));
         tokio::spawn(planner(inner.clone()));
         tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
         Ok(Node { inner })
@@ -204,6 +211,9 @@ impl Node {
             .map(|l| l.cfg.drain_timeout)
             .max()
             .unwrap_or_default();
+        self.inner
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.inner.stop.cancel();
         {
             let mut bound = self.inner.bound.lock().await;
@@ -225,6 +235,7 @@ impl Node {
                 "drain timeout: closing remaining connections"
             );
         }
+        self.inner.drained.cancel();
     }
 
     /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads. `signals` were taken
@@ -494,7 +505,7 @@ async fn planner(inner: Arc<Inner>) {
     let mut n = 0_u64;
     loop {
         tokio::select! {
-            () = inner.stop.cancelled() => return,
+            () = inner.drained.cancelled() => return,
             _ = tick.tick() => {}
         }
         let now = Instant::now();

@@ -415,6 +415,25 @@ fn sigterm_drains_open_connections() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // …the admin server stays up for the drain, /healthz telling load balancers to go…
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let admin: SocketAddr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        admin_at(admin, "GET", "/healthz", None),
+        (503, "draining\n".to_owned())
+    );
+    let (status, metrics) = admin_at(admin, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("gtd_connections_active{listener=\"t\"} 1"),
+        "{metrics}"
+    );
     // …while the open connection keeps working and the process waits for it.
     conn.write_all(b"ping").unwrap();
     let mut echo = [0_u8; 4];
