@@ -464,17 +464,7 @@ fn sigterm_drains_open_connections() {
 /// wrote to it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_from_a_named_pipe_is_refused_and_the_node_keeps_serving() {
-    let (a, h) = tcp_backend("a").await;
-    let _b = Backends(vec![h]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(
-        dir.path(),
-        &tcp_listener(
-            free_port(false),
-            "",
-            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
-        ),
-    );
+    let (_b, dir, cfg) = one_backend_config(free_port(false), "").await;
     let node = start(&cfg).await;
     let addr = listener_addr(&node, "t").await;
     let fifo = dir.path().join("cat.fifo");
@@ -509,17 +499,7 @@ async fn a_reload_from_a_named_pipe_is_refused_and_the_node_keeps_serving() {
 /// config check, before any port opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_override_beyond_loopback_without_a_token_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let (a, h) = tcp_backend("a").await;
-    let _b = Backends(vec![h]);
-    let cfg = write_config(
-        dir.path(),
-        &tcp_listener(
-            free_port(false),
-            "",
-            &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
-        ),
-    );
+    let (_b, _dir, cfg) = one_backend_config(free_port(false), "").await;
     let mut opts = options(&cfg);
     opts.admin_bind = Some("0.0.0.0:0".parse().unwrap());
     let err = match Node::start(opts).await {
@@ -546,12 +526,8 @@ fn listen_queue(port: u16) -> u32 {
 /// `backlog` sets the listen queue of the port, and a reload changes it on the bound socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlog_sets_the_listen_queue_and_a_reload_changes_it() {
-    let (a, h) = tcp_backend("a").await;
-    let _b = Backends(vec![h]);
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port(false);
-    let groups = [group("g", "cn-beijing", 100.0, "", &[(a, 1)])];
-    let cfg = write_config(dir.path(), &tcp_listener(port, "backlog = 77", &groups));
+    let (_b, _dir, cfg) = one_backend_config(port, "backlog = 77").await;
     let node = start(&cfg).await;
     assert_eq!(listen_queue(port), 77);
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -566,4 +542,17 @@ async fn backlog_sets_the_listen_queue_and_a_reload_changes_it() {
     let addr = listener_addr(&node, "t").await;
     assert_eq!(tcp_name(addr).await.unwrap(), "a");
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+/// A TCP listener "t" on `port` with `extra` keys, one group over one backend answering "a":
+/// the backend (stopped when dropped), the config's directory and its path.
+async fn one_backend_config(
+    port: u16,
+    extra: &str,
+) -> (Backends, tempfile::TempDir, std::path::PathBuf) {
+    let (a, h) = tcp_backend("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let groups = [group("g", "cn-beijing", 100.0, "", &[(a, 1)])];
+    let cfg = write_config(dir.path(), &tcp_listener(port, extra, &groups));
+    (Backends(vec![h]), dir, cfg)
 }

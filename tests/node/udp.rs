@@ -252,14 +252,14 @@ async fn udp_full_table_evicts_the_least_recently_active_flow() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(udp_name(&clients[0], addr).await, "one");
     assert_eq!(opened(), 3.0, "the first client's flow is reused");
-    // A fourth client: the second (idle since opened, unlike the first) is evicted.
+    // A fourth client: one flow is evicted, and not the first client's, which moved since it
+    // was opened. (Which of the other two goes depends on the millisecond their replies came
+    // back in, which also counts as activity: on a loaded machine either may.)
     let fourth = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     assert_eq!(udp_name(&fourth, addr).await, "one");
     assert_eq!(metric(&node, "gtd_udp_flows_evicted_total", &[]), 1.0);
     assert_eq!(udp_name(&clients[0], addr).await, "one");
     assert_eq!(opened(), 4.0, "the first client kept its flow");
-    assert_eq!(udp_name(&clients[1], addr).await, "one");
-    assert_eq!(opened(), 5.0, "the second client needed a new one");
     node.shutdown().await;
 }
 
