@@ -2,7 +2,7 @@
 //!
 //! - `gtd run [--config F] --region ID [--bind IP]` runs the listener node of one acceleration
 //!   region until SIGTERM (drain) — SIGHUP reloads the config.
-//! - `gtd check [--config F] [--regions R]` validates a config and its region catalogue: every
+//! - `gtd check [--config F] [--regions R] [--region ID]` validates a config and its region catalogue: every
 //!   error on stderr as `FILE:LINE:COL: path: message` and exit status 1, or a summary on stdout
 //!   and exit status 0.
 
@@ -49,12 +49,20 @@ enum Command {
         /// The region catalogue to use instead of the config's `catalog = ...`.
         #[arg(long)]
         regions: Option<PathBuf>,
+        /// Also check that a node of this acceleration region would serve something (what
+        /// `gtd run --region` refuses otherwise).
+        #[arg(long)]
+        region: Option<String>,
     },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
-        Command::Check { config, regions } => check(config, regions),
+        Command::Check {
+            config,
+            regions,
+            region,
+        } => check(config, regions, region),
         Command::Run {
             config,
             regions,
@@ -133,12 +141,22 @@ fn raise_open_files_limit() {
     }
 }
 
-fn check(config: PathBuf, regions: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn check(
+    config: PathBuf,
+    regions: Option<PathBuf>,
+    region: Option<String>,
+) -> anyhow::Result<ExitCode> {
     match gtd::config::load(&config, regions.as_deref()) {
         Ok(cfg) => {
             let mut err = std::io::stderr().lock();
             for w in &cfg.warnings {
                 writeln!(err, "warning: {w}")?;
+            }
+            if let Some(region) = region
+                && let Err(e) = cfg.serves(&region)
+            {
+                writeln!(err, "{e}")?;
+                return Ok(ExitCode::FAILURE);
             }
             let mut out = std::io::stdout().lock();
             out.write_all(cfg.summary().as_bytes())

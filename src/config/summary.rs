@@ -5,6 +5,30 @@ use std::fmt::Write as _;
 use super::model::Config;
 
 impl Config {
+    /// Whether a node in `region` would serve anything: the region is in the catalogue and at
+    /// least one listener lists it (`gtd run --region` and `gtd check --region` ask the same).
+    pub fn serves(&self, region: &str) -> Result<(), String> {
+        if self.catalog.get(region).is_none() {
+            return Err(format!("--region {region}: not in the region catalogue"));
+        }
+        if self
+            .listeners
+            .iter()
+            .any(|l| l.regions.iter().any(|r| r == region))
+        {
+            return Ok(());
+        }
+        let served: std::collections::BTreeSet<&str> = self
+            .listeners
+            .iter()
+            .flat_map(|l| l.regions.iter().map(String::as_str))
+            .collect();
+        Err(format!(
+            "--region {region}: no listener lists this region (listeners are served from: {})",
+            served.into_iter().collect::<Vec<_>>().join(", ")
+        ))
+    }
+
     /// A few lines an operator can read at a glance: per listener its protocol, port, regions,
     /// groups, endpoints and forwarding rules; then endpoints per group region.
     pub fn summary(&self) -> String {

@@ -103,25 +103,7 @@ fn load(opts: &Options) -> Result<Config> {
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    if config.catalog.get(&opts.region).is_none() {
-        bail!("--region {}: not in the region catalogue", opts.region);
-    }
-    if !config
-        .listeners
-        .iter()
-        .any(|l| l.regions.contains(&opts.region))
-    {
-        let served: std::collections::BTreeSet<&str> = config
-            .listeners
-            .iter()
-            .flat_map(|l| l.regions.iter().map(String::as_str))
-            .collect();
-        bail!(
-            "--region {}: no listener lists this region (listeners are served from: {})",
-            opts.region,
-            served.into_iter().collect::<Vec<_>>().join(", ")
-        );
-    }
+    config.serves(&opts.region).map_err(|e| anyhow!(e))?;
     Ok(config)
 }
 

@@ -211,3 +211,35 @@ fn gtd_check_refuses_pipes_devices_huge_names_and_bad_bytes() {
         "{err}"
     );
 }
+
+/// `gtd check --region` says what `gtd run --region` would refuse: the check and the node ask
+/// one function.
+#[test]
+fn gtd_check_region_says_whether_a_node_there_serves_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, EXAMPLE).unwrap();
+    let run = |region: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["check", "--region", region, "--regions"])
+            .arg(catalog_path())
+            .arg("--config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    assert_eq!(run("cn-beijing").0, Some(0));
+    let (code, err) = run("us-east-1");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--region us-east-1: no listener lists this region (listeners are served from: cn-beijing, cn-shanghai)"),
+        "{err}"
+    );
+    let (code, err) = run("atlantis");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--region atlantis: not in the region catalogue"),
+        "{err}"
+    );
+}
