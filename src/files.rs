@@ -1,6 +1,7 @@
 //! Reading the files an operator names (the config, the region catalogue, certificates and
 //! keys): only regular files, and only up to a size cap, so that a named pipe cannot hold a
-//! start or reload waiting and `/dev/zero` cannot fill the memory.
+//! start or reload waiting and `/dev/zero` cannot fill the memory. (O_NONBLOCK does nothing to
+//! a regular file's reads.)
 
 use std::fmt;
 use std::io::{self, Read};
@@ -41,7 +42,16 @@ impl fmt::Display for FileError {
 
 /// The bytes of the regular file at `path` (symbolic links followed), at most `max` of them.
 pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
-    let meta = std::fs::metadata(path).map_err(FileError::Io)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking (a named pipe's open would wait for a writer), then looked at
+    // through the open file, so that what is read is what was checked.
+    let nonblocking = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nonblocking)
+        .open(path)
+        .map_err(FileError::Io)?;
+    let meta = file.metadata().map_err(FileError::Io)?;
     let kind = meta.file_type();
     if !kind.is_file() {
         return Err(FileError::NotRegular(describe(&kind)));
@@ -52,7 +62,6 @@ pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
             max,
         });
     }
-    let file = std::fs::File::open(path).map_err(FileError::Io)?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     // The file may grow between the look and the read: never past the cap.
     file.take(max + 1)

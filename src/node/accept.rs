@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,7 +50,11 @@ pub(crate) async fn accept_loop(
         let node2 = node.clone();
         node.tracker.spawn(async move {
             let Some(_active) = Active::admit(&listener, peer) else {
-                if listener.cfg.protocol == Protocol::Http {
+                // The 503 holds the socket for up to a second: a bounded number of them, so
+                // that a flood past max_connections cannot take descriptors that way instead.
+                if listener.cfg.protocol == Protocol::Http
+                    && let Some(_answering) = Answering::start()
+                {
                     refuse_http(stream).await;
                 }
                 return;
@@ -74,6 +78,30 @@ pub(crate) async fn accept_loop(
 static FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
 Content-Length: 50\r\nConnection: close\r\nRetry-After: 1\r\n\r\n\
 this listener has max_connections open; try again\n";
+
+/// Refused HTTP connections being answered now, across the node.
+static ANSWERING: AtomicUsize = AtomicUsize::new(0);
+/// Most refused HTTP connections answered at once; past it they are closed bare.
+const MAX_ANSWERING: usize = 256;
+
+/// One refused connection being answered (counted in [`ANSWERING`] until dropped).
+struct Answering;
+
+impl Answering {
+    fn start() -> Option<Answering> {
+        if ANSWERING.fetch_add(1, Ordering::Relaxed) >= MAX_ANSWERING {
+            ANSWERING.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Answering)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        ANSWERING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 async fn refuse_http(mut stream: TcpStream) {
     if stream.write_all(FULL).await.is_err() || stream.shutdown().await.is_err() {

@@ -273,6 +273,11 @@ impl Inner {
     /// Build and validate the new state, bind new ports, then swap; else keep the old.
     pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
         let mut bound = self.bound.lock().await;
+        // Draining (SIGTERM): the ports are closed for good; a reload would open them again
+        // with nothing accepting on them.
+        if self.stop.is_cancelled() {
+            return Err("the node is draining (SIGTERM): reload refused".to_owned());
+        }
         let result: std::result::Result<(), String> = async {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.

@@ -178,6 +178,11 @@ fn gtd_check_refuses_pipes_devices_huge_names_and_bad_bytes() {
         err.contains("listener name \"aaaaaaaaaaaaaaaa\"… is 65536 characters long; at most 64"),
         "{err}"
     );
+    assert!(
+        err.len() < 1000,
+        "the name is not repeated: {} bytes",
+        err.len()
+    );
 
     // Bytes that are not UTF-8: the error is where they are, not at 1:1.
     let mut bytes = EXAMPLE.as_bytes().to_vec();

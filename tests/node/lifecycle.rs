@@ -430,6 +430,14 @@ fn sigterm_drains_open_connections() {
     );
     let (status, metrics) = admin_at(admin, "GET", "/metrics", None);
     assert_eq!(status, 200);
+    // A reload now would open the closed ports again with nothing accepting: refused.
+    let (status, body) = admin_at(admin, "POST", "/reload", None);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("draining"), "{body}");
+    assert!(
+        StdTcpStream::connect(addr).is_err(),
+        "the port opened again"
+    );
     assert!(
         metrics.contains("gtd_connections_active{listener=\"t\"} 1"),
         "{metrics}"

@@ -18,9 +18,10 @@ pub(super) fn peek_str<'t>(v: &'t Value<'_>, key: &str) -> Option<&'t str> {
 
 /// The name to show for an element of an array of tables: `kind "name"`, or `kind N`.
 pub(super) fn item_path(parent: &str, kind: &str, name: Option<&str>, index: usize) -> String {
+    // A name too long to be one (an error of its own) is not repeated in every message.
     let own = match name {
-        Some(n) => format!("{kind} {}", quote(n)),
-        None => format!("{kind} {index}"),
+        Some(n) if n.chars().count() <= MAX_NAME => format!("{kind} {}", quote(n)),
+        _ => format!("{kind} {index}"),
     };
     if parent.is_empty() {
         own
