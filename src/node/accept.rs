@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Protocol;
@@ -55,7 +54,7 @@ pub(crate) async fn accept_loop(
                 if listener.cfg.protocol == Protocol::Http
                     && let Some(_answering) = Answering::start()
                 {
-                    refuse_http(stream).await;
+                    super::http::answers::answer_and_close(stream, FULL).await;
                 }
                 return;
             };
@@ -71,10 +70,9 @@ pub(crate) async fn accept_loop(
     }
 }
 
-/// The answer to an HTTP client refused at `max_connections`: written before the request is
-/// read (a server may answer early), then what the client sent is drained for a moment so that
-/// closing does not reset the answer away. HTTPS clients are closed: a handshake is what the
-/// limit is there to spare.
+/// The answer to an HTTP client refused at `max_connections`, written before the request is
+/// read (a server may answer early). HTTPS clients are closed: a handshake is what the limit
+/// is there to spare.
 static FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
 Content-Length: 50\r\nConnection: close\r\nRetry-After: 1\r\n\r\n\
 this listener has max_connections open; try again\n";
@@ -101,23 +99,6 @@ impl Drop for Answering {
     fn drop(&mut self) {
         ANSWERING.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-async fn refuse_http(mut stream: TcpStream) {
-    if stream.write_all(FULL).await.is_err() || stream.shutdown().await.is_err() {
-        return;
-    }
-    let mut sink = [0_u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let mut left: usize = 64 * 1024;
-        while left > 0 {
-            match stream.read(&mut sink).await {
-                Ok(n) if n > 0 => left = left.saturating_sub(n),
-                _ => break,
-            }
-        }
-    })
-    .await;
 }
 
 /// Counts an open client connection until dropped.

@@ -10,16 +10,13 @@
 //!   Allocation-free.
 
 use std::net::IpAddr;
-use std::time::Instant;
-
-use crate::config::Listener;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::Guard;
 
 use crate::balance::{Pick, RequestKey};
-
+use crate::config::Listener;
 use crate::split::{ListenerPlan, Plan};
 
 use super::snapshot::ListenerState;
@@ -97,12 +94,12 @@ pub struct Attempts<'a> {
 }
 
 impl<'a> Attempts<'a> {
-    /// A router for a decision about `client`, on the listener's current plan.
+    /// The attempts of a decision about `client`, on the listener's current plan.
     pub fn new(listener: &'a ListenerState, client: IpAddr) -> Attempts<'a> {
         Self::for_route(listener, None, client)
     }
 
-    /// A router over the plan of forwarding rule `route` (config index; it runs the cascade
+    /// The attempts over the plan of forwarding rule `route` (config index; it runs the cascade
     /// over that rule's groups only), or the listener's plan for `None`.
     pub fn for_route(
         listener: &'a ListenerState,

@@ -4,6 +4,9 @@
 
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::HttpState;
 use super::bodies::DownBody;
@@ -96,4 +99,24 @@ pub(super) fn closing(mut response: Response<DownBody>) -> Response<DownBody> {
         .headers_mut()
         .insert(header::CONNECTION, CLOSE.clone());
     response
+}
+
+/// Writes `answer` (a whole HTTP/1.1 response, `Connection: close`) on a connection whose
+/// request gtd will not read, then drains what the client sent for a moment (at most 64 KiB,
+/// 1 s) so that closing does not reset the answer away before the client reads it.
+pub(crate) async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
+    if stream.write_all(answer).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0_u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(n) if n > 0 => left = left.saturating_sub(n),
+                _ => break,
+            }
+        }
+    })
+    .await;
 }

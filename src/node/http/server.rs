@@ -17,7 +17,6 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::{Listener, Protocol};
@@ -27,7 +26,7 @@ use crate::node::Inner;
 use crate::node::snapshot::ListenerState;
 use crate::node::timers::{First, HeadTimer, Moving, Watched, quiet};
 
-use super::answers::{PLAIN_TO_HTTPS, class};
+use super::answers::{PLAIN_TO_HTTPS, answer_and_close, class};
 use super::proxy;
 
 /// What one connection's requests need to know about it (shared by them: one reference count
@@ -107,15 +106,7 @@ pub(crate) async fn serve(
         // which gets a 400 saying so, as nginx answers it, instead of a closed connection.
         Some(_) if first[0].is_ascii_alphabetic() => {
             http.own[class(StatusCode::BAD_REQUEST)].increment(1);
-            let mut stream = stream;
-            let _ = stream.write_all(PLAIN_TO_HTTPS).await;
-            let _ = stream.shutdown().await;
-            // Drain what the client sent (bounded) so closing does not reset the answer away.
-            let mut sink = [0_u8; 4096];
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
-            })
-            .await;
+            answer_and_close(stream, PLAIN_TO_HTTPS).await;
         }
         Some(acceptor) => {
             let stream = Moving::new(stream, None);
