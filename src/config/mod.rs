@@ -17,6 +17,7 @@ mod summary;
 mod syntax;
 mod validate;
 
+pub(crate) use document::format_duration;
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
 

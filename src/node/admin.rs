@@ -153,6 +153,11 @@ fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
+/// A time in ms to the microsecond (measured RTTs carry float noise beyond it).
+fn micros(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
 /// The `/status` document (docs/design.md §7).
 fn status(node: &Inner) -> Value {
     let snap = node.snapshot.load();
@@ -162,6 +167,7 @@ fn status(node: &Inner) -> Value {
         .iter()
         .map(|l| {
             let planned = l.planned.load();
+            let ranked = l.ranked.load();
             let groups: Vec<Value> = planned
                 .ranking
                 .order
@@ -176,17 +182,31 @@ fn status(node: &Inner) -> Value {
                         .endpoints()
                         .iter()
                         .zip(&cfg.endpoints)
-                        .map(|(state, e)| {
+                        .zip(&g.watches)
+                        .map(|((state, e), watch)| {
+                            let w = watch.state();
+                            let check = w.verdict.as_ref().map(|v| {
+                                let last = w.last.as_ref();
+                                json!({
+                                    "healthy": v.is_healthy(),
+                                    "result": last.map(|c| c.result.as_str()),
+                                    "reason": last.map(|c| c.reason.as_str()),
+                                    "at_unix_ms": last.and_then(|c| c.at.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
+                                    "passes_needed": v.passes_needed(),
+                                })
+                            });
                             json!({
                                 "address": e.address.text, "healthy": state.is_usable(now), "enabled": state.is_enabled(),
                                 "active": state.active(), "weight": e.weight, "fails": state.fails(),
+                                "passive_down": state.is_passively_down(now),
+                                "check": check, "rtt_ms": w.rtt.value().map(micros),
                                 "backup": e.backup, "down": e.down, "drain": e.drain,
                             })
                         })
                         .collect();
                     json!({
                         "name": g.name, "region": cfg.region, "priority": pos + 1,
-                        "rtt_ms": planned.ranking.rtt_ms[gi], "rtt_source": planned.ranking.source[gi].as_str(),
+                        "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
                         "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
                         "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
                         "method": cfg.balance.name(), "endpoints": endpoints,

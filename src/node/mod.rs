@@ -6,14 +6,17 @@
 //! [`http`] (HTTP, HTTPS); [`l4`]'s UDP loop receives datagrams. Each loads the snapshot per
 //! connection, flow or request (lock-free) and walks its attempts with [`attempt`], which asks
 //! `split` and `balance` for every decision; [`connect`] opens the sockets towards endpoints.
-//! The planner re-reads group health every 250 ms (and at once after admin toggles and passive
-//! failures) and swaps in a new plan when a fact changed. Reload (SIGHUP, `POST /reload`)
+//! [`checks`] runs each group's active health checks (or a light probe for its RTT); the
+//! planner re-reads group health and measured RTTs every 250 ms (health at once after a check's
+//! verdict changes, admin toggles and passive failures) and swaps in a new plan when a fact or
+//! the order changed. Reload (SIGHUP, `POST /reload`)
 //! builds and validates a whole new snapshot, binds new ports, then swaps it in; a bad config
 //! keeps the running one. SIGTERM stops accepting and drains.
 
 pub mod accept;
 pub mod admin;
 pub mod attempt;
+pub(crate) mod checks;
 pub mod connect;
 pub mod http;
 pub mod l4;
@@ -86,6 +89,8 @@ pub(crate) struct Inner {
     drained: CancellationToken,
     /// Set once the drain began: `/healthz` answers 503, for load balancers in front.
     pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Stops the running snapshot's health checks (replaced by each reload's).
+    pub(crate) checks: std::sync::Mutex<CancellationToken>,
     admin_addr: SocketAddr,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
@@ -142,8 +147,11 @@ impl Node {
             stop: CancellationToken::new(),
             drained: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            checks: std::sync::Mutex::new(CancellationToken::new()),
             admin_addr,
         });
+        // Before any port opens: an `essential` endpoint is out until it passes its checks.
+        checks::start(&inner, &inner.snapshot.load());
         {
             let mut bound = inner.bound.lock().await;
             let wanted = wanted_ports(&inner.snapshot.load());
@@ -300,7 +308,9 @@ impl Inner {
                 .await
                 .map_err(|e| format!("{e:#}"))?;
             relisten(&bound, &next);
-            self.snapshot.store(Arc::new(next));
+            let next = Arc::new(next);
+            self.snapshot.store(Arc::clone(&next));
+            checks::start(self, &next);
             // Ports no longer configured stop accepting; their open connections carry on.
             let gone: Vec<(bool, u16)> = bound
                 .keys()
@@ -484,7 +494,7 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
     }
 }
 
-/// Re-reads group health every 250 ms, closes expired idle endpoint connections every second
+/// Re-reads group health and measured RTTs every 250 ms, closes expired idle endpoint connections every second
 /// and keeps the metrics exporter tidy.
 async fn planner(inner: Arc<Inner>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -497,6 +507,7 @@ async fn planner(inner: Arc<Inner>) {
         }
         let now = Instant::now();
         for l in &inner.snapshot.load().listeners {
+            l.rerank(now);
             l.replan(now);
         }
         n += 1;

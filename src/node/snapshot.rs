@@ -14,8 +14,8 @@
 //! Certificates are read here, so a bad one fails the start or reload that wanted it.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -23,8 +23,10 @@ use metrics::{Counter, Gauge, Histogram};
 
 use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener};
-use crate::split::{self, GroupFacts, ListenerPlan, Mode};
+use crate::health::rtt::group_rtt;
+use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
+use super::checks::{Watch, probe};
 use super::http::HttpState;
 use super::http::upstream::{Connects, Upstream};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
@@ -69,6 +71,11 @@ pub struct ListenerState {
     pub groups: Vec<GroupState>,
     /// The current plan (replaced when facts change).
     pub planned: ArcSwap<ListenerPlan>,
+    /// The live ranking, fed measured RTTs by the planner.
+    ranker: Mutex<Ranker>,
+    /// The ranking now (order and each group's RTT): what the next plan is built on and what
+    /// `/status` and the RTT gauges show.
+    pub ranked: ArcSwap<Ranking>,
     /// Metric handles.
     pub metrics: ListenerMetrics,
     /// Open client connections (shared with the listener's previous versions across reloads,
@@ -91,6 +98,10 @@ pub struct GroupState {
     pub connect_seconds: Histogram,
     /// HTTP listeners: the pooled client towards the group's endpoints.
     pub upstream: Option<Upstream>,
+    /// Each endpoint's check state (config order).
+    pub(crate) watches: Vec<Arc<Watch>>,
+    /// The group's check (or light probe); `None` for a UDP group without checks.
+    pub(crate) probe: Option<probe::Shared>,
     share: Gauge,
     healthy: Gauge,
     rtt: Gauge,
@@ -132,6 +143,9 @@ pub struct EndpointMetrics {
     pub healthy: Gauge,
     /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
     pub requests: [Counter; 5],
+    /// Active checks by result, in the order of `probe::Result::ALL` (no-op handles for a
+    /// group without checks).
+    pub(crate) checks: [Counter; 5],
 }
 
 impl Snapshot {
@@ -205,6 +219,7 @@ impl ListenerState {
         now: Instant,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
+        let old_cfg = old.map(|o| &o.cfg);
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == crate::config::Protocol::Udp;
         let groups: Vec<GroupState> = l
@@ -219,12 +234,23 @@ impl ListenerState {
                     _ => GroupBalancer::new(g, l.protocol, now),
                 };
                 let gname = g.name.as_str();
+                let checked = g.health_check.is_some();
                 let endpoints: Vec<EndpointMetrics> = g
                     .endpoints
                     .iter()
                     .map(|e| {
                         let labels = [name, gname, e.address.text.as_str()];
+                        let checks = std::array::from_fn(|i| {
+                            if checked {
+                                let [l, g, e] = labels;
+                                let result = probe::Result::ALL[i].as_str();
+                                registry.counter(&m::HEALTH_CHECKS_TOTAL, &[l, g, e, result])
+                            } else {
+                                Counter::noop()
+                            }
+                        });
                         EndpointMetrics {
+                            checks,
                             connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
                             failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
                             healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
@@ -252,12 +278,38 @@ impl ListenerState {
                 } else {
                     None
                 };
+                // Endpoints that stay keep their check state (docs/design.md §5).
+                let watches = g
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let kept = previous.and_then(|p| {
+                            let old = p
+                                .balancer
+                                .endpoints()
+                                .iter()
+                                .position(|x| x.address().text == e.address.text)?;
+                            let was = old_listener_group(old_cfg, &p.name)?;
+                            Some(Watch::carried(
+                                &p.watches[old],
+                                was.health_check.as_ref(),
+                                g.health_check.as_ref(),
+                            ))
+                        });
+                        kept.unwrap_or_else(|| Arc::new(Watch::new(g.health_check.as_ref())))
+                    })
+                    .collect();
+                let probe = probe::Spec::of(name, udp, g, region, l.connect_timeout)
+                    .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
+                    .map(Arc::new);
                 Ok(GroupState {
                     name: g.name.clone(),
                     balancer: Arc::new(balancer),
                     endpoints,
                     connect_seconds,
                     upstream,
+                    watches,
+                    probe,
                     share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
                     healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
                     rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
@@ -291,14 +343,20 @@ impl ListenerState {
             },
             failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
         };
-        let ranking = split::rank(l, &config.catalog, region, |_| None);
+        let mut ranker = Ranker::new(l, &config.catalog, region);
+        if let Some(o) = old {
+            ranker = o.ranker().clone().carried(ranker);
+        }
+        let ranking = ranker.ranking().clone();
         let facts = facts(l, &groups, now);
-        let planned = ListenerPlan::build(l, ranking, facts, l.affinity);
+        let planned = ListenerPlan::build(l, ranking.clone(), facts, l.affinity);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
             cfg: l.clone(),
             groups,
             planned: ArcSwap::from_pointee(planned),
+            ranker: Mutex::new(ranker),
+            ranked: ArcSwap::from_pointee(ranking),
             metrics,
             active,
             http,
@@ -344,13 +402,13 @@ impl ListenerState {
     pub fn replan(&self, now: Instant) -> bool {
         let current = self.planned.load();
         let facts = facts(&self.cfg, &self.groups, now);
-        if facts == current.facts {
+        let ranked = self.ranked.load();
+        if facts == current.facts && ranked.order == current.ranking.order {
             self.publish_endpoints(now);
             return false;
         }
         let was = current.plan.mode;
-        let next =
-            ListenerPlan::build(&self.cfg, current.ranking.clone(), facts, self.cfg.affinity);
+        let next = ListenerPlan::build(&self.cfg, (**ranked).clone(), facts, self.cfg.affinity);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);
         }
@@ -365,13 +423,52 @@ impl ListenerState {
         true
     }
 
+    fn ranker(&self) -> std::sync::MutexGuard<'_, Ranker> {
+        self.ranker.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Feeds the ranker each group's measured RTT (its best usable endpoint's average) and
+    /// publishes the ranking; true when the order changed (the planner then re-plans). The
+    /// planner's tick calls it, never a decision.
+    pub fn rerank(&self, now: Instant) -> bool {
+        let mut samples = 0;
+        let measured: Vec<Option<f64>> = self
+            .groups
+            .iter()
+            .map(|g| {
+                group_rtt(g.balancer.endpoints().iter().zip(&g.watches).map(|(e, w)| {
+                    let (rtt, n) = w.rtt();
+                    samples += n;
+                    (e.is_usable(now), rtt)
+                }))
+            })
+            .collect();
+        let mut ranker = self.ranker();
+        let moved = ranker.observe(&measured, samples);
+        let ranking = ranker.ranking().clone();
+        drop(ranker);
+        if moved {
+            tracing::info!(
+                listener = %self.cfg.name,
+                order = ?ranking.order.iter().map(|&i| (self.groups[i].name.as_str(), ranking.rtt_ms[i])).collect::<Vec<_>>(),
+                "priority changed: measured round trips reordered the groups"
+            );
+        }
+        for (g, ms) in self.groups.iter().zip(&ranking.rtt_ms) {
+            g.rtt.set(ms / 1000.0);
+        }
+        self.ranked.store(Arc::new(ranking));
+        moved
+    }
+
     /// Updates the group and endpoint gauges from the current plan.
     fn publish(&self, now: Instant) {
         let p = self.planned.load();
+        let ranked = self.ranked.load();
         for (i, g) in self.groups.iter().enumerate() {
             g.share.set(p.plan.shares[i].total);
             g.healthy.set(if p.facts[i].healthy { 1.0 } else { 0.0 });
-            g.rtt.set(p.ranking.rtt_ms[i] / 1000.0);
+            g.rtt.set(ranked.rtt_ms[i] / 1000.0);
         }
         self.publish_endpoints(now);
     }
@@ -390,6 +487,14 @@ impl ListenerState {
     pub fn choose(&self, client: IpAddr) -> Option<usize> {
         self.planned.load().plan.choose(client)
     }
+}
+
+/// The config of group `name` in the listener's previous version.
+fn old_listener_group<'a>(
+    old: Option<&'a Listener>,
+    name: &str,
+) -> Option<&'a crate::config::Group> {
+    old?.groups.iter().find(|g| g.name == name)
 }
 
 /// The facts of the listener's groups now: config ratios, health from the balancers.

@@ -138,7 +138,7 @@ pub const GROUP_RTT_SECONDS: Def = Def {
     name: "gtd_group_rtt_seconds",
     kind: Kind::Gauge,
     labels: &["listener", "group"],
-    help: "Round-trip time from this node used to rank the group (measured or estimated)",
+    help: "Round-trip time from this node used to rank the group: measured by its health checks or light probes (the average of its best usable endpoint), else the catalogue's",
 };
 /// Endpoint usability.
 pub const ENDPOINT_HEALTHY: Def = Def {
@@ -146,6 +146,13 @@ pub const ENDPOINT_HEALTHY: Def = Def {
     kind: Kind::Gauge,
     labels: &["listener", "group", "endpoint"],
     help: "1 when the endpoint is usable (enabled, not down or draining, checks allow it)",
+};
+/// Active health checks, by result.
+pub const HEALTH_CHECKS_TOTAL: Def = Def {
+    name: "gtd_health_checks_total",
+    kind: Kind::Counter,
+    labels: &["listener", "group", "endpoint", "result"],
+    help: "Active health checks of an endpoint by result: passed, unexpected (answered, but not the expected status, header or body), refused (refused or reset), timeout, error (TLS, a malformed answer)",
 };
 /// Times a listener entered failover.
 pub const FAILOVERS_TOTAL: Def = Def {
@@ -199,6 +206,7 @@ pub const ALL: &[Def] = &[
     GROUP_HEALTHY,
     GROUP_RTT_SECONDS,
     ENDPOINT_HEALTHY,
+    HEALTH_CHECKS_TOTAL,
     FAILOVERS_TOTAL,
     REQUESTS_TOTAL,
     UPSTREAM_RESPONSE_SECONDS,

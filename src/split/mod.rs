@@ -2,6 +2,7 @@
 //!
 //! - [`priority`]: the order a node ranks a listener's groups in (static, measured, estimated;
 //!   hysteresis for measured RTTs);
+//! - [`ranker`]: a node's live ranking, fed measured RTTs through that hysteresis;
 //! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share;
 //! - [`rotation`] and [`rendezvous`]: the per-decision group choice over those shares;
 //! - [`rules`]: the custom forwarding rules of HTTP listeners — which route (and so which
@@ -12,6 +13,7 @@
 pub mod cascade;
 pub mod plan;
 pub mod priority;
+pub mod ranker;
 pub mod rendezvous;
 pub mod rotation;
 pub mod rules;
@@ -21,6 +23,7 @@ use std::net::IpAddr;
 pub use cascade::{GroupFacts, Mode, Policy, Share, split, split_into};
 pub use plan::{ListenerPlan, StickyTable};
 pub use priority::{Hysteresis, RttSource};
+pub use ranker::Ranker;
 pub use rotation::Rotation;
 
 use crate::config::{Affinity, Listener};

@@ -2,15 +2,6 @@
 
 use super::*;
 
-/// The warning a config with one health_check table gets (on the table's line).
-fn health_checks_not_run(line: usize) -> String {
-    format!(
-        "active health checks are not run by this version: the health_check table (line {line}) \
-         is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API \
-         decide which endpoints serve"
-    )
-}
-
 fn gtd_check(config: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gtd"))
         .arg("check")
@@ -58,15 +49,8 @@ fn gtd_check_prints_a_summary_and_exits_0() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The only warning: the example's health check is not run yet.
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        format!(
-            "warning: {}:64:5: {}\n",
-            file.display(),
-            health_checks_not_run(64)
-        )
-    );
+    // No warning: the example's health check runs.
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     let stdout = String::from_utf8(out.stdout).unwrap();
     let expected = format!(
         "{}: ok — 3 listeners, 6 groups, 8 endpoints; {} regions in the catalogue
@@ -97,9 +81,7 @@ fn gtd_check_prints_warnings_and_exits_0() {
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         format!(
-            "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n\
-             warning: {f}:65:5: {}\n",
-            health_checks_not_run(65),
+            "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n",
             f = file.display()
         )
     );

@@ -57,7 +57,6 @@ tries = 2
             r#"config.toml:11:14: listener "game": "route" is only for http/https listeners; ignored"#,
             r#"config.toml:18:3: listener "game" group "beijing": "path_prefix" is only for http/https listeners; ignored"#,
             r#"config.toml:19:3: listener "game" group "beijing": "keepalive" is only for http/https listeners; ignored"#,
-            r#"config.toml:20:5: active health checks are not run by this version: the health_check table (line 20) is checked but has no effect; passive checks (max_fails, fail_timeout) and the admin API decide which endpoints serve"#,
             r#"config.toml:21:5: listener "game" group "beijing" health_check: "path" is only for http/https health checks; ignored"#,
             r#"config.toml:30:1: listener "voice": "proxy_protocol" is only for tcp listeners; ignored"#,
         ]

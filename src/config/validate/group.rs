@@ -153,8 +153,18 @@ fn group<'t>(
     let health_check = t
         .table(ctx, "health_check", format!("{} health_check", t.path))
         .and_then(|h| {
-            env.unrun_checks.borrow_mut().push(h.at);
-            health_check(ctx, &h)
+            let check = health_check(ctx, &h)?;
+            // A UDP endpoint has no TCP port of its own to check: the check names the one it
+            // exposes for that (docs/design.md §5).
+            if protocol == Some(Protocol::Udp) && check.port.is_none() {
+                ctx.error(
+                    h.at,
+                    &h.path,
+                    "a udp listener's endpoints are checked over TCP or HTTP on a port they \
+                     expose for it: set port = N in this health_check",
+                );
+            }
+            Some(check)
         });
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
     let mut path_prefix = None;

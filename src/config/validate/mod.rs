@@ -66,31 +66,10 @@ pub(crate) fn config(
     let env = Env {
         catalog: catalog.as_ref(),
         base,
-        unrun_checks: Default::default(),
     };
     let node = node(&mut ctx, &root);
     let admin = admin(&mut ctx, &root);
     let listeners = listeners(&mut ctx, &env, &root);
-    // Said once, plainly, rather than left for an operator to discover under failure.
-    let unrun = env.unrun_checks.take();
-    if let Some(&first) = unrun.first() {
-        let lines: Vec<String> = unrun
-            .iter()
-            .map(|&at| crate::config::position(text, at).0.to_string())
-            .collect();
-        let msg = format!(
-            "active health checks are not run by this version: the health_check {} (line{} {}) \
-             {} checked but {} no effect; passive checks (max_fails, fail_timeout) and the admin \
-             API decide which endpoints serve",
-            if unrun.len() == 1 { "table" } else { "tables" },
-            if unrun.len() == 1 { "" } else { "s" },
-            lines.join(", "),
-            if unrun.len() == 1 { "is" } else { "are" },
-            if unrun.len() == 1 { "has" } else { "have" },
-        );
-        ctx.warn(first, "", msg);
-    }
-
     match catalog {
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
             source: file.to_path_buf(),
@@ -170,8 +149,6 @@ struct Env<'a> {
     catalog: Option<&'a Catalog>,
     /// Directory of the config file.
     base: &'a Path,
-    /// Where the `health_check` tables are: checked, but not run by this version.
-    unrun_checks: std::cell::RefCell<Vec<usize>>,
 }
 
 impl Env<'_> {

@@ -1,0 +1,261 @@
+//! Active health checks and RTT probes, the node's I/O side (docs/design.md §3.1, §5).
+//!
+//! One task per endpoint runs its group's check ([`probe`]) every `interval`, starting at a
+//! fixed offset within the interval ([`crate::health::spread`]) so that a node's checks do not
+//! all go at once, and one check at a time (a check never outlives its timeout, never above the
+//! interval). Each outcome goes to the endpoint's [`Watch`]: the round trip into its RTT
+//! average, the result into its verdict machine ([`crate::health::Verdict`]). A change of
+//! verdict is logged once, on one line with its reason, written to the balancer's endpoint
+//! state (`active_healthy`) and re-plans the listener at once; the planner reads the RTTs for
+//! the ranking ([`crate::split::Ranker`]). A group without checks gets a light probe (a TCP
+//! connect every 10 s) for its RTT alone.
+//!
+//! Watches live in the snapshot and are carried by a reload for endpoints that stay (shared
+//! when the group's check did not change, so health and the schedule continue; re-ruled when
+//! it did). Each snapshot's tasks stop when the next one starts, and all of them at shutdown.
+
+pub(crate) mod probe;
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Instant, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::HealthCheck;
+use crate::health::rtt::Ewma;
+use crate::health::{Change, Rules, Verdict};
+
+use super::Inner;
+use super::snapshot::{ListenerState, Snapshot};
+
+/// One endpoint's check state: shared by the task that checks it, the planner and `/status`.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    state: Mutex<State>,
+}
+
+/// What a [`Watch`] knows.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    /// The verdict machine; `None` for a group without checks.
+    pub(crate) verdict: Option<Verdict>,
+    /// Average round trip of the checks (or light probes) that got an answer.
+    pub(crate) rtt: Ewma,
+    /// The last check's outcome.
+    pub(crate) last: Option<Last>,
+    /// When the next check is due, so that a reload continues the schedule.
+    next_due: Option<tokio::time::Instant>,
+}
+
+/// The last check of an endpoint, for `/status`.
+#[derive(Debug, Clone)]
+pub(crate) struct Last {
+    /// When it ended.
+    pub(crate) at: SystemTime,
+    /// How.
+    pub(crate) result: probe::Result,
+    /// Why.
+    pub(crate) reason: String,
+}
+
+impl Watch {
+    /// A new endpoint's watch: healthy unless the check is `essential`.
+    pub(crate) fn new(check: Option<&HealthCheck>) -> Watch {
+        Watch {
+            state: Mutex::new(State {
+                verdict: check.map(|c| Verdict::new(Rules::from(c))),
+                ..State::default()
+            }),
+        }
+    }
+
+    /// The watch of an endpoint that a reload keeps: the same one when its group's check is
+    /// unchanged; else its health and RTT under the new rules (a check added starts as a new
+    /// endpoint's, one removed leaves it healthy).
+    pub(crate) fn carried(
+        old: &Arc<Watch>,
+        was: Option<&HealthCheck>,
+        now: Option<&HealthCheck>,
+    ) -> Arc<Watch> {
+        if was == now {
+            return Arc::clone(old);
+        }
+        let mut state = old.state();
+        state.verdict = match (state.verdict.take(), now) {
+            (Some(v), Some(c)) => Some(v.with_rules(Rules::from(c))),
+            (None, Some(c)) => Some(Verdict::new(Rules::from(c))),
+            (_, None) => None,
+        };
+        if now.is_none() {
+            state.last = None;
+        }
+        state.next_due = None;
+        Arc::new(Watch {
+            state: Mutex::new(state),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the state.
+    pub(crate) fn state(&self) -> State {
+        self.lock().clone()
+    }
+
+    /// Whether the checks let the endpoint serve (true without checks).
+    pub(crate) fn healthy(&self) -> bool {
+        self.lock().verdict.as_ref().is_none_or(Verdict::is_healthy)
+    }
+
+    /// The RTT average, ms, and the samples behind it.
+    pub(crate) fn rtt(&self) -> (Option<f64>, u64) {
+        let s = self.lock();
+        (s.rtt.value(), s.rtt.samples())
+    }
+
+    /// Takes one outcome; returns the verdict's change, if any.
+    fn record(&self, outcome: &probe::Outcome) -> Option<Change> {
+        let mut s = self.lock();
+        if let Some(rtt) = outcome.rtt {
+            s.rtt.observe(rtt.as_secs_f64() * 1000.0);
+        }
+        let verdict = s.verdict.as_mut()?;
+        let change = verdict.observe(outcome.result.check());
+        s.last = Some(Last {
+            at: SystemTime::now(),
+            result: outcome.result,
+            reason: outcome.reason.clone(),
+        });
+        change
+    }
+}
+
+/// Starts the checks of `snap` (the snapshot now running) and stops those of the one before:
+/// first writes every endpoint's current verdict to its balancer state (a new `essential`
+/// endpoint is out until it passes), then one task per endpoint that is not `down`.
+pub(crate) fn start(inner: &Arc<Inner>, snap: &Snapshot) {
+    let token = inner.drained.child_token();
+    let before = std::mem::replace(
+        &mut *inner.checks.lock().unwrap_or_else(PoisonError::into_inner),
+        token.clone(),
+    );
+    before.cancel();
+    let source = snap.config.node.source_ip;
+    let now = Instant::now();
+    for l in &snap.listeners {
+        for (gi, g) in l.groups.iter().enumerate() {
+            for (ei, ep) in g.balancer.endpoints().iter().enumerate() {
+                let watch = &g.watches[ei];
+                ep.set_active_healthy(watch.healthy(), now);
+                if let Some(spec) = &g.probe
+                    && !ep.config().down
+                {
+                    tokio::spawn(run(
+                        Arc::clone(l),
+                        gi,
+                        ei,
+                        Arc::clone(spec),
+                        Arc::clone(watch),
+                        source,
+                        token.clone(),
+                    ));
+                }
+            }
+        }
+        l.replan(now);
+    }
+}
+
+/// Checks one endpoint until `stop`.
+async fn run(
+    l: Arc<ListenerState>,
+    gi: usize,
+    ei: usize,
+    spec: probe::Shared,
+    watch: Arc<Watch>,
+    source: Option<IpAddr>,
+    stop: CancellationToken,
+) {
+    let address = l.groups[gi].balancer.endpoints()[ei].address().clone();
+    let interval = spec.interval;
+    let now = tokio::time::Instant::now();
+    // A reload continues the schedule; a new endpoint starts at its place in the interval.
+    let mut due = watch
+        .lock()
+        .next_due
+        .filter(|&d| d >= now && d <= now + interval)
+        .unwrap_or_else(|| {
+            now + crate::health::spread(&l.cfg.name, &l.groups[gi].name, &address.text, interval)
+        });
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(due) => {}
+        }
+        due += interval;
+        watch.lock().next_due = Some(due);
+        let outcome = tokio::select! {
+            () = stop.cancelled() => return,
+            o = spec.run(&address, source) => o,
+        };
+        if stop.is_cancelled() {
+            return;
+        }
+        l.checked(gi, ei, &spec, &watch, &outcome);
+        // A check that ran late (a stalled runtime) does not make the next ones hurry.
+        let now = tokio::time::Instant::now();
+        if due < now {
+            due = now + interval;
+        }
+    }
+}
+
+impl ListenerState {
+    /// One check of endpoint `ei` of group `gi` ended: counted, recorded, and acted on when the
+    /// verdict changed.
+    fn checked(
+        &self,
+        gi: usize,
+        ei: usize,
+        spec: &probe::Spec,
+        watch: &Watch,
+        outcome: &probe::Outcome,
+    ) {
+        let g = &self.groups[gi];
+        if spec.check.is_some() {
+            let i = probe::Result::ALL
+                .iter()
+                .position(|r| *r == outcome.result)
+                .unwrap_or(0);
+            g.endpoints[ei].checks[i].increment(1);
+        }
+        let Some(change) = watch.record(outcome) else {
+            return;
+        };
+        let now = Instant::now();
+        let ep = &g.balancer.endpoints()[ei];
+        ep.set_active_healthy(change.healthy, now);
+        let reason = format!("{change}: {}", outcome.reason);
+        if change.healthy {
+            tracing::info!(
+                listener = %self.cfg.name,
+                group = %g.name,
+                endpoint = %ep.address(),
+                %reason,
+                "health checks: endpoint healthy"
+            );
+        } else {
+            tracing::warn!(
+                listener = %self.cfg.name,
+                group = %g.name,
+                endpoint = %ep.address(),
+                %reason,
+                "health checks: endpoint unhealthy"
+            );
+        }
+        self.replan(now);
+    }
+}
