@@ -392,6 +392,22 @@ fn fail_open_and_no_route() {
     );
 }
 
+/// `(group, rtt_ms, rtt_source)` for listener `l` from `r-a`, priority order.
+fn rtts(doc: &Value) -> Vec<(String, f64, String)> {
+    doc["listeners"][0]["regions"][0]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["rtt_ms"].as_f64().unwrap(),
+                g["rtt_source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn latency_and_ratio_overrides() {
     let dir = tempfile::tempdir().unwrap();
@@ -417,6 +433,34 @@ fn latency_and_ratio_overrides() {
     assert!(err.contains("\"nosuch\" matches no group"), "{err}");
     let err = sim_err(&["--config", cfg.to_str().unwrap(), "--set", "ga=150"]);
     assert!(err.contains("out of range"), "{err}");
+}
+
+#[test]
+fn rtt_source_names_the_catalogue_entry_and_the_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    let got = rtts(&json(&["--config", cfg.to_str().unwrap()]));
+    let sources: Vec<(&str, &str)> = got.iter().map(|(n, _, s)| (&n[..], &s[..])).collect();
+    assert_eq!(
+        sources,
+        [
+            ("ga", "estimated"),
+            ("ge", "catalog"),
+            ("gb", "estimated"),
+            ("gc", "estimated"),
+            ("gd", "estimated")
+        ]
+    );
+    assert_eq!(got[1].1, 2.0);
+    // The table abbreviates it and says what the abbreviations mean.
+    let table = sim(&["--config", cfg.to_str().unwrap()]);
+    assert!(table.contains("2.00 cat"), "{table}");
+    assert!(
+        table.contains("cat = the catalogue's [rtt] entry"),
+        "{table}"
+    );
+    // The shipped config has no [rtt] entries and no measurements: no legend.
+    assert!(!sim(&[]).contains("rtt: est ="));
 }
 
 #[test]

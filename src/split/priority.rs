@@ -2,18 +2,22 @@
 //!
 //! A static `priority` (1 first) wins when configured. Otherwise groups are ranked by RTT from
 //! the node, lowest first: measured (EWMA of health-probe samples) when there is a sample, else
-//! the catalogue estimate. Ties keep config order. Measured re-ranking has hysteresis: a group
-//! overtakes another only when it is faster by more than max(5 ms, 20 %) for 3 consecutive
-//! samples, so that jitter does not flip traffic back and forth between regions.
+//! the catalogue's time (its `[rtt]` entry for the pair, else the estimate). Ties keep config
+//! order. Measured re-ranking has hysteresis: a group overtakes another only when it is faster by
+//! more than max(5 ms, 20 %) for 3 consecutive samples, so that jitter does not flip traffic back
+//! and forth between regions.
 
 /// Where a group's RTT (and so its rank) came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RttSource {
     /// The group's static `priority` decides the rank.
     Static,
-    /// Measured by probes from this node.
+    /// Measured by probes from this node (in `sim`, given with `--latency`).
     Measured,
-    /// The region catalogue's estimate.
+    /// The region catalogue's `[rtt]` entry for the pair (node region, group region): a time
+    /// the operator wrote down, not one this node measured.
+    Catalog,
+    /// The region catalogue's estimate from the two regions' coordinates (docs/design.md §2).
     Estimated,
 }
 
@@ -23,6 +27,7 @@ impl RttSource {
         match self {
             RttSource::Static => "static",
             RttSource::Measured => "measured",
+            RttSource::Catalog => "catalog",
             RttSource::Estimated => "estimated",
         }
     }
