@@ -319,6 +319,9 @@ pub(crate) fn table(o: &Output<'_>) -> String {
     if measured || listed {
         out.push_str("\nrtt: est = estimated from the regions' coordinates · cat = the catalogue's [rtt] entry · mea = measured (--latency)\n");
     }
+    if measured {
+        out.push_str("     a group passes one ranked above it in the catalogue's order only when faster by more than max(5 ms, 20 % of that one's time), as on a warmed-up node (docs/design.md §3.1)\n");
+    }
     out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
     out
 }
