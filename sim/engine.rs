@@ -218,9 +218,15 @@ fn node_state(
     affinity: Affinity,
     now: Instant,
 ) -> (split::Ranking, Vec<GroupBalancer>, ListenerPlan) {
-    let ranking = split::rank(listener, &config.catalog, region, |gi| {
+    let mut ranking = split::rank(listener, &config.catalog, region, |gi| {
         what_if.latency.get(&(region.to_owned(), li, gi)).copied()
     });
+    if !ranking.source.contains(&RttSource::Static) {
+        // A warmed-up node: it started from the catalogue's order and has moved a group only
+        // where the measured time clears the hysteresis margin (docs/design.md §3.1).
+        let catalogue = split::rank(listener, &config.catalog, region, |_| None);
+        ranking.order = split::priority::warmed_order(&catalogue.rtt_ms, &ranking.rtt_ms);
+    }
     let balancers = balancers(listener, li, what_if, now);
     let facts = split::plan::facts(
         listener,

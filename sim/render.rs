@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use gtd::split::Mode;
 use gtd::split::rules::Match;
+use gtd::split::{Mode, RttSource};
 use serde_json::{Value, json};
 
 use crate::engine::{GroupRow, ListenerReport, RegionReport, Total};
@@ -307,6 +307,20 @@ pub(crate) fn table(o: &Output<'_>) -> String {
             .all(|l| l.regions.iter().all(|r| r.routes.is_empty()))
     {
         out.push_str("\nnote: no listener shown has forwarding rules ([[listener.route]], HTTP only): --host, --path and --header changed nothing\n");
+    }
+    let sources = |s: RttSource| {
+        o.reports
+            .iter()
+            .flat_map(|l| &l.regions)
+            .flat_map(|r| &r.groups)
+            .any(|g| g.rtt_source == s)
+    };
+    let (measured, listed) = (sources(RttSource::Measured), sources(RttSource::Catalog));
+    if measured || listed {
+        out.push_str("\nrtt: est = estimated from the regions' coordinates · cat = the catalogue's [rtt] entry · mea = measured (--latency)\n");
+    }
+    if measured {
+        out.push_str("     a group passes one ranked above it in the catalogue's order only when faster by more than max(5 ms, 20 % of that one's time), as on a warmed-up node (docs/design.md §3.1)\n");
     }
     out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
     out

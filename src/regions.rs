@@ -45,11 +45,17 @@ impl Catalog {
     /// Round-trip time between two regions in ms: the `[rtt]` override when present, else the
     /// estimate. `None` when either id is unknown.
     pub fn rtt_ms(&self, a: &str, b: &str) -> Option<f64> {
-        if let Some(ms) = self.rtt.get(&pair_key(a, b)) {
-            return Some(*ms);
+        if let Some(ms) = self.rtt_override(a, b) {
+            return Some(ms);
         }
         let (ra, rb) = (self.get(a)?, self.get(b)?);
         Some(estimate_rtt_ms(ra, rb, self.route_factor))
+    }
+
+    /// The `[rtt]` entry for the pair (either order), ms; `None` when the catalogue does not
+    /// list the pair and [`Catalog::rtt_ms`] falls back to the estimate.
+    pub fn rtt_override(&self, a: &str, b: &str) -> Option<f64> {
+        self.rtt.get(&pair_key(a, b)).copied()
     }
 }
 
@@ -118,5 +124,9 @@ mod tests {
         assert_eq!(cat.rtt_ms("a", "b"), Some(42.0));
         assert_eq!(cat.rtt_ms("b", "a"), Some(42.0));
         assert_eq!(cat.rtt_ms("a", "zz"), None);
+        assert_eq!(cat.rtt_override("b", "a"), Some(42.0));
+        // Not listed: the estimate, and no override.
+        assert_eq!(cat.rtt_override("a", "a"), None);
+        assert_eq!(cat.rtt_ms("a", "a"), Some(1.0));
     }
 }

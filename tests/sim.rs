@@ -392,11 +392,29 @@ fn fail_open_and_no_route() {
     );
 }
 
+/// `(group, rtt_ms, rtt_source)` for listener `l` from `r-a`, priority order.
+fn rtts(doc: &Value) -> Vec<(String, f64, String)> {
+    doc["listeners"][0]["regions"][0]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["rtt_ms"].as_f64().unwrap(),
+                g["rtt_source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn latency_and_ratio_overrides() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = five_groups(dir.path(), "");
-    // Measured: gd is now the closest group from r-a.
+    // Measured: gd at 0.5 ms is now the fastest group from r-a, but only by 0.5 ms against
+    // ga (1 ms) and 1.5 ms against ge (2 ms): within the 5 ms margin, so a warmed-up node keeps
+    // them ahead. gd does pass gb (~17.7 ms) and gc (~34.4 ms).
     let doc = json(&[
         "--config",
         cfg.to_str().unwrap(),
@@ -406,17 +424,132 @@ fn latency_and_ratio_overrides() {
         "l/gd=100",
     ]);
     let (_, got) = order_and_shares(&doc);
-    assert_eq!(got[0], ("gd".into(), 100.0));
-    let g = &doc["listeners"][0]["regions"][0]["groups"][0];
+    // ga 40; ge 50% of 60 = 30; gd 100% of the remaining 30; gb and gc nothing.
     assert_eq!(
-        (g["rtt_ms"].as_f64(), g["rtt_source"].as_str()),
-        (Some(0.5), Some("measured"))
+        got,
+        s(&[
+            ("ga", 40.0),
+            ("ge", 30.0),
+            ("gd", 30.0),
+            ("gb", 0.0),
+            ("gc", 0.0)
+        ])
     );
+    let got = rtts(&doc);
+    assert_eq!((got[2].1, got[2].2.as_str()), (0.5, "measured"), "{got:?}");
     // Unknown names are errors.
     let err = sim_err(&["--config", cfg.to_str().unwrap(), "--set", "nosuch=5"]);
     assert!(err.contains("\"nosuch\" matches no group"), "{err}");
     let err = sim_err(&["--config", cfg.to_str().unwrap(), "--set", "ga=150"]);
     assert!(err.contains("out of range"), "{err}");
+}
+
+#[test]
+fn rtt_source_names_the_catalogue_entry_and_the_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    let got = rtts(&json(&["--config", cfg.to_str().unwrap()]));
+    let sources: Vec<(&str, &str)> = got.iter().map(|(n, _, s)| (&n[..], &s[..])).collect();
+    assert_eq!(
+        sources,
+        [
+            ("ga", "estimated"),
+            ("ge", "catalog"),
+            ("gb", "estimated"),
+            ("gc", "estimated"),
+            ("gd", "estimated")
+        ]
+    );
+    assert_eq!(got[1].1, 2.0);
+    // The table abbreviates it and says what the abbreviations mean.
+    let table = sim(&["--config", cfg.to_str().unwrap()]);
+    assert!(table.contains("2.00 cat"), "{table}");
+    assert!(
+        table.contains("cat = the catalogue's [rtt] entry"),
+        "{table}"
+    );
+    // The shipped config has no [rtt] entries and no measurements: no legend.
+    assert!(!sim(&[]).contains("rtt: est ="));
+}
+
+#[test]
+fn latency_reorders_only_past_the_hysteresis_margin() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = five_groups(dir.path(), "");
+    let cfg = cfg.to_str().unwrap();
+    let order = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["--config", cfg];
+        all.extend(args);
+        rtts(&json(&all)).into_iter().map(|(n, _, _)| n).collect()
+    };
+    let catalogue = ["ga", "ge", "gb", "gc", "gd"];
+    assert_eq!(order(&[]), catalogue);
+    // ge measured 0.5 ms against ga's 1 ms: faster, but by less than 5 ms.
+    assert_eq!(order(&["--latency", "r-a/ge=0.5"]), catalogue);
+    // gb measured 14 ms against its ~17.7 estimate: it was already behind ge; nothing moves.
+    assert_eq!(order(&["--latency", "r-a/gb=14"]), catalogue);
+    // ga measured 60 ms: ge (2), gb (~17.7) and gc (~34.4) are faster by more than
+    // max(5, 12) = 12 ms and pass it; gd (~51 ms) is faster by only ~9 ms and stays behind.
+    assert_eq!(
+        order(&["--latency", "r-a/ga=60"]),
+        ["ge", "gb", "gc", "ga", "gd"]
+    );
+    // Static priority overrides measurements, however far apart.
+    let dir = tempfile::tempdir().unwrap();
+    let ranked = |name, region, rank, port| {
+        group(name, region, "50", port).replacen(
+            "ratio = 50\n",
+            &format!("ratio = 50\npriority = {rank}\n"),
+            1,
+        )
+    };
+    let groups = [ranked("ga", "r-a", 2, 9001), ranked("gb", "r-b", 1, 9002)].concat();
+    let cfg = custom(dir.path(), "", &groups);
+    let doc = json(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--latency",
+        "r-a/ga=0.1",
+        "--latency",
+        "r-a/gb=500",
+    ]);
+    assert_eq!(
+        rtts(&doc),
+        [
+            ("gb".to_owned(), 500.0, "static".to_owned()),
+            ("ga".to_owned(), 0.1, "static".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn latency_scenarios_keep_or_change_the_order() {
+    // Beijing's node measures 9 ms local, 6 ms Shanghai: within the margin, catalogue order.
+    let doc = scenario("latency-within-margin");
+    assert_eq!(
+        shares(&doc, "web", "cn-beijing"),
+        (
+            "cascade".into(),
+            s(&[("beijing", 62.5), ("shanghai", 37.5)])
+        )
+    );
+    // 40 ms local, 18 ms Shanghai: past max(5 ms, 8 ms), Shanghai first.
+    let doc = scenario("latency-reorders");
+    assert_eq!(
+        shares(&doc, "web", "cn-beijing"),
+        (
+            "cascade".into(),
+            s(&[("shanghai", 62.5), ("beijing", 37.5)])
+        )
+    );
+    // Measurements from Beijing's node change nothing on Shanghai's.
+    assert_eq!(
+        shares(&doc, "web", "cn-shanghai"),
+        (
+            "cascade".into(),
+            s(&[("shanghai", 62.5), ("beijing", 37.5)])
+        )
+    );
 }
 
 #[test]

@@ -138,7 +138,7 @@ pub const GROUP_RTT_SECONDS: Def = Def {
     name: "gtd_group_rtt_seconds",
     kind: Kind::Gauge,
     labels: &["listener", "group"],
-    help: "Round-trip time from this node used to rank the group: measured by its health checks or light probes (the average of its best usable endpoint), else the catalogue's",
+    help: "Round-trip time from this node used to rank the group: measured by its health checks or light probes (the average of its best usable endpoint), else the catalogue's (its `[rtt]` entry or the estimate)",
 };
 /// Endpoint usability.
 pub const ENDPOINT_HEALTHY: Def = Def {

@@ -1,6 +1,6 @@
 //! Between groups (docs/design.md §3), pure: no I/O, no clocks, no globals.
 //!
-//! - [`priority`]: the order a node ranks a listener's groups in (static, measured, estimated;
+//! - [`priority`]: the order a node ranks a listener's groups in (static, measured, catalogue;
 //!   hysteresis for measured RTTs);
 //! - [`ranker`]: a node's live ranking, fed measured RTTs through that hysteresis;
 //! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share;
@@ -34,7 +34,7 @@ use crate::regions::Catalog;
 pub struct Ranking {
     /// Config indices of the groups, highest priority first.
     pub order: Vec<usize>,
-    /// RTT per group (config index), ms: measured or estimated.
+    /// RTT per group (config index), ms: measured, the catalogue's `[rtt]` entry, or estimated.
     pub rtt_ms: Vec<f64>,
     /// What decided each group's rank (config index).
     pub source: Vec<RttSource>,
@@ -42,7 +42,7 @@ pub struct Ranking {
 
 /// Ranks `listener`'s groups as seen from a node in `region`, without hysteresis (the picture
 /// for one set of RTTs): static priorities when configured, else `measured(i)` when it has a
-/// value, else the catalogue estimate.
+/// value, else the catalogue's `[rtt]` entry for the pair, else its estimate.
 pub fn rank(
     listener: &Listener,
     catalog: &Catalog,
@@ -57,10 +57,16 @@ pub fn rank(
                 rtt_ms.push(ms);
                 source.push(RttSource::Measured);
             }
-            None => {
-                rtt_ms.push(catalog.rtt_ms(region, &g.region).unwrap_or(f64::INFINITY));
-                source.push(RttSource::Estimated);
-            }
+            None => match catalog.rtt_override(region, &g.region) {
+                Some(ms) => {
+                    rtt_ms.push(ms);
+                    source.push(RttSource::Catalog);
+                }
+                None => {
+                    rtt_ms.push(catalog.rtt_ms(region, &g.region).unwrap_or(f64::INFINITY));
+                    source.push(RttSource::Estimated);
+                }
+            },
         }
     }
     let statics: Option<Vec<u32>> = listener
@@ -183,5 +189,86 @@ impl Plan {
             .iter()
             .copied()
             .find(|&i| self.eligible[i] && !tried(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use std::path::Path;
+
+    const CATALOG: &str = r#"
+[[region]]
+id = "a"
+name = "A"
+lat = 0
+lon = 0
+[[region]]
+id = "b"
+name = "B"
+lat = 0
+lon = 10
+[[region]]
+id = "c"
+name = "C"
+lat = 0
+lon = 20
+[rtt]
+"c/a" = 3.0
+"#;
+
+    fn ranking(groups: &str, measured: impl Fn(usize) -> Option<f64>) -> Ranking {
+        let catalog = config::parse_catalog(CATALOG, Path::new("catalog.toml")).unwrap();
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nprotocol = \"tcp\"\nport = 7000\nregions = [\"a\"]\n{groups}"
+        );
+        let cfg = config::parse(&text, Path::new("config.toml"), &catalog).unwrap();
+        rank(&cfg.listeners[0], &cfg.catalog, "a", measured)
+    }
+
+    fn group(name: &str, region: &str, extra: &str) -> String {
+        format!(
+            "[[listener.group]]\nname = \"{name}\"\nregion = \"{region}\"\nratio = 50\n{extra}\n[[listener.group.endpoint]]\naddress = \"127.0.0.1:9000\"\n"
+        )
+    }
+
+    #[test]
+    fn each_rtt_says_where_it_came_from() {
+        let groups = [
+            group("gb", "b", ""),
+            group("gc", "c", ""),
+            group("ga", "a", ""),
+        ]
+        .concat();
+        // gb: estimated from coordinates (10° ≈ 1112 km ≈ 17.7 ms); gc: the [rtt] entry (either
+        // order of the pair); ga: the same region, 1 ms.
+        let r = ranking(&groups, |_| None);
+        assert_eq!(
+            r.source,
+            [
+                RttSource::Estimated,
+                RttSource::Catalog,
+                RttSource::Estimated
+            ]
+        );
+        assert_eq!(r.rtt_ms[1], 3.0);
+        assert_eq!(r.rtt_ms[2], 1.0);
+        assert_eq!(r.order, [2, 1, 0]);
+        // A measured time wins over the [rtt] entry.
+        let r = ranking(&groups, |i| (i == 1).then_some(0.5));
+        assert_eq!(r.source[1], RttSource::Measured);
+        assert_eq!(r.rtt_ms[1], 0.5);
+        assert_eq!(r.order, [1, 2, 0]);
+        // Static priority decides, whatever the times.
+        let groups = [
+            group("gb", "b", "priority = 1"),
+            group("gc", "c", "priority = 2"),
+            group("ga", "a", "priority = 3"),
+        ]
+        .concat();
+        let r = ranking(&groups, |_| None);
+        assert_eq!(r.source, [RttSource::Static; 3]);
+        assert_eq!(r.order, [0, 1, 2]);
     }
 }

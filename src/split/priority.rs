@@ -2,18 +2,22 @@
 //!
 //! A static `priority` (1 first) wins when configured. Otherwise groups are ranked by RTT from
 //! the node, lowest first: measured (EWMA of health-probe samples) when there is a sample, else
-//! the catalogue estimate. Ties keep config order. Measured re-ranking has hysteresis: a group
-//! overtakes another only when it is faster by more than max(5 ms, 20 %) for 3 consecutive
-//! samples, so that jitter does not flip traffic back and forth between regions.
+//! the catalogue's time (its `[rtt]` entry for the pair, else the estimate). Ties keep config
+//! order. Measured re-ranking has hysteresis: a group overtakes another only when it is faster by
+//! more than max(5 ms, 20 %) for 3 consecutive samples, so that jitter does not flip traffic back
+//! and forth between regions. [`warmed_order`] is where that settles for steady measurements.
 
 /// Where a group's RTT (and so its rank) came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RttSource {
     /// The group's static `priority` decides the rank.
     Static,
-    /// Measured by probes from this node.
+    /// Measured by probes from this node (in `sim`, given with `--latency`).
     Measured,
-    /// The region catalogue's estimate.
+    /// The region catalogue's `[rtt]` entry for the pair (node region, group region): a time
+    /// the operator wrote down, not one this node measured.
+    Catalog,
+    /// The region catalogue's estimate from the two regions' coordinates (docs/design.md §2).
     Estimated,
 }
 
@@ -23,6 +27,7 @@ impl RttSource {
         match self {
             RttSource::Static => "static",
             RttSource::Measured => "measured",
+            RttSource::Catalog => "catalog",
             RttSource::Estimated => "estimated",
         }
     }
@@ -111,6 +116,24 @@ pub fn rank_history(initial_rtt_ms: &[f64], history: &[Vec<f64>]) -> Vec<usize> 
     h.order().to_vec()
 }
 
+/// The order a node settles on once its RTTs have been steady for a while (what `sim --latency`
+/// shows): a [`Hysteresis`] started from `estimated_ms` (the catalogue's times, before any
+/// sample) and fed `measured_ms` (one RTT per group, config order; an unmeasured group's
+/// catalogue time) round after round until the order has not moved for [`OVERTAKE_SAMPLES`]
+/// rounds. So a group moves past another only where it is faster by more than
+/// [`overtake_margin_ms`]; a smaller difference keeps the catalogue order.
+pub fn warmed_order(estimated_ms: &[f64], measured_ms: &[f64]) -> Vec<usize> {
+    assert_eq!(estimated_ms.len(), measured_ms.len(), "one RTT per group");
+    let mut h = Hysteresis::new(estimated_ms);
+    // Ends: every change moves a group past one that measured strictly slower, so the number
+    // of pairs out of measured order falls each time.
+    let mut quiet = 0;
+    while quiet < OVERTAKE_SAMPLES {
+        quiet = if h.observe(measured_ms) { 0 } else { quiet + 1 };
+    }
+    h.order().to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +180,54 @@ mod tests {
             rank_history(&[10.0, 20.0], &vec![vec![10.0, 6.0]; 10]),
             vec![0, 1]
         );
+    }
+
+    #[test]
+    fn warmed_order_keeps_the_estimate_under_the_margin() {
+        // Estimated 17.0 and 17.5 ms; measured 17.0 and 16.5: the second is faster, but by
+        // 0.5 ms, under the 5 ms floor. Sorting by the measurement would flip them; a node does not.
+        let (est, meas) = ([17.0, 17.5], [17.0, 16.5]);
+        assert_eq!(order_by(&meas), vec![1, 0]);
+        assert_eq!(warmed_order(&est, &meas), vec![0, 1]);
+        // 100 vs 85: 15 ms faster but under 20 % of 100.
+        assert_eq!(warmed_order(&[100.0, 120.0], &[100.0, 85.0]), vec![0, 1]);
+    }
+
+    #[test]
+    fn warmed_order_follows_a_big_difference() {
+        // Estimated 10 and 20 ms; measured 60 and 10: 50 ms apart, far past max(5, 12).
+        assert_eq!(warmed_order(&[10.0, 20.0], &[60.0, 10.0]), vec![1, 0]);
+        // Several places at once, the same as the node's Hysteresis after 3 rounds.
+        let (est, meas) = ([50.0, 60.0, 70.0], [50.0, 60.0, 5.0]);
+        assert_eq!(warmed_order(&est, &meas), vec![2, 0, 1]);
+        assert_eq!(
+            warmed_order(&est, &meas),
+            rank_history(&est, &vec![meas.to_vec(); 3])
+        );
+    }
+
+    #[test]
+    fn warmed_order_ties_keep_config_order() {
+        assert_eq!(
+            warmed_order(&[5.0, 5.0, 5.0], &[5.0, 5.0, 5.0]),
+            vec![0, 1, 2]
+        );
+        // Estimated apart, measured equal: no one clears the margin, the estimate's order stays.
+        assert_eq!(
+            warmed_order(&[9.0, 3.0, 6.0], &[5.0, 5.0, 5.0]),
+            vec![1, 2, 0]
+        );
+        assert_eq!(warmed_order(&[], &[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn warmed_order_unmeasured_groups_keep_their_estimate() {
+        // Groups 0 and 1 unmeasured (their estimates, 1 and 17 ms); group 2 (estimated 40 ms)
+        // measures 0.5 ms: it passes group 1 (by 16.5 > 5) but not the 1 ms local group 0.
+        let est = [1.0, 17.0, 40.0];
+        assert_eq!(warmed_order(&est, &[1.0, 17.0, 0.5]), vec![0, 2, 1]);
+        // With nothing measured, the catalogue order.
+        assert_eq!(warmed_order(&est, &est), order_by(&est));
     }
 
     #[test]

@@ -67,6 +67,9 @@ lon = 1.0
     assert_eq!(c.rtt_ms("a", "b"), Some(42.5));
     assert_eq!(c.rtt_ms("b", "a"), Some(42.5));
     assert_eq!(c.rtt.get(&gtd::regions::pair_key("a", "b")), Some(&42.5));
+    // Whether a time is the listed one or the estimate (what `rtt_source` reports).
+    assert_eq!(c.rtt_override("b", "a"), Some(42.5));
+    assert_eq!(c.rtt_override("a", "a"), None);
 }
 
 #[test]
