@@ -138,6 +138,11 @@ impl Verdict {
         self.rules.healthy_threshold.saturating_mul(self.damping)
     }
 
+    /// Checks observed so far.
+    pub fn checks(&self) -> u64 {
+        self.checks
+    }
+
     /// The multiplier flapping has put on the healthy threshold (1 when quiet).
     pub fn damping(&self) -> u32 {
         self.damping

@@ -192,7 +192,7 @@ fn status(node: &Inner) -> Value {
                                     "result": last.map(|c| c.result.as_str()),
                                     "reason": last.map(|c| c.reason.as_str()),
                                     "at_unix_ms": last.and_then(|c| c.at.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
-                                    "passes_needed": v.passes_needed(),
+                                    "passes_needed": v.passes_needed(), "checks": v.checks(),
                                 })
                             });
                             json!({

@@ -261,7 +261,9 @@ impl Spec {
         }))
     }
 
-    /// Checks `endpoint` once, from `source` when set; never longer than the check's timeout.
+    /// Checks `endpoint` once, from `source` when set; never longer than the check's timeout
+    /// (connecting within `connect_timeout`, the answer within `read_timeout`, both within
+    /// `timeout`).
     pub(crate) async fn run(&self, endpoint: &Address, source: Option<IpAddr>) -> Outcome {
         let target = match self.port {
             Some(port) => Address {
@@ -271,20 +273,16 @@ impl Spec {
             },
             None => endpoint.clone(),
         };
-        match tokio::time::timeout(self.timeout, self.attempt(&target, source)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Outcome::failed(
-                Result::Timeout,
-                format!("no answer within {}", secs(self.timeout)),
-            ),
-        }
+        self.attempt(&target, source).await
     }
 
     async fn attempt(&self, target: &Address, source: Option<IpAddr>) -> Outcome {
+        // Each phase within its own limit, and the whole within `timeout`.
         let start = Instant::now();
-        let stream = match connect::connect(target, source, self.connect_timeout).await {
+        let connect_limit = self.connect_timeout.min(self.timeout);
+        let stream = match connect::connect(target, source, connect_limit).await {
             Ok(s) => s,
-            Err(e) => return connect_failed(&e, self.connect_timeout),
+            Err(e) => return connect_failed(&e, connect_limit),
         };
         let Some(h) = &self.http else {
             return Outcome {
@@ -313,14 +311,14 @@ impl Spec {
                 None => h.exchange(stream, target, start).await,
             }
         };
-        match tokio::time::timeout(self.read_timeout, exchange).await {
+        let read_limit = self
+            .read_timeout
+            .min(self.timeout.saturating_sub(start.elapsed()));
+        match tokio::time::timeout(read_limit, exchange).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::failed(
                 Result::Timeout,
-                format!(
-                    "connected, but no answer within read_timeout {}",
-                    secs(self.read_timeout)
-                ),
+                format!("connected, but no answer within {}", secs(read_limit)),
             ),
         }
     }
@@ -523,7 +521,7 @@ fn connect_failed(e: &std::io::Error, timeout: Duration) -> Outcome {
     match e.kind() {
         ErrorKind::TimedOut => Outcome::failed(
             Result::Timeout,
-            format!("no connection within connect_timeout {}", secs(timeout)),
+            format!("no connection within {}", secs(timeout)),
         ),
         ErrorKind::ConnectionRefused => Outcome::failed(Result::Refused, "connection refused"),
         ErrorKind::ConnectionReset => Outcome::failed(Result::Refused, "connection reset"),

@@ -1,0 +1,77 @@
+//! Priority from measured RTT: a group whose endpoint answers its checks 50 ms late drops below
+//! one that answers at once (the catalogue ranked it first), and two groups about 1 ms apart
+//! keep the catalogue's order however their times jitter.
+
+use crate::common::*;
+use crate::harness::*;
+
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
+    let slow = Scripted::start("slow", |_| Reply::late(Duration::from_millis(50))).await;
+    let fast = Scripted::start("fast", |_| Reply::ok()).await;
+    let check = http_check("");
+    let groups = [
+        group("beijing", "cn-beijing", 100.0, &check, &[(slow.addr, "")]),
+        group("shanghai", "cn-shanghai", 100.0, &check, &[(fast.addr, "")]),
+    ]
+    .concat();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &listener("web", "http", "", &groups));
+    let node = start(&cfg).await;
+    // From Beijing, the catalogue puts Beijing first.
+    let doc = status(&node);
+    assert_eq!(order(&doc, "web"), ["beijing", "shanghai"]);
+    assert_eq!(group_of(&doc, "web", "beijing")["rtt_source"], "estimated");
+    until("shanghai ranked first", || {
+        order(&status(&node), "web") == ["shanghai", "beijing"]
+    })
+    .await;
+    let doc = status(&node);
+    let rtt = |g: &str| group_of(&doc, "web", g)["rtt_ms"].as_f64().unwrap();
+    assert_eq!(group_of(&doc, "web", "beijing")["rtt_source"], "measured");
+    assert_eq!(group_of(&doc, "web", "shanghai")["rtt_source"], "measured");
+    assert!(rtt("beijing") >= 50.0, "{doc}");
+    assert!(rtt("beijing") > rtt("shanghai") + 5.0, "{doc}");
+    // It is the overtaking that moved the traffic: Shanghai, first now, takes it all.
+    assert_eq!(group_of(&doc, "web", "shanghai")["share"], 100.0);
+    let url = format!("http://{}/", listener_addr(&node, "web").await);
+    assert_eq!(get(&client(), &url).await, (200, "fast".to_owned()));
+    let gauge = metric(&node, "gtd_group_rtt_seconds", &["group=\"beijing\""]);
+    assert!(gauge >= 0.05, "{gauge}");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_1_ms_apart_do_not_trade_places_on_jitter() {
+    // Beijing answers in 41 ms, Shanghai in 40 ms, each ±3 ms from check to check: Shanghai is
+    // faster, but by far less than the margin (max(5 ms, 20 %)).
+    let jitter =
+        |base: u64| move |n: u64| Reply::late(Duration::from_millis(base - 3 + (n * 7919) % 7));
+    let bj = Scripted::start("bj", jitter(41)).await;
+    let sh = Scripted::start("sh", jitter(40)).await;
+    let check = http_check("");
+    let groups = [
+        group("beijing", "cn-beijing", 100.0, &check, &[(bj.addr, "")]),
+        group("shanghai", "cn-shanghai", 100.0, &check, &[(sh.addr, "")]),
+    ]
+    .concat();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &listener("web", "http", "", &groups));
+    let node = start(&cfg).await;
+    let mut orders = Vec::new();
+    until("eight checks of each", || {
+        orders.push(order(&status(&node), "web"));
+        bj.checks() >= 8 && sh.checks() >= 8
+    })
+    .await;
+    assert!(
+        orders.iter().all(|o| o == &["beijing", "shanghai"]),
+        "the order moved: {:?}",
+        orders.iter().find(|o| *o != &["beijing", "shanghai"])
+    );
+    let doc = status(&node);
+    assert_eq!(group_of(&doc, "web", "shanghai")["rtt_source"], "measured");
+    node.shutdown().await;
+}
