@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
 use gtd::config::{Affinity, Balance, Config, Listener};
+use gtd::health::{Rules as CheckRules, Verdict};
 use gtd::split::rules::{Match, Parts, Rules, describe};
 use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource};
 
@@ -192,6 +193,20 @@ fn balancers(listener: &Listener, li: usize, what_if: &WhatIf, now: Instant) -> 
                 for (ei, state) in b.endpoints().iter().enumerate() {
                     if t.endpoint.is_none_or(|e| e == ei) {
                         state.set_active_healthy(false, now);
+                    }
+                }
+            }
+            // Check results replayed through the verdict machine the node runs.
+            if let Some(check) = &group.health_check {
+                for (ei, state) in b.endpoints().iter().enumerate() {
+                    if let Some(results) = what_if.checks.get(&(li, gi, ei)) {
+                        let mut verdict = Verdict::new(CheckRules::from(check));
+                        for &r in results {
+                            verdict.observe(r);
+                        }
+                        if !verdict.is_healthy() {
+                            state.set_active_healthy(false, now);
+                        }
                     }
                 }
             }

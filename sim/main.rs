@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::engine::Asks;
 use crate::render::Output;
-use crate::scenario::{RawWhatIf, parse_assignment};
+use crate::scenario::{RawWhatIf, parse_assignment, parse_checks};
 
 /// Print the traffic split every gtd node will produce, before anyone deploys a change.
 #[derive(Parser, Debug)]
@@ -38,6 +38,11 @@ struct Args {
     /// Mark failing: GROUP, LISTENER/GROUP or LISTENER/GROUP/ADDRESS (repeatable).
     #[arg(long, value_name = "NAME")]
     down: Vec<String>,
+    /// Replay check results through the endpoints' verdicts, oldest first:
+    /// LISTENER/GROUP/ADDRESS=fail,fail,pass (or GROUP, LISTENER/GROUP: each endpoint; results
+    /// pass, fail = an unexpected answer, timeout = none; repeatable).
+    #[arg(long, value_name = "NAME=RESULTS", value_parser = parse_checks)]
+    checks: Vec<(String, Vec<String>)>,
     /// Measured RTT from a node: REGION/GROUP=MS or REGION/LISTENER/GROUP=MS (repeatable).
     #[arg(long, value_name = "REGION/GROUP=MS", value_parser = parse_assignment)]
     latency: Vec<(String, f64)>,
@@ -146,6 +151,7 @@ fn run(args: &Args) -> Result<String> {
     };
     raw.extend(RawWhatIf {
         down: args.down.clone(),
+        checks: args.checks.clone(),
         latency: args.latency.clone(),
         ratios: args.set.clone(),
         demand: Vec::new(),
@@ -167,6 +173,7 @@ fn run(args: &Args) -> Result<String> {
         // The same what-ifs, minus ratio overrides (a name may not exist in the old config).
         let old_what_if = RawWhatIf {
             ratios: Vec::new(),
+            checks: Vec::new(),
             ..raw.clone()
         }
         .resolve(&old)

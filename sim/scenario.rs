@@ -9,6 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
 use gtd::config::Config;
+use gtd::health::Check;
 
 /// A group or an endpoint of the config, by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,6 +25,8 @@ pub(crate) struct Target {
 pub(crate) struct WhatIf {
     /// Groups or endpoints failing their health checks.
     pub(crate) down: Vec<Target>,
+    /// Check results replayed through an endpoint's verdict, per (listener, group, endpoint).
+    pub(crate) checks: BTreeMap<(usize, usize, usize), Vec<Check>>,
     /// Measured RTT per (node region, listener, group), ms.
     pub(crate) latency: BTreeMap<(String, usize, usize), f64>,
     /// Ratio overrides per (listener, group).
@@ -36,6 +39,8 @@ pub(crate) struct WhatIf {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct RawWhatIf {
     pub(crate) down: Vec<String>,
+    /// `NAME` → check results, oldest first (`pass`, `fail`, `timeout`).
+    pub(crate) checks: Vec<(String, Vec<String>)>,
     /// `REGION/GROUP` or `REGION/LISTENER/GROUP` → ms.
     pub(crate) latency: Vec<(String, f64)>,
     /// `GROUP` or `LISTENER/GROUP` → percent.
@@ -66,8 +71,15 @@ impl RawWhatIf {
                         .as_table()
                         .ok_or_else(|| anyhow!("{}: expected a table", at("health")))?;
                     for (k, v) in table {
+                        if k == "checks" {
+                            raw.checks.extend(check_lists(v, &at("health"))?);
+                            continue;
+                        }
                         if k != "down" {
-                            bail!("{}: unknown key {k:?} (expected \"down\")", at("health"));
+                            bail!(
+                                "{}: unknown key {k:?} (expected \"down\" or \"checks\")",
+                                at("health")
+                            );
                         }
                         let list = v.as_array().ok_or_else(|| {
                             anyhow!("{}: down must be a list of names", at("health"))
@@ -93,6 +105,7 @@ impl RawWhatIf {
     /// Adds the command line's flags after the scenario's entries (later entries win).
     pub(crate) fn extend(&mut self, other: RawWhatIf) {
         self.down.extend(other.down);
+        self.checks.extend(other.checks);
         self.latency.extend(other.latency);
         self.ratios.extend(other.ratios);
         self.demand.extend(other.demand);
@@ -105,6 +118,33 @@ impl RawWhatIf {
             out.down.extend(
                 resolve_targets(config, name, true).with_context(|| format!("--down {name}"))?,
             );
+        }
+        for (name, results) in &self.checks {
+            let checks = results
+                .iter()
+                .map(|r| parse_check(r))
+                .collect::<Result<Vec<Check>>>()
+                .with_context(|| format!("checks {name}"))?;
+            for t in
+                resolve_targets(config, name, true).with_context(|| format!("checks {name}"))?
+            {
+                let g = &config.listeners[t.listener].groups[t.group];
+                if g.health_check.is_none() {
+                    bail!(
+                        "checks {name}: group {:?} of listener {:?} has no health_check, so a node \
+                         runs no checks there",
+                        g.name,
+                        config.listeners[t.listener].name
+                    );
+                }
+                let endpoints = match t.endpoint {
+                    Some(e) => e..e + 1,
+                    None => 0..g.endpoints.len(),
+                };
+                for ei in endpoints {
+                    out.checks.insert((t.listener, t.group, ei), checks.clone());
+                }
+            }
         }
         for (key, ms) in &self.latency {
             if !(ms.is_finite() && *ms >= 0.0) {
@@ -140,6 +180,51 @@ impl RawWhatIf {
         out.down.dedup();
         Ok(out)
     }
+}
+
+/// One check result as written: `pass`, `fail` (an answer, not the expected one) or `timeout`
+/// (no answer: refused, reset, timed out).
+fn parse_check(s: &str) -> Result<Check> {
+    match s.trim() {
+        "pass" => Ok(Check::Passed),
+        "fail" => Ok(Check::Refuted),
+        "timeout" => Ok(Check::Unanswered),
+        other => bail!("{other:?} is not a check result (expected pass, fail or timeout)"),
+    }
+}
+
+/// Parses `NAME=RESULT,RESULT,...` from a flag.
+pub(crate) fn parse_checks(s: &str) -> Result<(String, Vec<String>), String> {
+    let (name, list) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=pass,fail,timeout,..., got {s:?}"))?;
+    Ok((
+        name.trim().to_owned(),
+        list.split(',').map(|r| r.trim().to_owned()).collect(),
+    ))
+}
+
+fn check_lists(value: &toml::Value, at: &str) -> Result<Vec<(String, Vec<String>)>> {
+    let table = value
+        .as_table()
+        .ok_or_else(|| anyhow!("{at}: checks must be a table of NAME = [results]"))?;
+    table
+        .iter()
+        .map(|(k, v)| {
+            let list = v
+                .as_array()
+                .ok_or_else(|| anyhow!("{at}: checks {k:?} must be a list of results"))?;
+            let results = list
+                .iter()
+                .map(|r| {
+                    r.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| anyhow!("{at}: checks {k:?} must list strings"))
+                })
+                .collect::<Result<Vec<String>>>()?;
+            Ok((k.clone(), results))
+        })
+        .collect()
 }
 
 /// Parses `NAME=NUMBER` from a flag.

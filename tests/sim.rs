@@ -809,3 +809,64 @@ fn a_request_finds_its_rule_and_group() {
     let table = sim(&["--client", "203.0.113.9", "--path", "/v2/"]);
     assert!(table.contains("changed nothing"), "{table}");
 }
+
+#[test]
+fn check_results_replay_through_the_nodes_verdict() {
+    // The shipped web groups check with unhealthy_threshold 3 and healthy_threshold 2.
+    let web = |checks: &str| {
+        shares(
+            &json(&["--region", "cn-beijing", "--checks", checks]),
+            "web",
+            "cn-beijing",
+        )
+    };
+    let cascade = (
+        "cascade".to_owned(),
+        s(&[("beijing", 62.5), ("shanghai", 37.5)]),
+    );
+    let failover = (
+        "failover".to_owned(),
+        s(&[("beijing", 0.0), ("shanghai", 100.0)]),
+    );
+    assert_eq!(
+        web("web/beijing=fail,fail"),
+        cascade,
+        "two failures: still in"
+    );
+    assert_eq!(web("web/beijing=fail,timeout,fail"), failover, "three: out");
+    assert_eq!(
+        web("web/beijing=fail,fail,fail,pass"),
+        failover,
+        "one pass: not yet"
+    );
+    assert_eq!(
+        web("web/beijing=fail,fail,fail,pass,pass"),
+        cascade,
+        "two passes: back"
+    );
+    // One endpoint out, the other in: the group stays healthy (min_healthy 1).
+    let doc = json(&[
+        "--region",
+        "cn-beijing",
+        "--checks",
+        "web/beijing/127.0.0.1:9001=timeout,timeout,timeout",
+    ]);
+    assert_eq!(shares(&doc, "web", "cn-beijing").0, "cascade");
+    // A scenario file says the same with [health] checks.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("checks.toml");
+    std::fs::write(
+        &file,
+        "[health]\nchecks = { \"web/beijing\" = [\"fail\", \"fail\", \"fail\"] }\n",
+    )
+    .unwrap();
+    let doc = json(&[
+        "--region",
+        "cn-beijing",
+        "--scenario",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(shares(&doc, "web", "cn-beijing"), failover);
+    // Wrong words and groups without checks are errors that say so.
+    assert!(sim_err(&["--checks", "web/beijing=maybe"]).contains("expected pass, fail or timeout"));
+}
