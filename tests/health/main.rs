@@ -15,3 +15,4 @@ mod harness;
 mod checks;
 mod failover;
 mod ranking;
+mod udp;
