@@ -493,3 +493,46 @@ async fn a_reload_keeps_the_verdict_of_endpoints_that_stay() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_stop_with_a_reload_that_removes_the_endpoint_and_at_shutdown() {
+    let gone = Scripted::start("gone", |_| Reply::ok()).await;
+    let kept = Scripted::start("kept", |_| Reply::ok()).await;
+    let check = http_check("");
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin_port) = (free_port(false), free_port(false));
+    let write = |endpoints: &[(std::net::SocketAddr, &str)]| {
+        let l = listener_on(
+            port,
+            "web",
+            "http",
+            &["cn-beijing"],
+            "",
+            &group("g", "cn-beijing", 100.0, &check, endpoints),
+        );
+        std::fs::write(dir.path().join("config.toml"), config_text(admin_port, &l)).unwrap();
+    };
+    write(&[(gone.addr, ""), (kept.addr, "")]);
+    let node = start(&dir.path().join("config.toml")).await;
+    until("both checked", || gone.checks() >= 1 && kept.checks() >= 1).await;
+    write(&[(kept.addr, "")]);
+    node.reload().await.unwrap();
+    // Absence can only be watched for a while: three intervals.
+    // (Noise can only hide a stray check here, never invent one.)
+    let after_reload = gone.checks();
+    let kept_before = kept.checks();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        gone.checks(),
+        after_reload,
+        "no check of a removed endpoint"
+    );
+    until("the kept endpoint still checked", || {
+        kept.checks() > kept_before
+    })
+    .await;
+    node.shutdown().await;
+    let at_shutdown = kept.checks();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(kept.checks(), at_shutdown, "no check after shutdown");
+}
