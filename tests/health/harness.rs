@@ -227,14 +227,19 @@ pub(crate) fn status(node: &gtd::node::Node) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
-/// Listener `listener`'s group `group` in a `/status` document.
-pub(crate) fn group_of<'a>(doc: &'a Value, listener: &str, group: &str) -> &'a Value {
+/// Listener `name` in a `/status` document.
+pub(crate) fn listener_of<'a>(doc: &'a Value, name: &str) -> &'a Value {
     doc["listeners"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["name"] == listener)
-        .unwrap()["groups"]
+        .find(|l| l["name"] == name)
+        .unwrap()
+}
+
+/// Listener `listener`'s group `group` in a `/status` document.
+pub(crate) fn group_of<'a>(doc: &'a Value, listener: &str, group: &str) -> &'a Value {
+    listener_of(doc, listener)["groups"]
         .as_array()
         .unwrap()
         .iter()
@@ -254,12 +259,7 @@ pub(crate) fn endpoint_of<'a>(doc: &'a Value, listener: &str, g: &str, address: 
 
 /// The group names of `listener` in priority order.
 pub(crate) fn order(doc: &Value, listener: &str) -> Vec<String> {
-    doc["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == listener)
-        .unwrap()["groups"]
+    listener_of(doc, listener)["groups"]
         .as_array()
         .unwrap()
         .iter()
