@@ -8,7 +8,8 @@
 //! - [`regions`]: the region catalogue and the great-circle RTT estimate used before any
 //!   measurement exists.
 //! - [`health`] (pure): the verdict of an endpoint's active checks — thresholds, `explicit`,
-//!   `essential`, flap damping — as a state machine fed one check result at a time.
+//!   `essential`, flap damping — as a state machine fed one check result at a time, and the
+//!   measured RTT averages that rank groups.
 //! - [`balance`] (pure): inside a group — one module per balancing method behind one interface,
 //!   with per-endpoint state in atomics shared by all threads of a node.
 //! - [`split`] (pure): between groups — priority ranking with hysteresis, the
@@ -22,8 +23,10 @@
 //!   protocol) — over shared parts: [`node::accept`], [`node::connect`] (outbound sockets),
 //!   [`node::attempt`] (the one attempt budget and the order of attempts),
 //!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`),
-//!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the data
-//!   planes).
+//!   [`node::checks`] (the active health checks and RTT probes), the admin server, and
+//!   [`node::telemetry`] (the metrics registry, below admin and the data planes).
+//! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
+//!   load on loopback, and a live view of observed against expected shares.
 //!
 //! The `gtd` node and the `sim` simulator (`sim/`) both build their plans with [`split::plan`]
 //! and call [`split`] and [`balance`] for every decision; there is no second implementation of
@@ -31,6 +34,7 @@
 
 pub mod balance;
 pub mod config;
+pub mod demo;
 pub mod files;
 pub mod health;
 pub mod node;

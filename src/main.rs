@@ -40,6 +40,35 @@ enum Command {
         /// Admin server address, overriding `[admin] bind`.
         #[arg(long)]
         admin: Option<std::net::SocketAddr>,
+        /// Source address of connections to endpoints and health checks, overriding
+        /// `[node] source_ip`.
+        #[arg(long)]
+        source_ip: Option<std::net::IpAddr>,
+    },
+    /// See it work: one node per acceleration region of the config on loopback, with its
+    /// endpoints and client load, and a live view of the split against what it should be.
+    Demo {
+        /// The config the nodes run.
+        #[arg(long, short, default_value = "config.toml")]
+        config: PathBuf,
+        /// The region catalogue to use instead of the config's `catalog = ...`.
+        #[arg(long)]
+        regions: Option<PathBuf>,
+        /// How long the load runs ("30s", "2m").
+        #[arg(long, default_value = "30s")]
+        duration: String,
+        /// New connections, flows or requests per second, per listener and region.
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
+        /// Stop a group's endpoints mid-run: GROUP@TIME or LISTENER/GROUP@TIME (repeatable).
+        #[arg(long, value_name = "GROUP@TIME")]
+        stop: Vec<String>,
+        /// Start them again: GROUP@TIME (repeatable).
+        #[arg(long, value_name = "GROUP@TIME")]
+        start: Vec<String>,
+        /// Print the final report as JSON (and no live view).
+        #[arg(long)]
+        json: bool,
     },
     /// Validate a config file and its region catalogue; print every error, or a summary.
     Check {
@@ -58,6 +87,15 @@ enum Command {
 
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
+        Command::Demo {
+            config,
+            regions,
+            duration,
+            rate,
+            stop,
+            start,
+            json,
+        } => demo(config, regions, &duration, rate, stop, start, json),
         Command::Check {
             config,
             regions,
@@ -69,13 +107,49 @@ fn main() -> anyhow::Result<ExitCode> {
             region,
             bind,
             admin,
+            source_ip,
         } => run(gtd::node::Options {
             config,
             regions,
             region,
             bind,
             admin_bind: admin,
+            source_ip,
         }),
+    }
+}
+
+fn demo(
+    config: PathBuf,
+    regions: Option<PathBuf>,
+    duration: &str,
+    rate: u32,
+    stop: Vec<String>,
+    start: Vec<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let duration = gtd::config::parse_duration(duration)
+        .map_err(|e| anyhow::anyhow!("--duration {duration}: {e}"))?;
+    raise_open_files_limit();
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let report = runtime.block_on(gtd::demo::run(gtd::demo::Options {
+        config,
+        regions,
+        duration,
+        rate,
+        stop,
+        start,
+        json,
+    }));
+    match report {
+        Ok(text) => {
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("gtd demo: {e:#}");
+            Ok(ExitCode::from(1))
+        }
     }
 }
 

@@ -542,7 +542,7 @@ pub(crate) fn quote(s: &str) -> String {
 /// Parses a duration: an unsigned integer followed by `ms`, `s`, `m` or `h`.
 ///
 /// The error says what is wrong in words (the caller adds the value and the key).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     const UNITS: &str = "use an integer followed by ms, s, m or h, like \"250ms\" or \"5s\"";
     let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(digits_end);

@@ -18,6 +18,7 @@ mod syntax;
 mod validate;
 
 pub(crate) use document::format_duration;
+pub use document::parse_duration;
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
 

@@ -159,7 +159,7 @@ fn micros(ms: f64) -> f64 {
 }
 
 /// The `/status` document (docs/design.md §7).
-fn status(node: &Inner) -> Value {
+pub(crate) fn status(node: &Inner) -> Value {
     let snap = node.snapshot.load();
     let now = Instant::now();
     let listeners: Vec<Value> = snap

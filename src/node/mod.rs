@@ -42,6 +42,7 @@ use crate::config::{self, Config, Listener, Protocol};
 
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
+pub(crate) use self::tls::client_config as tls_client_config;
 
 /// How to start a node.
 #[derive(Debug, Clone)]
@@ -56,6 +57,9 @@ pub struct Options {
     pub bind: IpAddr,
     /// Admin bind override (tests, demo); else `[admin] bind`.
     pub admin_bind: Option<SocketAddr>,
+    /// Outbound source address override (several nodes on one host, the demo); else
+    /// `[node] source_ip`.
+    pub source_ip: Option<IpAddr>,
 }
 
 /// A running node.
@@ -97,7 +101,7 @@ pub(crate) struct Inner {
 }
 
 fn load(opts: &Options) -> Result<Config> {
-    let config = config::load(&opts.config, opts.regions.as_deref()).map_err(|errors| {
+    let mut config = config::load(&opts.config, opts.regions.as_deref()).map_err(|errors| {
         let n = errors.0.len();
         anyhow!(
             "{errors}\n{n} error{} in {}",
@@ -109,6 +113,9 @@ fn load(opts: &Options) -> Result<Config> {
         tracing::warn!("{w}");
     }
     config.serves(&opts.region).map_err(|e| anyhow!(e))?;
+    if let Some(ip) = opts.source_ip {
+        config.node.source_ip = Some(ip);
+    }
     Ok(config)
 }
 
@@ -162,6 +169,11 @@ impl Node {
         tokio::spawn(planner(inner.clone()));
         tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
         Ok(Node { inner })
+    }
+
+    /// The `/status` document, in process (the demo's view reads it).
+    pub fn status(&self) -> serde_json::Value {
+        admin::status(&self.inner)
     }
 
     /// The admin server's address.
