@@ -54,9 +54,10 @@ enum Command {
         /// The region catalogue to use instead of the config's `catalog = ...`.
         #[arg(long)]
         regions: Option<PathBuf>,
-        /// How long the load runs ("30s", "2m").
-        #[arg(long, default_value = "30s")]
-        duration: String,
+        /// How long the load runs ("30s", "2m"); default 30s (with --backends-only: until
+        /// Ctrl-C).
+        #[arg(long)]
+        duration: Option<String>,
         /// New connections, flows or requests per second, per listener and region.
         #[arg(long, default_value_t = 50)]
         rate: u32,
@@ -69,6 +70,11 @@ enum Command {
         /// Print the final report as JSON (and no live view).
         #[arg(long)]
         json: bool,
+        /// Only serve the config's endpoints, for nodes started by hand (`gtd run --bind
+        /// 127.0.0.2 --source-ip 127.0.0.2` for the first region, .3 for the next...), until
+        /// Ctrl-C or --duration.
+        #[arg(long)]
+        backends_only: bool,
     },
     /// Validate a config file and its region catalogue; print every error, or a summary.
     Check {
@@ -95,7 +101,20 @@ fn main() -> anyhow::Result<ExitCode> {
             stop,
             start,
             json,
-        } => demo(config, regions, &duration, rate, stop, start, json),
+            backends_only,
+        } => demo(
+            gtd::demo::Options {
+                config,
+                regions,
+                duration: std::time::Duration::ZERO,
+                rate,
+                stop,
+                start,
+                json,
+                backends_only,
+            },
+            duration.as_deref(),
+        ),
         Command::Check {
             config,
             regions,
@@ -119,28 +138,18 @@ fn main() -> anyhow::Result<ExitCode> {
     }
 }
 
-fn demo(
-    config: PathBuf,
-    regions: Option<PathBuf>,
-    duration: &str,
-    rate: u32,
-    stop: Vec<String>,
-    start: Vec<String>,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let duration = gtd::config::parse_duration(duration)
-        .map_err(|e| anyhow::anyhow!("--duration {duration}: {e}"))?;
+fn demo(mut options: gtd::demo::Options, duration: Option<&str>) -> anyhow::Result<ExitCode> {
+    options.duration = match duration {
+        Some(d) => {
+            gtd::config::parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?
+        }
+        // Serving endpoints for nodes started by hand: until Ctrl-C (a year).
+        None if options.backends_only => std::time::Duration::from_secs(365 * 86_400),
+        None => std::time::Duration::from_secs(30),
+    };
     raise_open_files_limit();
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let report = runtime.block_on(gtd::demo::run(gtd::demo::Options {
-        config,
-        regions,
-        duration,
-        rate,
-        stop,
-        start,
-        json,
-    }));
+    let report = runtime.block_on(gtd::demo::run(options));
     match report {
         Ok(text) => {
             print!("{text}");

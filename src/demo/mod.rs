@@ -46,6 +46,8 @@ pub struct Options {
     pub start: Vec<String>,
     /// Print the final report as JSON instead of the table (and no live view).
     pub json: bool,
+    /// Serve the endpoints only (no nodes, no load), for nodes started by hand.
+    pub backends_only: bool,
 }
 
 /// One scheduled change.
@@ -161,6 +163,30 @@ pub async fn run(opts: Options) -> Result<String> {
     let mut running: Vec<Option<Backend>> = Vec::with_capacity(plan.len());
     for spec in &plan {
         running.push(Some(backends::start(spec, geo.clone()).await?));
+    }
+    if opts.backends_only {
+        let text: String = plan
+            .iter()
+            .map(|spec| format!("  {} ({})\n", spec.addr, spec.groups.join(", ")))
+            .collect();
+        let nodes: Vec<String> = regions
+            .iter()
+            .zip(&ips)
+            .map(|(r, ip)| format!("{r} from {ip}"))
+            .collect();
+        println!(
+            "serving {} endpoints for {} (each answers a node after the catalogue RTT from \
+             the node's region, known by its source address: {}):\n{text}Ctrl-C stops",
+            plan.len(),
+            opts.config.display(),
+            nodes.join(", ")
+        );
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = tokio::time::sleep(opts.duration) => {}
+        }
+        drop(running);
+        return Ok(String::new());
     }
     let admin_port = config.admin.bind.port();
     let mut nodes: Vec<Node> = Vec::new();
