@@ -1,5 +1,6 @@
 //! The pick path allocates nothing: every method, steady state and transient paths, picks,
-//! retries, outcome recording and guard drops, counted by a counting global allocator.
+//! retries, fail-open picks, outcome recording and guard drops, counted by a counting global
+//! allocator.
 
 mod balance_common;
 
@@ -7,7 +8,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use balance_common::*;
-use gtd::balance::{GroupBalancer, Pick, SplitMix64, StaticRequest};
+use gtd::balance::{Admit, GroupBalancer, Pick, SplitMix64, StaticRequest};
 use gtd::config::{Balance, KeyPart, Measure, Protocol};
 
 fn methods() -> Vec<Balance> {
@@ -107,6 +108,8 @@ fn picks_and_outcomes_allocate_nothing() {
                     assert!(!exclude.contains(&r.index()));
                 }
                 let _ = b.pick_with(&req, &[], now, &mut rng);
+                // Fail-open picks take the same path with health ignored.
+                let _ = b.pick_admitting(&req, &exclude, Admit::IgnoringHealth, now);
                 if n % 50 == 0 {
                     held.clear();
                 }

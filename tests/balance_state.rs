@@ -7,7 +7,7 @@ mod balance_common;
 use std::time::{Duration, Instant};
 
 use balance_common::*;
-use gtd::balance::{GroupBalancer, Pick};
+use gtd::balance::{Admit, GroupBalancer, Pick};
 use gtd::config::{Balance, Endpoint, Protocol};
 use proptest::prelude::*;
 
@@ -420,4 +420,189 @@ fn sticky_clients_keep_a_draining_endpoint_but_not_a_disabled_or_full_one() {
         "a disabled endpoint loses its sticky clients"
     );
     assert!(b.pick_sticky(7, t0).is_none());
+}
+
+/// A request that varies with `n` in every input a method may hash (address, URI).
+fn nth(n: u32) -> gtd::balance::StaticRequest {
+    from(&format!("10.{}.{}.1", n / 256, n % 256)).with_uri(format!("/k/{n}"))
+}
+
+/// Endpoints 0..=4: passively marked, active-unhealthy, `down`, draining, disabled.
+fn out_five(balance: Balance, t0: Instant) -> GroupBalancer {
+    let mut eps = weighted(&[1, 1, 1, 1, 1]);
+    eps[2].down = true;
+    eps[3].drain = true;
+    eps[4].enabled = false;
+    let b = GroupBalancer::new(&group(balance, eps), Protocol::Http, t0);
+    // max_fails = 1 (the default): one failure marks endpoint 0 for fail_timeout (10 s).
+    let p = b.pick_excluding(&anyone(), &[1, 2, 3, 4], t0).unwrap();
+    assert_eq!(p.index(), 0);
+    assert!(p.failure(t0), "marked");
+    drop(p);
+    b.endpoints()[1].set_active_healthy(false, t0);
+    b
+}
+
+#[test]
+fn ignoring_health_picks_marked_and_unhealthy_endpoints_never_down_drain_or_disabled() {
+    let t0 = Instant::now();
+    let now = at(t0, 1.0);
+    for balance in all_methods() {
+        let name = format!("{balance:?}");
+        let b = out_five(balance, t0);
+        assert_eq!(b.usable_count(now), 0, "{name}");
+        assert!(b.pick(&nth(0), now).is_none(), "{name}: nothing usable");
+        let mut seen = [0u32; 5];
+        for n in 0..400 {
+            let p = b
+                .pick_admitting(&nth(n), &[], Admit::IgnoringHealth, now)
+                .unwrap_or_else(|| panic!("{name}: fail-open finds an endpoint"));
+            assert!(!p.is_backup(), "{name}");
+            seen[p.index()] += 1;
+        }
+        assert_eq!(
+            &seen[2..],
+            &[0, 0, 0],
+            "{name}: never down, draining or disabled"
+        );
+        assert!(
+            seen[0] > 0 && seen[1] > 0,
+            "{name}: both the marked and the unhealthy one serve: {seen:?}"
+        );
+        // Ignoring health is no excuse to repeat an endpoint a retry already tried.
+        let p = b
+            .pick_admitting(&nth(1), &[0], Admit::IgnoringHealth, now)
+            .unwrap();
+        assert_eq!(p.index(), 1, "{name}");
+        assert!(
+            b.pick_admitting(&nth(1), &[0, 1], Admit::IgnoringHealth, now)
+                .is_none(),
+            "{name}: nothing admissible is left"
+        );
+        // Picks under fail-open change no verdict: still marked, still unhealthy.
+        assert_eq!(b.usable_count(now), 0, "{name}");
+        assert!(b.endpoints()[0].is_passively_down(now), "{name}");
+    }
+}
+
+#[test]
+fn ignoring_health_keeps_primaries_first_then_backups_and_max_conns() {
+    let t0 = Instant::now();
+    let now = at(t0, 1.0);
+    let mut eps = weighted(&[1, 1, 1]);
+    eps[0].max_conns = Some(1);
+    eps[2].backup = true;
+    for balance in [
+        Balance::RoundRobin,
+        Balance::LeastConn,
+        Balance::LeastTime {
+            measure: gtd::config::Measure::Header,
+            factor: Balance::DEFAULT_FACTOR,
+        },
+    ] {
+        let name = format!("{balance:?}");
+        let b = GroupBalancer::new(&group(balance, eps.clone()), Protocol::Http, t0);
+        for e in b.endpoints() {
+            e.set_active_healthy(false, t0);
+        }
+        assert!(b.pick(&anyone(), now).is_none(), "{name}");
+        let first = b
+            .pick_admitting(&anyone(), &[], Admit::IgnoringHealth, now)
+            .unwrap();
+        let second = b
+            .pick_admitting(&anyone(), &[], Admit::IgnoringHealth, now)
+            .unwrap();
+        let mut got = [first.index(), second.index()];
+        got.sort();
+        assert_eq!(got, [0, 1], "{name}: primaries before the backup");
+        assert!(!first.is_backup() && !second.is_backup(), "{name}");
+        // Endpoint 0 is at max_conns: the next primary pick is endpoint 1 every time.
+        let held = if first.index() == 0 { first } else { second };
+        for _ in 0..5 {
+            let p = b
+                .pick_admitting(&anyone(), &[], Admit::IgnoringHealth, now)
+                .unwrap();
+            assert_eq!(p.index(), 1, "{name}: max_conns still applies");
+        }
+        drop(held);
+        // No primary admissible: the backup, health ignored too.
+        b.endpoints()[1].set_enabled(false, now);
+        b.endpoints()[0].set_enabled(false, now);
+        let p = b
+            .pick_admitting(&anyone(), &[], Admit::IgnoringHealth, now)
+            .unwrap();
+        assert_eq!((p.index(), p.is_backup()), (2, true), "{name}");
+    }
+}
+
+#[test]
+fn ignoring_health_needs_no_probe_and_a_fail_open_probe_can_end_a_marking() {
+    let t0 = Instant::now();
+    let b = rr(weighted(&[1]), t0);
+    let p = b.pick(&anyone(), t0).unwrap();
+    assert!(p.failure(t0));
+    drop(p);
+    // Within fail_timeout: every fail-open pick is served, concurrently, no probe claimed.
+    let held: Vec<Pick> = (0..3)
+        .map(|_| {
+            b.pick_admitting(&anyone(), &[], Admit::IgnoringHealth, at(t0, 2.0))
+                .expect("a marked endpoint under fail-open")
+        })
+        .collect();
+    for p in &held {
+        assert!(
+            !p.success(at(t0, 2.0)),
+            "a success inside the window ends nothing"
+        );
+    }
+    drop(held);
+    assert!(b.endpoints()[0].is_passively_down(at(t0, 2.0)));
+    // After fail_timeout the first pick, fail-open or not, is the probe; its success ends the
+    // marking, and the next pick is an ordinary one.
+    let probe = b
+        .pick_admitting(&anyone(), &[], Admit::IgnoringHealth, at(t0, 11.0))
+        .unwrap();
+    assert!(
+        b.pick_admitting(&anyone(), &[], Admit::IgnoringHealth, at(t0, 11.0))
+            .is_some(),
+        "fail-open does not wait for the probe's outcome"
+    );
+    assert!(
+        probe.success(at(t0, 11.5)),
+        "the probe's success ends the marking"
+    );
+    assert!(b.endpoints()[0].is_usable(at(t0, 11.5)));
+    assert!(b.pick(&anyone(), at(t0, 11.5)).is_some());
+}
+
+#[test]
+fn sticky_clients_under_fail_open_keep_a_marked_endpoint_but_not_a_disabled_one() {
+    let t0 = Instant::now();
+    let now = at(t0, 1.0);
+    let mut eps = weighted(&[1, 1, 1, 1]);
+    eps[2].down = true;
+    eps[3].drain = true;
+    let b = rr(eps, t0);
+    b.endpoints()[0].set_active_healthy(false, t0);
+    b.endpoints()[3].set_active_healthy(false, t0);
+    let p = b.pick_excluding(&anyone(), &[0, 2, 3], t0).unwrap();
+    assert!(p.failure(t0));
+    drop(p);
+    for i in 0..4 {
+        assert!(
+            b.pick_sticky(i, now).is_none(),
+            "{i}: unusable, honouring health"
+        );
+    }
+    let ignoring = |i| b.pick_sticky_admitting(i, Admit::IgnoringHealth, now);
+    assert_eq!(ignoring(0).map(|p| p.index()), Some(0), "active-unhealthy");
+    assert_eq!(ignoring(1).map(|p| p.index()), Some(1), "passively marked");
+    assert!(ignoring(2).is_none(), "down never serves");
+    assert_eq!(
+        ignoring(3).map(|p| p.index()),
+        Some(3),
+        "a draining endpoint still finishes what is bound to it"
+    );
+    b.endpoints()[1].set_enabled(false, now);
+    assert!(ignoring(1).is_none(), "disabled never serves");
 }

@@ -225,6 +225,18 @@ impl EndpointState {
         self.available(self.rt.hub.nanos(now))
     }
 
+    /// Admissible: enabled, not `down`, not draining — usable but for the health verdicts
+    /// (active checks, passive marking), which fail-open ignores (docs/design.md §3.3).
+    pub fn is_admissible(&self) -> bool {
+        self.admissible()
+    }
+
+    /// True when an attempt on this endpoint failed after `since` (a UDP flow opened then
+    /// leaves an endpoint that fails it even while fail-open keeps marked endpoints in use).
+    pub fn failed_since(&self, since: Instant) -> bool {
+        self.rt.accessed.load(Ordering::Acquire) > self.rt.hub.nanos(since)
+    }
+
     /// The weight a weighted rotation currently gives the endpoint: configured weight minus the
     /// failure penalty, times the slow-start ramp (0.01..=1).
     pub fn effective_weight(&self, now: Instant) -> f64 {
@@ -258,18 +270,31 @@ impl EndpointState {
                 > nanos(self.config.fail_timeout)
     }
 
-    /// May be chosen at `t`, `max_conns` aside.
+    /// May be chosen at `t`, `max_conns` aside: admissible and healthy.
     pub(crate) fn available(&self, t: u64) -> bool {
-        !self.config.drain && self.serving(t)
+        self.admissible() && self.healthy(t)
     }
 
     /// May serve at `t` a client already bound to it (sticky): like [`Self::available`] but a
     /// draining endpoint still serves its bound clients.
     pub(crate) fn serving(&self, t: u64) -> bool {
-        !self.config.down
-            && self.rt.enabled.load(Ordering::Relaxed)
-            && self.rt.active_healthy.load(Ordering::Relaxed)
-            && self.passive_allows(t)
+        self.admitted() && self.healthy(t)
+    }
+
+    /// May take new traffic whatever the health verdicts say: not `down`, enabled, not
+    /// draining. What fail-open still requires (docs/design.md §3.3).
+    pub(crate) fn admissible(&self) -> bool {
+        !self.config.drain && self.admitted()
+    }
+
+    /// Not `down` and enabled: what the config and the admin API allow, draining aside.
+    pub(crate) fn admitted(&self) -> bool {
+        !self.config.down && self.rt.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Allowed at `t` by the active check's verdict and by passive marking.
+    pub(crate) fn healthy(&self, t: u64) -> bool {
+        self.rt.active_healthy.load(Ordering::Relaxed) && self.passive_allows(t)
     }
 
     /// Below `max_conns` (always, when unlimited).
@@ -282,7 +307,11 @@ impl EndpointState {
     /// Counts one more connection if `max_conns` allows and, for a marked endpoint whose
     /// `fail_timeout` has passed, claims its single probe. False when another thread got there
     /// first; nothing is counted then.
-    pub(crate) fn try_acquire(&self, t: u64) -> bool {
+    ///
+    /// With `honour_marking` false (fail-open) a marked endpoint is not refused for want of its
+    /// probe. The pick still claims the probe when `fail_timeout` has passed, so that its
+    /// success ends the marking as any probe's does.
+    pub(crate) fn try_acquire(&self, t: u64, honour_marking: bool) -> bool {
         let rt = &self.rt;
         match self.config.max_conns {
             Some(max) => {
@@ -309,7 +338,7 @@ impl EndpointState {
                 .checked
                 .compare_exchange(checked, t, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok();
-        if self.marked() && !probe_won {
+        if honour_marking && self.marked() && !probe_won {
             self.release();
             return false;
         }
@@ -540,12 +569,12 @@ mod tests {
         let base = Instant::now();
         let e = EndpointState::new(endpoint(1, 3, None), Hub::new(base));
         for s in [1, 2] {
-            assert!(e.try_acquire(s * S));
+            assert!(e.try_acquire(s * S, true));
             assert!(!e.record_failure(s * S), "not marked by failure {s}");
             e.release();
             assert!(e.available(s * S), "below max_fails after {s} failures");
         }
-        assert!(e.try_acquire(3 * S));
+        assert!(e.try_acquire(3 * S, true));
         assert!(e.record_failure(3 * S), "the third failure marks");
         e.release();
         assert!(
@@ -554,9 +583,9 @@ mod tests {
         );
         // After fail_timeout one pick probes; others wait.
         assert!(e.available(13 * S + 1));
-        assert!(e.try_acquire(13 * S + 1));
+        assert!(e.try_acquire(13 * S + 1, true));
         assert!(!e.available(13 * S + 2));
-        assert!(!e.try_acquire(13 * S + 2));
+        assert!(!e.try_acquire(13 * S + 2, true));
         assert!(
             e.record_success(14 * S),
             "the probe's success ends the marking"
@@ -574,7 +603,7 @@ mod tests {
         assert!(e.record_failure(S));
         assert!(!e.available(5 * S));
         assert!(!e.record_failure(5 * S), "already out: not marked again");
-        assert!(e.try_acquire(16 * S));
+        assert!(e.try_acquire(16 * S, true));
         assert!(e.record_failure(16 * S), "the failed probe marks again");
         e.release();
         assert!(!e.available(20 * S));
@@ -701,10 +730,10 @@ mod tests {
         let mut cfg = endpoint(1, 1, None);
         cfg.max_conns = Some(2);
         let e = EndpointState::new(cfg, Hub::new(Instant::now()));
-        assert!(e.try_acquire(S) && e.try_acquire(S));
-        assert!(!e.has_room() && !e.try_acquire(S));
+        assert!(e.try_acquire(S, true) && e.try_acquire(S, true));
+        assert!(!e.has_room() && !e.try_acquire(S, true));
         e.release();
-        assert!(e.has_room() && e.try_acquire(S));
+        assert!(e.has_room() && e.try_acquire(S, true));
         assert_eq!(e.active(), 2);
     }
 }

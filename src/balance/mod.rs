@@ -62,6 +62,18 @@ pub use rng::{Rng, SplitMix64};
 use endpoint::Hub;
 use round_robin::Rotation;
 
+/// Which endpoints a pick may choose (docs/design.md §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Admit {
+    /// Usable ones: enabled, not `down`, not draining, allowed by active and passive checks.
+    #[default]
+    Usable,
+    /// Fail-open (the listener has no healthy group and `fail_open = true`): as if every
+    /// endpoint were healthy — the active checks' verdict and passive marking are ignored —
+    /// but still never a disabled, `down` or draining one.
+    IgnoringHealth,
+}
+
 /// What one pick sees: the group's endpoints and per-pick inputs. Methods read it and update
 /// atomics through it; it lives on the stack of one pick.
 pub(crate) struct Ctx<'a, R: Rng> {
@@ -71,6 +83,8 @@ pub(crate) struct Ctx<'a, R: Rng> {
     /// `now` in nanoseconds since the lineage epoch.
     pub(crate) t: u64,
     exclude: &'a [usize],
+    /// [`Admit::IgnoringHealth`]: health verdicts do not count.
+    ignore_health: bool,
     /// Random source (shared atomic stream, or the caller's own).
     pub(crate) rng: &'a mut R,
     full: &'a FullWeights,
@@ -81,15 +95,20 @@ impl<R: Rng> Ctx<'_, R> {
         &self.endpoints[i]
     }
 
-    /// May be chosen now (usable, below `max_conns`, not excluded by a retry).
+    /// May be chosen now (usable — or only admissible, when ignoring health —, below
+    /// `max_conns`, not excluded by a retry).
     pub(crate) fn candidate(&self, i: usize) -> bool {
         let ep = &self.endpoints[i];
-        !self.exclude.contains(&i) && ep.available(self.t) && ep.has_room()
+        !self.exclude.contains(&i)
+            && ep.admissible()
+            && (self.ignore_health || ep.healthy(self.t))
+            && ep.has_room()
     }
 
-    /// Counts the pick on endpoint `i`; false if a concurrent pick took its last slot or probe.
+    /// Counts the pick on endpoint `i`; false if a concurrent pick took its last slot or probe
+    /// (no probe is needed when ignoring health).
     pub(crate) fn acquire(&self, i: usize) -> bool {
-        self.endpoints[i].try_acquire(self.t)
+        self.endpoints[i].try_acquire(self.t, !self.ignore_health)
     }
 
     /// [`Self::candidate`] and then [`Self::acquire`].
@@ -420,8 +439,22 @@ impl GroupBalancer {
         exclude: &[usize],
         now: Instant,
     ) -> Option<Pick> {
+        self.pick_admitting(request, exclude, Admit::Usable, now)
+    }
+
+    /// Like [`Self::pick_excluding`] among the endpoints `admit` allows: with
+    /// [`Admit::IgnoringHealth`] (a fail-open listener) endpoints that health checks or passive
+    /// marking keep out are chosen as if healthy; disabled, `down` and draining ones never are.
+    /// Every method, backups (only when no primary can serve) and `max_conns` work as usual.
+    pub fn pick_admitting<K: RequestKey + ?Sized>(
+        &self,
+        request: &K,
+        exclude: &[usize],
+        admit: Admit,
+        now: Instant,
+    ) -> Option<Pick> {
         let mut rng = self.rng.handle();
-        self.pick_with(request, exclude, now, &mut rng)
+        self.pick_admitting_with(request, exclude, admit, now, &mut rng)
     }
 
     /// Like [`Self::pick_excluding`] with the caller's random source.
@@ -432,11 +465,24 @@ impl GroupBalancer {
         now: Instant,
         rng: &mut R,
     ) -> Option<Pick> {
+        self.pick_admitting_with(request, exclude, Admit::Usable, now, rng)
+    }
+
+    /// Like [`Self::pick_admitting`] with the caller's random source.
+    pub fn pick_admitting_with<K: RequestKey + ?Sized, R: Rng>(
+        &self,
+        request: &K,
+        exclude: &[usize],
+        admit: Admit,
+        now: Instant,
+        rng: &mut R,
+    ) -> Option<Pick> {
         let mut ctx = Ctx {
             endpoints: &self.endpoints,
             cw: &self.cw,
             t: self.full.hub.nanos(now),
             exclude,
+            ignore_health: admit == Admit::IgnoringHealth,
             rng,
             full: &self.full,
         };
@@ -461,9 +507,22 @@ impl GroupBalancer {
     /// while it is usable *or draining* — a draining endpoint finishes what is bound to it —
     /// and below `max_conns`. `None` otherwise; the caller then picks normally.
     pub fn pick_sticky(&self, index: usize, now: Instant) -> Option<Pick> {
+        self.pick_sticky_admitting(index, Admit::Usable, now)
+    }
+
+    /// Like [`Self::pick_sticky`] among the endpoints `admit` allows: with
+    /// [`Admit::IgnoringHealth`] the health verdicts do not count (a draining endpoint still
+    /// serves its bound clients; a disabled or `down` one never does).
+    pub fn pick_sticky_admitting(&self, index: usize, admit: Admit, now: Instant) -> Option<Pick> {
         let e = self.endpoints.get(index)?;
         let t = self.full.hub.nanos(now);
-        (e.serving(t) && e.has_room() && e.try_acquire(t)).then(|| Pick {
+        let honour_health = admit == Admit::Usable;
+        let serves = if honour_health {
+            e.serving(t)
+        } else {
+            e.admitted()
+        };
+        (serves && e.has_room() && e.try_acquire(t, honour_health)).then(|| Pick {
             endpoint: Arc::clone(e),
             index,
             backup: e.config().backup,

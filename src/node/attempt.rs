@@ -7,6 +7,8 @@
 //!   can be sent again, and the method is idempotent or nothing was sent).
 //! - [`Attempts`]: where each attempt goes — the chosen group's balancer first, then the
 //!   group's other usable endpoints, then the highest-priority eligible group not yet tried.
+//!   In fail-open (no group healthy, `fail_open = true`) "usable" ignores the health verdicts:
+//!   endpoints are picked as if healthy, never disabled, `down` or draining ones.
 //!   Allocation-free.
 
 use std::net::IpAddr;
@@ -15,9 +17,9 @@ use std::time::Instant;
 
 use arc_swap::Guard;
 
-use crate::balance::{Pick, RequestKey};
+use crate::balance::{Admit, Pick, RequestKey};
 use crate::config::Listener;
-use crate::split::{ListenerPlan, Plan};
+use crate::split::{ListenerPlan, Mode, Plan};
 
 use super::snapshot::ListenerState;
 
@@ -124,6 +126,12 @@ impl<'a> Attempts<'a> {
         self.planned.for_route(self.route)
     }
 
+    /// Which endpoints the plan lets a pick choose: in fail-open (docs/design.md §3.3) the
+    /// health verdicts do not count.
+    fn admit(&self) -> Admit {
+        admit(self.plan())
+    }
+
     /// The first attempt for a request bound to endpoint `index` of `group` (a sticky cookie):
     /// `None` when the group is not eligible in this plan or the endpoint may not serve it now
     /// (the caller then asks [`Self::next`]). When it succeeds, later attempts continue with
@@ -132,9 +140,10 @@ impl<'a> Attempts<'a> {
         if self.started || !self.plan().eligible.get(group).copied().unwrap_or(false) {
             return None;
         }
-        let pick = self.listener.groups[group]
-            .balancer
-            .pick_sticky(index, now)?;
+        let pick =
+            self.listener.groups[group]
+                .balancer
+                .pick_sticky_admitting(index, self.admit(), now)?;
         self.started = true;
         self.current = Some(group);
         self.excluded[0] = index;
@@ -158,9 +167,8 @@ impl<'a> Attempts<'a> {
             };
             self.current = Some(group);
             let balancer = &self.listener.groups[group].balancer;
-            if let Some(pick) =
-                balancer.pick_excluding(request, &self.excluded[..self.n_excluded], now)
-            {
+            let excluded = &self.excluded[..self.n_excluded];
+            if let Some(pick) = balancer.pick_admitting(request, excluded, self.admit(), now) {
                 if self.n_excluded < MAX_EXCLUDED {
                     self.excluded[self.n_excluded] = pick.index();
                     self.n_excluded += 1;
@@ -172,6 +180,16 @@ impl<'a> Attempts<'a> {
             self.n_excluded = 0;
             self.current = None;
         }
+    }
+}
+
+/// Which endpoints decisions on `plan` may pick: any admissible one in fail-open, where the
+/// listener routes as if every group were healthy; else the usable ones.
+pub fn admit(plan: &Plan) -> Admit {
+    if plan.mode == Mode::FailOpen {
+        Admit::IgnoringHealth
+    } else {
+        Admit::Usable
     }
 }
 

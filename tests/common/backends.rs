@@ -13,7 +13,20 @@ where
     F: Fn(TcpStream) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    socket_backend_on("127.0.0.1:0".parse().unwrap(), serve).await
+}
+
+/// [`socket_backend`] on `addr` (a port an endpoint was configured with before anything
+/// listened on it).
+pub(crate) async fn socket_backend_on<F, Fut>(
+    addr: SocketAddr,
+    serve: F,
+) -> (SocketAddr, JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         let mut open = JoinSet::new();

@@ -1,9 +1,10 @@
 //! HTTP and HTTPS listeners against real sockets on loopback: requests through `gtd` to small
 //! hyper backends that name themselves. The split compared with `sim`, nginx's round-robin
 //! sequence, retries (and what is never retried), failover across groups, 1 GB each way with
-//! bounded memory, HTTP/2 to HTTP/1.1, forwarding rules and their 404, sticky cookies, HTTPS with
-//! SNI and ALPN, TLS and mTLS to endpoints, header timeouts, WebSocket upgrades, endpoints that
-//! stall mid-body, every response framing through gtd's own client and its keep-alive race.
+//! bounded memory, HTTP/2 to HTTP/1.1, fail-open, forwarding rules and their 404, sticky cookies,
+//! HTTPS with SNI and ALPN, TLS and mTLS to endpoints, header timeouts, WebSocket upgrades,
+//! endpoints that stall mid-body, every response framing through gtd's own client and its
+//! keep-alive race.
 //!
 //! Every backend and node a test starts is stopped by its own handle. Waits are for events
 //! (with generous bounds), never fixed sleeps standing in for them; nothing asserts timing.
@@ -12,6 +13,7 @@
 mod common;
 mod harness;
 
+mod fail_open;
 mod feedback;
 mod limits;
 mod own_client;

@@ -22,8 +22,13 @@ impl Drop for Backends {
 
 /// A TCP backend: writes its name and a newline, then echoes until EOF, then writes "bye".
 pub(crate) async fn tcp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
+    tcp_backend_on("127.0.0.1:0".parse().unwrap(), name).await
+}
+
+/// [`tcp_backend`] on `addr`.
+pub(crate) async fn tcp_backend_on(addr: SocketAddr, name: &str) -> (SocketAddr, JoinHandle<()>) {
     let name = name.to_owned();
-    socket_backend(move |mut s| {
+    socket_backend_on(addr, move |mut s| {
         let name = name.clone();
         async move {
             if s.write_all(format!("{name}\n").as_bytes()).await.is_err() {
@@ -48,7 +53,12 @@ pub(crate) async fn tcp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
 
 /// A UDP backend: answers every datagram with "NAME:" + the datagram.
 pub(crate) async fn udp_backend(name: &str) -> (SocketAddr, JoinHandle<()>) {
-    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    udp_backend_on("127.0.0.1:0".parse().unwrap(), name).await
+}
+
+/// [`udp_backend`] on `addr`.
+pub(crate) async fn udp_backend_on(addr: SocketAddr, name: &str) -> (SocketAddr, JoinHandle<()>) {
+    let socket = UdpSocket::bind(addr).await.unwrap();
     let addr = socket.local_addr().unwrap();
     let name = name.to_owned();
     let handle = tokio::spawn(async move {

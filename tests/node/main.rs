@@ -1,6 +1,7 @@
 //! The node against real sockets on loopback: TCP and UDP through `gtd` to backends that name
 //! themselves, compared with what `sim` expects for the same config; retries, no-route,
-//! half-close, a 1 GB stream, UDP flows, reload under load, bad reloads, SIGTERM draining.
+//! half-close, a 1 GB stream, UDP flows, fail-open, reload under load, bad reloads, SIGTERM
+//! draining.
 //!
 //! Every backend, node and process a test starts is stopped by its own handle. Waits are for
 //! events (with generous bounds), never fixed sleeps standing in for them.
@@ -9,6 +10,7 @@
 mod common;
 mod harness;
 
+mod fail_open;
 mod lifecycle;
 mod tcp;
 mod udp;

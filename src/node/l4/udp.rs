@@ -3,8 +3,10 @@
 //! to the client from the listener's socket. Flows expire when idle and the table is bounded:
 //! at `udp_max_flows`, or when the node runs out of open files (each flow holds a socket), the
 //! least recently active flow is evicted. A flow whose endpoint becomes unusable moves to another
-//! endpoint (or group) on its next datagram. A flow is a client address and the local address
-//! it wrote to (known on a wildcard listener, see [`Listen`]), which its replies come from.
+//! endpoint (or group) on its next datagram; while the listener is fail-open, only a flow whose
+//! endpoint is disabled, `down` or draining, or failed since the flow opened, moves. A flow is a
+//! client address and the local address it wrote to (known on a wildcard listener, see
+//! [`Listen`]), which its replies come from.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -18,12 +20,12 @@ use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::balance::Pick;
+use crate::balance::{Admit, Pick};
 
 use super::StreamKey;
 use super::udp_socket::{Control, Listen};
 use crate::node::Inner;
-use crate::node::attempt::{Attempts, Budget};
+use crate::node::attempt::{Attempts, Budget, admit};
 use crate::node::snapshot::ListenerState;
 
 /// Largest datagram relayed.
@@ -41,6 +43,9 @@ struct Flow {
     id: u64,
     upstream: Arc<UdpSocket>,
     pick: Arc<Pick>,
+    /// When the flow was opened on its endpoint (fail-open keeps a flow on a marked endpoint
+    /// until an attempt fails on it after this).
+    opened: Instant,
     group: usize,
     listener: Arc<ListenerState>,
     /// Last activity, ms since the loop's origin (written by both directions).
@@ -201,7 +206,10 @@ pub(crate) async fn udp_loop(
     flows.clear();
 }
 
-/// True when the flow may keep its endpoint: usable, and still in the running config.
+/// True when the flow may keep its endpoint: still in the running config, and usable — or, while
+/// the listener is fail-open, admissible (enabled, not `down`, not draining) and not failed
+/// since the flow was opened: fail-open ignores the marks that keep every endpoint out, so
+/// flows stay put instead of moving on every datagram, but one whose endpoint fails it moves.
 fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
     if !Arc::ptr_eq(&flow.listener, l) {
         // A reload: keep the flow only if its endpoint survived (same state object).
@@ -220,7 +228,11 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
             None => return false,
         }
     }
-    flow.pick.endpoint().is_usable(now)
+    let e = flow.pick.endpoint();
+    e.is_usable(now)
+        || (admit(&l.planned.load().plan) == Admit::IgnoringHealth
+            && e.is_admissible()
+            && !e.failed_since(flow.opened))
 }
 
 fn expire(node: &Inner, port: u16, flows: &mut Flows, origin: Instant) {
@@ -278,6 +290,7 @@ async fn open_flow(
         }
         match crate::node::connect::connect_udp(attempt.pick.address(), node.source_ip()).await {
             Ok(upstream) => {
+                let opened = Instant::now();
                 let upstream = Arc::new(upstream);
                 let last = Arc::new(AtomicU64::new(ms_since(origin)));
                 let pick = Arc::new(attempt.pick);
@@ -297,6 +310,7 @@ async fn open_flow(
                     id: 0,
                     upstream,
                     pick,
+                    opened,
                     group: attempt.group,
                     listener: l.clone(),
                     last,
