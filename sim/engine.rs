@@ -278,7 +278,7 @@ fn evaluate_region(
         .map(|(pos, &gi)| {
             let g = &listener.groups[gi];
             let share = plan.plan.shares[gi];
-            let fractions = balancers[gi].expected_shares(now);
+            let fractions = balancers[gi].expected_shares_admitting(now, plan.plan.admit());
             let endpoints = g
                 .endpoints
                 .iter()
@@ -455,7 +455,7 @@ fn verify(
             ip,
             key: Some(format!("/verify/{serial}")),
         };
-        if let Some(pick) = balancers[gi].pick(&request, now) {
+        if let Some(pick) = balancers[gi].pick_admitting(&request, &[], plan.admit(), now) {
             endpoint_hits[gi][pick.index()] += 1;
         }
     }

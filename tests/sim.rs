@@ -390,6 +390,32 @@ fn fail_open_and_no_route() {
         ("gc".into(), 0.0),
         "ratio 0 stays at 0 in fail-open"
     );
+    // The endpoints really take that traffic, as the node's fail-open picks do, and --verify
+    // drives them there.
+    args.extend(["--verify", "2000"]);
+    let doc = json(&args);
+    let groups = doc["listeners"][0]["regions"][0]["groups"]
+        .as_array()
+        .unwrap();
+    for g in groups.iter().filter(|g| g["share"].as_f64().unwrap() > 0.0) {
+        let endpoint_sum: f64 = g["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["share"].as_f64().unwrap())
+            .sum();
+        assert!(
+            (endpoint_sum - g["share"].as_f64().unwrap()).abs() < 1e-6,
+            "{g}"
+        );
+        let observed: f64 = g["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["observed"].as_f64().unwrap_or(0.0))
+            .sum();
+        assert!(observed > 0.0, "fail-open picks reach {g}");
+    }
 }
 
 /// `(group, rtt_ms, rtt_source)` for listener `l` from `r-a`, priority order.

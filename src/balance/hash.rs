@@ -198,7 +198,7 @@ impl Ketama {
         let members = self.name_members(self.owner[k % self.points.len()]);
         let weight: f64 = members
             .iter()
-            .filter(|&&m| view.endpoints[m as usize].available(view.t))
+            .filter(|&&m| view.counts(m as usize))
             .map(|&m| f64::from(view.endpoints[m as usize].config().weight))
             .sum();
         if weight <= 0.0 {
@@ -206,7 +206,7 @@ impl Ketama {
         }
         for &m in members {
             let e = &view.endpoints[m as usize];
-            if e.available(view.t) {
+            if view.counts(m as usize) {
                 out[m as usize] += arc * f64::from(e.config().weight) / weight;
             }
         }

@@ -215,6 +215,19 @@ impl Tier {
 pub(crate) struct View<'a> {
     pub(crate) endpoints: &'a [Arc<EndpointState>],
     pub(crate) t: u64,
+    /// Fail-open: every admissible endpoint counts, whatever its health.
+    pub(crate) admit: Admit,
+}
+
+impl View<'_> {
+    /// Endpoint `i` may be chosen (`max_conns` aside) under this view's admission.
+    pub(crate) fn counts(&self, i: usize) -> bool {
+        let e = &self.endpoints[i];
+        match self.admit {
+            Admit::Usable => e.available(self.t),
+            Admit::IgnoringHealth => e.is_admissible(),
+        }
+    }
 }
 
 /// Writes configured (`effective = false`) or current rotation (`true`) weights of the usable
@@ -222,7 +235,7 @@ pub(crate) struct View<'a> {
 pub(crate) fn weight_shares(view: &View<'_>, tier: &Tier, effective: bool, out: &mut [f64]) {
     for &m in tier.members.iter() {
         let e = &view.endpoints[m as usize];
-        if e.available(view.t) {
+        if view.counts(m as usize) {
             out[m as usize] = if effective {
                 e.swrr_weight(view.t) as f64
             } else {
@@ -542,16 +555,19 @@ impl GroupBalancer {
     /// rounds are CRC-correlated with the first, so that server's keys do not spread exactly by
     /// weight (a few points off).
     pub fn expected_shares(&self, now: Instant) -> Option<Vec<f64>> {
+        self.expected_shares_admitting(now, Admit::Usable)
+    }
+
+    /// [`Self::expected_shares`] under `admit`: in fail-open, over every admissible endpoint
+    /// whatever its health, as fail-open picks choose.
+    pub fn expected_shares_admitting(&self, now: Instant, admit: Admit) -> Option<Vec<f64>> {
         let view = View {
             endpoints: &self.endpoints,
             t: self.full.hub.nanos(now),
+            admit,
         };
         let mut out = vec![0.0; self.endpoints.len()];
-        let usable = |tier: &Tier| {
-            tier.members
-                .iter()
-                .any(|&i| self.endpoints[i as usize].available(view.t))
-        };
+        let usable = |tier: &Tier| tier.members.iter().any(|&i| view.counts(i as usize));
         let tier = if usable(&self.primary) {
             Some((&self.primary, true))
         } else if usable(&self.backup) {

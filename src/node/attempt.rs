@@ -19,7 +19,7 @@ use arc_swap::Guard;
 
 use crate::balance::{Admit, Pick, RequestKey};
 use crate::config::Listener;
-use crate::split::{ListenerPlan, Mode, Plan};
+use crate::split::{ListenerPlan, Plan};
 
 use super::snapshot::ListenerState;
 
@@ -129,7 +129,7 @@ impl<'a> Attempts<'a> {
     /// Which endpoints the plan lets a pick choose: in fail-open (docs/design.md §3.3) the
     /// health verdicts do not count.
     fn admit(&self) -> Admit {
-        admit(self.plan())
+        self.plan().admit()
     }
 
     /// The first attempt for a request bound to endpoint `index` of `group` (a sticky cookie):
@@ -180,16 +180,6 @@ impl<'a> Attempts<'a> {
             self.n_excluded = 0;
             self.current = None;
         }
-    }
-}
-
-/// Which endpoints decisions on `plan` may pick: any admissible one in fail-open, where the
-/// listener routes as if every group were healthy; else the usable ones.
-pub fn admit(plan: &Plan) -> Admit {
-    if plan.mode == Mode::FailOpen {
-        Admit::IgnoringHealth
-    } else {
-        Admit::Usable
     }
 }
 

@@ -26,6 +26,7 @@ pub use priority::{Hysteresis, RttSource};
 pub use ranker::Ranker;
 pub use rotation::Rotation;
 
+use crate::balance::Admit;
 use crate::config::{Affinity, Listener};
 use crate::regions::Catalog;
 
@@ -179,6 +180,17 @@ impl Plan {
             Chooser::Rendezvous { shares, keys } => {
                 rendezvous::choose(shares, keys, rendezvous::client_key(client))
             }
+        }
+    }
+
+    /// Which endpoints decisions on this plan may pick: any admissible one in fail-open, where
+    /// the listener routes as if every group were healthy; else the usable ones. The node and
+    /// `sim` both ask this.
+    pub fn admit(&self) -> Admit {
+        if self.mode == Mode::FailOpen {
+            Admit::IgnoringHealth
+        } else {
+            Admit::Usable
         }
     }
 

@@ -25,7 +25,7 @@ use crate::balance::{Admit, Pick};
 use super::StreamKey;
 use super::udp_socket::{Control, Listen};
 use crate::node::Inner;
-use crate::node::attempt::{Attempts, Budget, admit};
+use crate::node::attempt::{Attempts, Budget};
 use crate::node::snapshot::ListenerState;
 
 /// Largest datagram relayed.
@@ -230,7 +230,7 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
     }
     let e = flow.pick.endpoint();
     e.is_usable(now)
-        || (admit(&l.planned.load().plan) == Admit::IgnoringHealth
+        || (l.planned.load().plan.admit() == Admit::IgnoringHealth
             && e.is_admissible()
             && !e.failed_since(flow.opened))
 }
