@@ -205,10 +205,12 @@ async fn run(
             return;
         }
         l.checked(gi, ei, &spec, &watch, &outcome);
-        // A check that ran late (a stalled runtime) does not make the next ones hurry.
+        // A check that ended at or past the next one's time (it timed out: its timeout may
+        // equal the interval; or the runtime stalled) is followed by the next at once, and the
+        // schedule goes on from there: an endpoint is checked every interval, never less often.
         let now = tokio::time::Instant::now();
         if due < now {
-            due = now + interval;
+            due = now;
         }
     }
 }
