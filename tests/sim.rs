@@ -1114,3 +1114,40 @@ fn check_results_replay_through_the_nodes_verdict() {
     // Wrong words and groups without checks are errors that say so.
     assert!(sim_err(&["--checks", "web/beijing=maybe"]).contains("expected pass, fail or timeout"));
 }
+
+#[test]
+fn recipes_show_what_sim_prints() {
+    // Every `sim` run pasted in docs/recipes.md, rerun: the operator recipes stay true.
+    let text = std::fs::read_to_string(root().join("docs/recipes.md")).unwrap();
+    let prompt = "$ cargo run --release --bin sim -- ";
+    // Fenced blocks, by their lines: (the opening fence's info string, the body).
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in text.lines() {
+        match (line.strip_prefix("```"), open.take()) {
+            (Some(info), None) => open = Some((info.to_owned(), String::new())),
+            (Some(_), Some(block)) => blocks.push(block),
+            (None, Some((info, mut body))) => {
+                body.push_str(line);
+                body.push('\n');
+                open = Some((info, body));
+            }
+            (None, None) => {}
+        }
+    }
+    let mut checked = 0;
+    for (_, body) in &blocks {
+        let Some(rest) = body.strip_prefix(prompt) else {
+            continue;
+        };
+        let (command, pasted) = rest.split_once('\n').unwrap();
+        let args: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(
+            sim(&args),
+            pasted,
+            "docs/recipes.md: the output of `sim {command}` differs from what sim prints now"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 5, "sim runs found in docs/recipes.md");
+}
