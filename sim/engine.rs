@@ -57,11 +57,46 @@ pub(crate) struct RouteReport {
 pub(crate) struct Route {
     /// The forwarding rule the request matched, on a listener that has rules.
     pub(crate) rule: Option<Match>,
+    /// How the node picks this client's group: `rotation` (`affinity = "none"`: each decision
+    /// takes the next group of the rotation over the shares, whoever the client is) or
+    /// `source-ip` (the rendezvous hash of the address names one group).
+    pub(crate) chosen_by: &'static str,
+    /// The group, when every decision for this client goes to one: always under source-ip,
+    /// under rotation only when a single group has the whole share.
     pub(crate) group: Option<String>,
+    /// The endpoint in `group`, when one is named.
     pub(crate) endpoint: Option<String>,
-    /// What decided the endpoint: `client` (hash/ip_hash: this client always lands there) or
-    /// `rotation` (the method does not map clients: the pick a fresh node would make next).
+    /// What named the endpoint: `client` (ip_hash, or hash on a key the client's address or
+    /// `--key` gives: this client always lands there) or `rotation` (the method does not map
+    /// clients: the pick a fresh node would make next); `None` when no endpoint is named.
+    pub(crate) endpoint_by: Option<&'static str>,
+    /// Every group this client's decisions can go to (share > 0), priority order, with the
+    /// chance of each; empty when there is no route.
+    pub(crate) groups: Vec<ClientGroup>,
+    /// The listener's sticky cookie: requests carrying it go where it names.
+    pub(crate) sticky: Option<String>,
+}
+
+/// One group `--client` can land in.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientGroup {
+    pub(crate) name: String,
+    /// Percent of this client's decisions that go to the group (its share under rotation, 100
+    /// under source-ip).
+    pub(crate) percent: f64,
+    pub(crate) method: &'static str,
+    /// The endpoint, when the client decides it.
+    pub(crate) endpoint: Option<String>,
+    /// What decides the endpoint: `client` (ip_hash, or hash on a key the client's address or
+    /// `--key` gives: `endpoint` is named and takes all of `percent`), `request-key` (hash on a
+    /// request key not given: pass `--key`) or `method` (the balancing method spreads the
+    /// client's decisions); the last two give only `endpoints`' shares.
     pub(crate) endpoint_by: &'static str,
+    /// The request's key (`--key`) is part of what decides the endpoint.
+    pub(crate) keyed: bool,
+    /// Each endpoint (config order) with the percent of this client's decisions it gets;
+    /// `None` when that is load-dependent.
+    pub(crate) endpoints: Vec<(String, Option<f64>)>,
 }
 
 /// One group's line.
@@ -333,54 +368,9 @@ fn evaluate_region(
         (n, max)
     });
 
-    let route = asks.client.map(|ip| {
-        let (_, balancers, plan) = node_state(
-            config,
-            li,
-            listener,
-            region,
-            what_if,
-            Affinity::SourceIp,
-            now,
-        );
-        let key = SimRequest {
-            ip,
-            key: asks.key.clone(),
-        };
-        // An HTTP listener's forwarding rules decide first which plan the request follows.
-        let rule = (!listener.routes.is_empty()).then(|| {
-            Rules::new(&listener.routes).find(&Parts {
-                host: asks.host.as_deref(),
-                path: asks.path.as_deref().unwrap_or("/"),
-                headers: &asks.headers,
-            })
-        });
-        let nothing = |rule| Route {
-            rule,
-            group: None,
-            endpoint: None,
-            endpoint_by: "none",
-        };
-        let route = match rule {
-            Some(Match::NotFound) => return nothing(rule),
-            Some(Match::Route(r)) => Some(r),
-            _ => None,
-        };
-        let Some(gi) = plan.for_route(route).choose(ip) else {
-            return nothing(rule);
-        };
-        let g = &listener.groups[gi];
-        let client_decides = matches!(g.balance, Balance::Hash { .. } | Balance::IpHash);
-        let endpoint = balancers[gi]
-            .pick(&key, now)
-            .map(|p| p.address().text.clone());
-        Route {
-            rule,
-            group: Some(g.name.clone()),
-            endpoint,
-            endpoint_by: if client_decides { "client" } else { "rotation" },
-        }
-    });
+    let route = asks
+        .client
+        .map(|ip| client_route(config, li, listener, region, what_if, asks, ip, now));
 
     let routes = listener
         .routes
@@ -406,6 +396,164 @@ fn evaluate_region(
         verify,
         route,
         routes,
+    }
+}
+
+/// Where `--client` `ip` goes from a node in `region`: under `affinity = "none"` the node's
+/// rotation spreads the client's decisions over every group with a share, under source-ip the
+/// rendezvous hash names one; inside each group, the endpoint when the client decides it, else
+/// the method's shares.
+#[allow(clippy::too_many_arguments)]
+fn client_route(
+    config: &Config,
+    li: usize,
+    listener: &Listener,
+    region: &str,
+    what_if: &WhatIf,
+    asks: &Asks,
+    ip: IpAddr,
+    now: Instant,
+) -> Route {
+    // A fresh node: new rotation and balancer state.
+    let (_, balancers, plan) = node_state(
+        config,
+        li,
+        listener,
+        region,
+        what_if,
+        listener.affinity,
+        now,
+    );
+    let request = SimRequest {
+        ip,
+        key: asks.key.clone(),
+    };
+    let chosen_by = match listener.affinity {
+        Affinity::None => "rotation",
+        Affinity::SourceIp => "source-ip",
+    };
+    // An HTTP listener's forwarding rules decide first which plan the request follows.
+    let rule = (!listener.routes.is_empty()).then(|| {
+        Rules::new(&listener.routes).find(&Parts {
+            host: asks.host.as_deref(),
+            path: asks.path.as_deref().unwrap_or("/"),
+            headers: &asks.headers,
+        })
+    });
+    let mut route = Route {
+        rule,
+        chosen_by,
+        group: None,
+        endpoint: None,
+        endpoint_by: None,
+        groups: Vec::new(),
+        sticky: listener.sticky.as_ref().map(|s| s.cookie.clone()),
+    };
+    let plan = match rule {
+        Some(Match::NotFound) => return route,
+        Some(Match::Route(r)) => plan.for_route(Some(r)),
+        _ => plan.for_route(None),
+    };
+    let targets: Vec<(usize, f64)> = match listener.affinity {
+        // Every decision takes the next group of the rotation, whoever sends it: the chance of
+        // each group is its share.
+        Affinity::None => plan
+            .order
+            .iter()
+            .map(|&gi| (gi, plan.shares[gi].total))
+            .filter(|&(_, share)| share > 0.0)
+            .collect(),
+        Affinity::SourceIp => plan.choose(ip).map(|gi| (gi, 100.0)).into_iter().collect(),
+    };
+    for &(gi, percent) in &targets {
+        let g = &listener.groups[gi];
+        let b = &balancers[gi];
+        let endpoint_by = if client_decides(listener, &g.balance, asks.key.is_some()) {
+            "client"
+        } else if matches!(g.balance, Balance::Hash { .. }) {
+            "request-key"
+        } else {
+            "method"
+        };
+        let (endpoint, endpoints) = if endpoint_by == "client" {
+            let pick = b.pick(&request, now).map(|p| p.index());
+            let endpoints = g
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(ei, e)| {
+                    let hit = if pick == Some(ei) { percent } else { 0.0 };
+                    (e.address.text.clone(), Some(hit))
+                })
+                .collect();
+            (
+                pick.map(|ei| g.endpoints[ei].address.text.clone()),
+                endpoints,
+            )
+        } else {
+            let fractions = b.expected_shares(now);
+            let endpoints = g
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(ei, e)| {
+                    let share = fractions.as_ref().map(|f| f[ei] * percent);
+                    (e.address.text.clone(), share)
+                })
+                .collect();
+            (None, endpoints)
+        };
+        route.groups.push(ClientGroup {
+            name: g.name.clone(),
+            percent,
+            method: g.balance.name(),
+            endpoint,
+            endpoint_by,
+            keyed: endpoint_by == "client" && uses_request_key(listener, &g.balance),
+            endpoints,
+        });
+    }
+    // One group takes every decision: name it, and the endpoint in it as before (the client's,
+    // or the pick a fresh node would make next when the method does not map clients).
+    if let [(gi, _)] = targets[..] {
+        let g = &listener.groups[gi];
+        route.group = Some(g.name.clone());
+        match route.groups[0].endpoint_by {
+            "client" => {
+                route.endpoint = route.groups[0].endpoint.clone();
+                route.endpoint_by = route.endpoint.is_some().then_some("client");
+            }
+            "method" => {
+                route.endpoint = balancers[gi]
+                    .pick(&request, now)
+                    .map(|p| p.address().text.clone());
+                route.endpoint_by = route.endpoint.is_some().then_some("rotation");
+            }
+            _ => {}
+        }
+    }
+    route
+}
+
+/// True when the client alone decides the endpoint in a group balanced by `balance`: ip_hash,
+/// or hash on a key made of the client's address and literals — or of anything, when `--key`
+/// gives the request's key (or the listener is not HTTP, where HTTP variables are empty).
+fn client_decides(listener: &Listener, balance: &Balance, key_given: bool) -> bool {
+    match balance {
+        Balance::IpHash => true,
+        Balance::Hash { .. } => key_given || !uses_request_key(listener, balance),
+        _ => false,
+    }
+}
+
+/// True for `hash` on an HTTP listener with a key that reads the request (`$request_uri`,
+/// `$http_*`, `$cookie_*`).
+fn uses_request_key(listener: &Listener, balance: &Balance) -> bool {
+    match balance {
+        Balance::Hash { key, .. } => {
+            listener.protocol.is_http() && key.parts.iter().any(|p| p.http_only())
+        }
+        _ => false,
     }
 }
 

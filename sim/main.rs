@@ -58,7 +58,8 @@ struct Args {
     /// Show before/after shares against this (older) config.
     #[arg(long, value_name = "OTHER_CONFIG")]
     compare: Option<PathBuf>,
-    /// Where does this client go (source-ip affinity and the group's method)?
+    /// Where does this client go: the group (source-ip affinity) or each group's chance (affinity
+    /// none: the rotation spreads it), and the endpoint its group's method picks.
     #[arg(long, value_name = "IP")]
     client: Option<IpAddr>,
     /// The request key for `hash` methods (e.g. a URI), with --client.

@@ -6,7 +6,7 @@ use gtd::split::rules::Match;
 use gtd::split::{Mode, RttSource};
 use serde_json::{Value, json};
 
-use crate::engine::{GroupRow, ListenerReport, RegionReport, Total};
+use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route, Total};
 
 /// Everything one run prints.
 pub(crate) struct Output<'a> {
@@ -267,19 +267,7 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                         continue;
                     }
                 };
-                let _ = match (&route.group, &route.endpoint) {
-                    (None, _) => writeln!(out, "  {who} → no route"),
-                    (Some(g), Some(e)) if route.endpoint_by == "client" => {
-                        writeln!(out, "  {who} → group {g}, endpoint {e}")
-                    }
-                    (Some(g), Some(e)) => writeln!(
-                        out,
-                        "  {who} → group {g}, endpoint {e} (next in the rotation on a fresh node: the method does not map clients to endpoints)"
-                    ),
-                    (Some(g), None) => {
-                        writeln!(out, "  {who} → group {g}, no usable endpoint")
-                    }
-                };
+                client_lines(&mut out, &who, l.protocol, route);
             }
         }
     }
@@ -324,6 +312,113 @@ pub(crate) fn table(o: &Output<'_>) -> String {
     }
     out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
     out
+}
+
+/// What one decision is on a listener of `protocol`.
+fn decision(protocol: &str) -> &'static str {
+    match protocol {
+        "tcp" => "connection",
+        "udp" => "flow",
+        _ => "request",
+    }
+}
+
+/// `--client`'s answer on one node: the group (or the rotation's chances over the groups) and
+/// what decides the endpoint in each.
+fn client_lines(out: &mut String, who: &str, protocol: &str, route: &Route) {
+    let each = decision(protocol);
+    let spread = |g: &ClientGroup| spread(g, each);
+    match (route.chosen_by, route.groups.as_slice()) {
+        (_, []) => {
+            let _ = writeln!(out, "  {who} → no route");
+        }
+        ("source-ip", [g, ..]) => {
+            let inside = match (&route.endpoint, route.endpoint_by) {
+                (Some(e), Some("client")) => format!("endpoint {e}"),
+                (Some(e), _) => format!(
+                    "endpoint {e} (next in the rotation on a fresh node: the method does not map clients to endpoints)"
+                ),
+                (None, _) => spread(g),
+            };
+            let _ = writeln!(
+                out,
+                "  {who} → group {} (source-ip: the hash of its address picks it), {inside}",
+                g.name
+            );
+        }
+        (_, [g]) => {
+            let _ = writeln!(
+                out,
+                "  {who} → group {} (affinity none, but the only group with a share: the rotation gives it every {each}), {}",
+                g.name,
+                spread(g)
+            );
+        }
+        (_, groups) => {
+            let _ = writeln!(
+                out,
+                "  {who} → no fixed group (affinity none): the node's rotation over the shares picks the group of each {each}; this client's {each}s go"
+            );
+            let width = groups
+                .iter()
+                .map(|g| g.name.chars().count())
+                .max()
+                .unwrap_or(0);
+            for g in groups {
+                let _ = writeln!(
+                    out,
+                    "    {:<width$}  {:>6} %  {}",
+                    g.name,
+                    pct(g.percent),
+                    spread(g)
+                );
+            }
+        }
+    }
+    if let Some(cookie) = &route.sticky {
+        let _ = writeln!(
+            out,
+            "    sticky cookie {cookie}: once a response has set it, this client's requests that carry it go to the endpoint it names"
+        );
+    }
+}
+
+/// Inside one group: the endpoint the client lands on, or how its decisions spread.
+fn spread(g: &ClientGroup, each: &str) -> String {
+    let list = || {
+        let parts: Vec<String> = g
+            .endpoints
+            .iter()
+            .filter_map(|(address, share)| {
+                share
+                    .filter(|s| *s > 0.0)
+                    .map(|s| format!("{address} {} %", pct(s)))
+            })
+            .collect();
+        if parts.is_empty() {
+            "no usable endpoint".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    };
+    match g.endpoint_by {
+        "client" => match &g.endpoint {
+            Some(e) => format!(
+                "endpoint {e} ({}: the same for every {each} of this client{})",
+                g.method,
+                if g.keyed { " with this key" } else { "" }
+            ),
+            None => "no usable endpoint".to_owned(),
+        },
+        "request-key" => format!(
+            "hash of the request's key (give --key to name the endpoint): {}",
+            list()
+        ),
+        _ if g.endpoints.iter().any(|(_, s)| s.is_none()) => {
+            format!("{} spreads them by load (load-dependent)", g.method)
+        }
+        _ => format!("{} spreads them: {}", g.method, list()),
+    }
 }
 
 fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
@@ -419,7 +514,24 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
         v["max_deviation"] = json!(max);
     }
     if let Some(route) = &r.route {
-        v["route"] = json!({"group": route.group, "endpoint": route.endpoint, "endpoint_by": route.endpoint_by});
+        let groups: Vec<Value> = route
+            .groups
+            .iter()
+            .map(|g| {
+                let endpoints: Vec<Value> = g
+                    .endpoints
+                    .iter()
+                    .map(|(address, percent)| json!({"address": address, "percent": percent}))
+                    .collect();
+                json!({"name": g.name, "percent": g.percent, "method": g.method,
+                       "endpoint": g.endpoint, "endpoint_by": g.endpoint_by, "endpoints": endpoints})
+            })
+            .collect();
+        v["route"] = json!({"chosen_by": route.chosen_by, "group": route.group, "endpoint": route.endpoint,
+                            "endpoint_by": route.endpoint_by, "groups": groups});
+        if let Some(cookie) = &route.sticky {
+            v["route"]["sticky_cookie"] = json!(cookie);
+        }
         if let Some(rule) = route.rule {
             v["route"]["rule"] = match rule {
                 Match::Default => json!("default"),
