@@ -476,7 +476,9 @@ fn client_route(
             "method"
         };
         let (endpoint, endpoints) = if endpoint_by == "client" {
-            let pick = b.pick(&request, now).map(|p| p.index());
+            let pick = b
+                .pick_admitting(&request, &[], plan.admit(), now)
+                .map(|p| p.index());
             let endpoints = g
                 .endpoints
                 .iter()
@@ -491,7 +493,7 @@ fn client_route(
                 endpoints,
             )
         } else {
-            let fractions = b.expected_shares(now);
+            let fractions = b.expected_shares_admitting(now, plan.admit());
             let endpoints = g
                 .endpoints
                 .iter()
@@ -525,7 +527,7 @@ fn client_route(
             }
             "method" => {
                 route.endpoint = balancers[gi]
-                    .pick(&request, now)
+                    .pick_admitting(&request, &[], plan.admit(), now)
                     .map(|p| p.address().text.clone());
                 route.endpoint_by = route.endpoint.is_some().then_some("rotation");
             }
