@@ -76,13 +76,25 @@ impl Hysteresis {
         &self.order
     }
 
-    /// Feeds one round of RTTs; returns true when the order changed.
+    /// Feeds one round of RTTs, every one measured; returns true when the order changed.
     pub fn observe(&mut self, rtt_ms: &[f64]) -> bool {
+        self.observe_measured(rtt_ms, |_| true)
+    }
+
+    /// Feeds one round of RTTs of which only those `measured(i)` says are measurements (the
+    /// others are catalogue times standing in). Only two measured groups compete: a measured
+    /// time never overtakes, nor is overtaken by, a catalogue time, since the two are not the
+    /// same kind of number (a loopback-fast group measured first would otherwise pass a nearer
+    /// one still at its estimate, and keep the place once that one measures faster). Returns
+    /// true when the order changed.
+    pub fn observe_measured(&mut self, rtt_ms: &[f64], measured: impl Fn(usize) -> bool) -> bool {
         let n = self.order.len();
         assert_eq!(rtt_ms.len(), n, "one RTT per group");
         for (pos_a, &a) in self.order.iter().enumerate() {
             for &b in &self.order[pos_a + 1..] {
-                let wins = rtt_ms[b] < rtt_ms[a] - overtake_margin_ms(rtt_ms[a]);
+                let wins = measured(a)
+                    && measured(b)
+                    && rtt_ms[b] < rtt_ms[a] - overtake_margin_ms(rtt_ms[a]);
                 let s = &mut self.streak[b * n + a];
                 *s = if wins { s.saturating_add(1) } else { 0 };
                 self.streak[a * n + b] = 0;
@@ -118,8 +130,9 @@ pub fn rank_history(initial_rtt_ms: &[f64], history: &[Vec<f64>]) -> Vec<usize> 
 
 /// The order a node settles on once its RTTs have been steady for a while (what `sim --latency`
 /// shows): a [`Hysteresis`] started from `estimated_ms` (the catalogue's times, before any
-/// sample) and fed `measured_ms` (one RTT per group, config order; an unmeasured group's
-/// catalogue time) round after round until the order has not moved for [`OVERTAKE_SAMPLES`]
+/// sample) and fed `measured_ms` (one RTT per group, config order; for a group the caller did
+/// not measure, its catalogue time, as if measured at it: a warmed-up node has measured every
+/// group it probes) round after round until the order has not moved for [`OVERTAKE_SAMPLES`]
 /// rounds. So a group moves past another only where it is faster by more than
 /// [`overtake_margin_ms`]; a smaller difference keeps the catalogue order.
 pub fn warmed_order(estimated_ms: &[f64], measured_ms: &[f64]) -> Vec<usize> {
@@ -137,6 +150,26 @@ pub fn warmed_order(estimated_ms: &[f64], measured_ms: &[f64]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_measured_time_does_not_pass_a_catalogue_time() {
+        // b (catalogue 30 ms) and c (catalogue 60 ms, measured first at 0.1 ms): c waits for b
+        // to be measured; then both at about 0.1 ms, neither passes the other.
+        let mut h = Hysteresis::new(&[1.0, 30.0, 60.0]);
+        for _ in 0..10 {
+            h.observe_measured(&[1.0, 30.0, 0.1], |i| i != 1);
+        }
+        assert_eq!(h.order(), [0, 1, 2]);
+        for _ in 0..10 {
+            h.observe_measured(&[1.0, 0.15, 0.1], |_| true);
+        }
+        assert_eq!(h.order(), [0, 1, 2]);
+        // A clear win among measured groups still moves them.
+        for _ in 0..3 {
+            h.observe_measured(&[40.0, 0.15, 0.1], |_| true);
+        }
+        assert_eq!(h.order(), [1, 2, 0]);
+    }
 
     #[test]
     fn ties_keep_config_order() {

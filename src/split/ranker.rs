@@ -89,7 +89,8 @@ impl Ranker {
             return false;
         }
         self.samples = samples;
-        if h.observe(&self.now.rtt_ms) {
+        let source = &self.now.source;
+        if h.observe_measured(&self.now.rtt_ms, |i| source[i] == RttSource::Measured) {
             self.now.order = h.order().to_vec();
             return true;
         }
