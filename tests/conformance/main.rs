@@ -31,6 +31,7 @@ mod common;
 mod fleet;
 
 mod failover;
+mod ranking;
 mod reload;
 mod routes;
 mod scenarios;
