@@ -1,0 +1,109 @@
+//! A node's settled ranking depends on which group was measured first, so `sim --latency` (fed
+//! the node's own measured times) can predict another order. A gtd bug, kept as an ignored
+//! test until it is fixed.
+
+use crate::fleet::*;
+
+const THREE_GROUPS: &str = r#"
+catalog = "regions/catalog.toml"
+[admin]
+bind = "127.0.0.1:1"
+
+[[listener]]
+name = "probe"
+protocol = "tcp"
+port = 1001
+regions = ["cn-shanghai"]
+
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = 50
+    [listener.group.health_check]
+    protocol = "tcp"
+    interval = "1s"
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2001"
+
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = 50
+    [listener.group.health_check]
+    protocol = "tcp"
+    interval = "1s"
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2002"
+
+  [[listener.group]]
+  name = "tokyo"
+  region = "ap-northeast-1"
+  ratio = 50
+    [listener.group.health_check]
+    protocol = "tcp"
+    interval = "1s"
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2003"
+"#;
+
+/// (group, rtt_ms, rtt_source) in the node's order.
+fn order(fleet: &Fleet) -> Vec<(String, f64, String)> {
+    fleet.nodes[0].status()["listeners"][0]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["rtt_ms"].as_f64().unwrap(),
+                g["rtt_source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "gtd bug: a group measured before the one ranked above it is compared with that \
+            one's catalogue time, overtakes it, and keeps the place once both are measured \
+            within the margin; sim --latency with the same measured times keeps the catalogue \
+            order (docs/design.md §3.1, §8)"]
+fn the_settled_order_is_the_one_sim_latency_predicts_for_the_measured_times() {
+    let cfg = Cfg::unpinned(THREE_GROUPS);
+    // Beijing's endpoint has nothing behind it at first: no sample, its catalogue 17 ms
+    // stands in, while Tokyo's connects on loopback measure about 0.1 ms.
+    let fleet = Fleet::start(&cfg, &[cfg.serving(&["probe/beijing"], false)]);
+    let beijing: std::net::SocketAddr = cfg.listeners()[0]["group"][1]["endpoint"][0]["address"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait("Tokyo measured and ranked above Beijing", || {
+        let o = order(&fleet);
+        o[1].0 == "tokyo" && o[1].2 == "measured"
+    });
+    // Beijing comes up: connects to it measure what Tokyo's do.
+    let _up = std::net::TcpListener::bind(beijing).unwrap();
+    wait("Beijing measured", || {
+        order(&fleet).iter().all(|g| g.2 == "measured")
+    });
+    let node = order(&fleet);
+    let mut args = vec!["--region".to_owned(), "cn-shanghai".to_owned()];
+    for (g, ms, _) in &node {
+        args.push("--latency".into());
+        args.push(format!("cn-shanghai/{g}={ms}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sim = fleet.sim(&args);
+    let predicted: Vec<String> = sim_split(&sim, "probe", "cn-shanghai", None)
+        .1
+        .into_iter()
+        .map(|g| g.0)
+        .collect();
+    let ranked: Vec<String> = node.iter().map(|g| g.0.clone()).collect();
+    // Today: node [shanghai, tokyo, beijing], sim [shanghai, beijing, tokyo] — every group
+    // within a fraction of a millisecond of the others, so nothing clears max(5 ms, 20 %).
+    assert_eq!(
+        ranked, predicted,
+        "node (measured {node:?}) against sim --latency"
+    );
+}
