@@ -709,13 +709,18 @@ pub(crate) fn sim_split(sim: &Value, listener: &str, region: &str, route: Option
         .iter()
         .find(|r| r["region"] == region)
         .unwrap_or_else(|| panic!("sim has no region {region} for {listener}"));
+    split_of(r, route)
+}
+
+/// The split in a `/status` listener or a sim region: its own, or forwarding rule `route`'s.
+fn split_of(v: &Value, route: Option<u64>) -> Split {
     match route {
         None => (
-            r["mode"].as_str().unwrap().to_owned(),
-            groups_of(&r["groups"], true),
+            v["mode"].as_str().unwrap().to_owned(),
+            groups_of(&v["groups"], true),
         ),
         Some(n) => {
-            let rule = r["routes"]
+            let rule = v["routes"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -737,24 +742,7 @@ pub(crate) fn status_split(status: &Value, listener: &str, route: Option<u64>) -
         .iter()
         .find(|l| l["name"] == listener)
         .unwrap_or_else(|| panic!("the node has no listener {listener}"));
-    match route {
-        None => (
-            l["mode"].as_str().unwrap().to_owned(),
-            groups_of(&l["groups"], true),
-        ),
-        Some(n) => {
-            let rule = l["routes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["rule"] == n)
-                .unwrap();
-            (
-                rule["mode"].as_str().unwrap().to_owned(),
-                groups_of(&rule["groups"], false),
-            )
-        }
-    }
+    split_of(l, route)
 }
 
 fn assert_same(node: &Split, sim: &Split, listener: &str, region: &str, proc: &NodeProc) {
