@@ -297,9 +297,10 @@ impl Deadline {
 /// The connection's first head must be in within `header_timeout` of the connection (a client
 /// that connects and sends nothing is cut off). For later heads the wait before the first byte
 /// is keep-alive rest, bounded by `idle_timeout` as nginx's `keepalive_timeout` bounds it; once
-/// bytes of the head arrive it gets `header_timeout` more. The sleep looks at the connection's
-/// read count once per `header_timeout`, so a stalled head is cut one to two periods after it
-/// began, and a resting connection within one period after `idle_timeout`.
+/// bytes of the head arrive it gets `header_timeout` more. While the connection rests, the
+/// sleep looks at its read count four times per `header_timeout`, so a stalled head is cut
+/// between 1 and 1.25 × `header_timeout` after it began (never before), and a resting
+/// connection at `idle_timeout`.
 #[derive(Clone)]
 pub(crate) struct HeadTimer(Arc<HeadState>);
 
@@ -309,6 +310,8 @@ struct HeadState {
     moves: Arc<AtomicU64>,
     /// `header_timeout`: hyper asks for sleeps of this length.
     header: Duration,
+    /// How often a resting connection's read count is looked at: a quarter of `header`.
+    look: Duration,
     idle: Duration,
     /// A head has been waited for on this connection before.
     waited: AtomicBool,
@@ -320,6 +323,7 @@ impl HeadTimer {
             deadline: Mutex::default(),
             moves,
             header,
+            look: (header / 4).max(Duration::from_millis(1)),
             idle,
             waited: AtomicBool::new(false),
         }))
@@ -344,8 +348,8 @@ impl hyper::rt::Timer for HeadTimer {
         let later = state.waited.swap(true, Ordering::Relaxed);
         // hyper's deadline is its clock reading plus header_timeout: the rest ends idle_timeout
         // after that same reading, without reading the clock again here.
+        let began = deadline.checked_sub(state.header).unwrap_or(deadline);
         let rest = later.then(|| {
-            let began = deadline.checked_sub(state.header).unwrap_or(deadline);
             (
                 reads(state.moves.load(Ordering::Relaxed)),
                 began + state.idle,
@@ -353,8 +357,9 @@ impl hyper::rt::Timer for HeadTimer {
         });
         Box::pin(HeadSleep {
             state: Arc::clone(state),
-            // An idle_timeout shorter than header_timeout ends the rest first.
-            deadline: rest.map_or(deadline, |(_, until)| deadline.min(until)),
+            // At rest, the first look comes a quarter period in; an idle_timeout shorter than
+            // that ends the rest first.
+            deadline: rest.map_or(deadline, |(_, until)| (began + state.look).min(until)),
             rest,
         })
     }
@@ -386,9 +391,12 @@ impl Future for HeadSleep {
                 if now >= rest_until {
                     return Poll::Ready(());
                 }
-                this.deadline = (now + this.state.header).min(rest_until);
+                // Looks stay on their grid however late this poll came (a past deadline is
+                // ready at once and the loop catches up).
+                this.deadline = (this.deadline + this.state.look).min(rest_until);
             } else {
-                // The head began within the last period: one more, then no more.
+                // The head began within the last quarter period: a whole header_timeout from
+                // now, then no more.
                 this.rest = None;
                 this.deadline = now + this.state.header;
             }
@@ -518,15 +526,25 @@ mod tests {
         };
         assert_eq!(ready_at(&mut rest, &writes).await, 5000);
 
-        // A later head whose first bytes come at 2.5 s and stall: cut at the second check
-        // after them, 1.5 s later.
+        // A later head whose first bytes come at 2.5 s and stall: seen at the look at 2.5 s,
+        // cut header_timeout later.
         let mut stalled = timer.sleep_until(now() + header);
         let late_read = |t| {
             if t == 2500 {
                 moves.fetch_add(1, Ordering::Relaxed);
             }
         };
-        assert_eq!(ready_at(&mut stalled, &late_read).await, 4000);
+        assert_eq!(ready_at(&mut stalled, &late_read).await, 3500);
+        // Bytes between two looks (at 2.6 s): seen at 2.75 s, cut at 3.75 s — between 1 and
+        // 1.25 × header_timeout after they came.
+        let mut between = timer.sleep_until(now() + header);
+        let odd_read = |t| {
+            if t == 2600 {
+                moves.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let t = ready_at(&mut between, &odd_read).await;
+        assert!((3600..=3900).contains(&t), "{t}");
 
         // An idle_timeout shorter than header_timeout ends the rest first.
         let short = HeadTimer::new(
