@@ -181,15 +181,28 @@ impl Snapshot {
             usize::try_from(n / 4 * 3).unwrap_or(usize::MAX) / udp.len().max(1)
         });
         for l in udp.iter().filter(|l| l.cfg.udp_max_flows > udp_flow_share) {
-            tracing::warn!(
-                listener = %l.cfg.name,
-                udp_max_flows = l.cfg.udp_max_flows,
-                flows = udp_flow_share,
-                open_files = open_files.unwrap_or(0),
-                "udp_max_flows is above this listener's share of the open files limit (3/4 of \
-                 it, split between UDP listeners): the flow table holds fewer flows, evicting \
-                 the least recently active; raise the hard limit (ulimit -Hn, LimitNOFILE=)"
-            );
+            let what = "the flow table holds fewer flows than udp_max_flows, evicting the least \
+                        recently active; raise the hard limit (ulimit -Hn, LimitNOFILE=) for more";
+            // A udp_max_flows the operator wrote that cannot be honoured is a warning; the
+            // default one, capped on a machine with a modest limit, is only worth a line.
+            if l.cfg.udp_max_flows == Listener::DEFAULT_UDP_MAX_FLOWS {
+                tracing::info!(
+                    listener = %l.cfg.name,
+                    flows = udp_flow_share,
+                    open_files = open_files.unwrap_or(0),
+                    "UDP flows capped at 3/4 of the open files limit (split between UDP \
+                     listeners): {what}"
+                );
+            } else {
+                tracing::warn!(
+                    listener = %l.cfg.name,
+                    udp_max_flows = l.cfg.udp_max_flows,
+                    flows = udp_flow_share,
+                    open_files = open_files.unwrap_or(0),
+                    "udp_max_flows is above this listener's share of the open files limit (3/4 \
+                     of it, split between UDP listeners): {what}"
+                );
+            }
         }
         Ok(Snapshot {
             config,
