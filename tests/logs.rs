@@ -120,7 +120,7 @@ async fn marking_an_endpoint_out_and_back_is_logged_once_each() {
         "listener=web",
         "group=bj",
         &format!("endpoint={endpoint}"),
-        "cause=no connection",
+        "cause=no connection: connection refused",
         "max_fails=2",
         "fail_timeout_s=10",
     ] {
@@ -281,5 +281,86 @@ async fn a_rejected_reload_is_one_line() {
         "{}",
         lines[0]
     );
+    node.shutdown().await;
+}
+
+/// A TLS server on a free port presenting `cert`/`key` (PEM) to whoever connects, until the
+/// test process ends; its address.
+fn tls_endpoint(cert: &str, key: &str) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    let cfg = Arc::new(cfg);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut tcp in listener.incoming().flatten() {
+            let mut conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+            // Until the handshake ends, one way or the other.
+            while conn.is_handshaking() {
+                if conn.complete_io(&mut tcp).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_certificate_is_named_in_the_log_line() {
+    let log = captured();
+    let trusted = Pki::new();
+    // Self-signed: an issuer the group's CA bundle does not know.
+    let own = rcgen::generate_simple_self_signed(vec!["api.test".to_owned()]).unwrap();
+    let stranger = tls_endpoint(&own.cert.pem(), &own.signing_key.serialize_pem());
+    let (cert, key) = trusted.issue(&["api.test"], false);
+    let misnamed = tls_endpoint(&cert, &key);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), trusted.ca_pem()).unwrap();
+    let tls = |sni: &str| format!("[listener.group.tls]\nca = \"ca.pem\"\nsni = \"{sni}\"\n");
+    let listeners = [
+        one_endpoint(
+            "unknown",
+            free_port(false),
+            &stranger.to_string(),
+            &tls("api.test"),
+        ),
+        one_endpoint(
+            "misnamed",
+            free_port(false),
+            &misnamed.to_string(),
+            &tls("other.test"),
+        ),
+    ]
+    .concat();
+    let cfg = write_config(dir.path(), &listeners);
+    let node = start(&cfg).await;
+    for (name, endpoint, cause) in [
+        ("unknown", stranger, "TLS: certificate of an unknown issuer"),
+        (
+            "misnamed",
+            misnamed,
+            "TLS: certificate not valid for the server name",
+        ),
+    ] {
+        let addr = listener_addr(&node, name).await;
+        let status = tokio::task::spawn_blocking(move || get(addr))
+            .await
+            .unwrap();
+        assert_eq!(status, 502, "{name}");
+        let lines = log.lines_with(&endpoint.to_string(), "endpoint out of rotation");
+        assert_eq!(lines.len(), 1, "{}", log.text());
+        assert!(lines[0].contains(cause), "{cause:?} in {:?}", lines[0]);
+    }
     node.shutdown().await;
 }

@@ -7,8 +7,9 @@ use std::io;
 /// Why an attempt got no response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
-    /// No connection (refused, unreachable, connect or TLS handshake timeout): nothing was sent.
-    Connect,
+    /// No connection (refused, unreachable, connect or TLS handshake timeout, a certificate
+    /// refused): nothing was sent.
+    Connect(Cause),
     /// No response headers within `upstream_timeout`.
     Timeout,
     /// The connection broke after the request started.
@@ -30,21 +31,88 @@ pub(crate) enum Failure {
     BadTarget,
 }
 
-/// The failure a connect error is: the endpoint's, or this node's lack of open files.
+/// Why a connection to an endpoint could not be made, for the log line that blames it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    Refused,
+    Reset,
+    Unreachable,
+    TimedOut,
+    /// The HTTP/1.1 handshake over an open connection failed.
+    Handshake,
+    TlsUnknownIssuer,
+    TlsNameMismatch,
+    TlsExpired,
+    TlsBadCertificate,
+    TlsVersion,
+    TlsAlert,
+    Tls,
+    Other,
+}
+
+impl Cause {
+    /// The cause of a connect or TLS error.
+    pub(crate) fn of(e: &io::Error) -> Cause {
+        use rustls::{AlertDescription as A, CertificateError as C, Error as R};
+        if let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<R>()) {
+            return match tls {
+                R::InvalidCertificate(C::UnknownIssuer) => Cause::TlsUnknownIssuer,
+                R::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+                    Cause::TlsNameMismatch
+                }
+                R::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => Cause::TlsExpired,
+                R::InvalidCertificate(_) => Cause::TlsBadCertificate,
+                R::PeerIncompatible(_) | R::AlertReceived(A::ProtocolVersion) => Cause::TlsVersion,
+                R::AlertReceived(_) => Cause::TlsAlert,
+                _ => Cause::Tls,
+            };
+        }
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => Cause::Refused,
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Cause::Reset,
+            io::ErrorKind::TimedOut => Cause::TimedOut,
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+                Cause::Unreachable
+            }
+            _ => Cause::Other,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Cause::Refused => "connection refused",
+            Cause::Reset => "connection reset",
+            Cause::Unreachable => "unreachable",
+            Cause::TimedOut => "connect_timeout (TCP or TLS handshake)",
+            Cause::Handshake => "the HTTP handshake failed",
+            Cause::TlsUnknownIssuer => {
+                "TLS: certificate of an unknown issuer (check the group's tls ca)"
+            }
+            Cause::TlsNameMismatch => "TLS: certificate not valid for the server name (check sni)",
+            Cause::TlsExpired => "TLS: certificate expired",
+            Cause::TlsBadCertificate => "TLS: certificate refused",
+            Cause::TlsVersion => "TLS: no protocol version in common (check min_version)",
+            Cause::TlsAlert => "TLS: the endpoint ended the handshake with an alert",
+            Cause::Tls => "TLS handshake failed",
+            Cause::Other => "connect error",
+        }
+    }
+}
+
+/// The failure a connect error is: the endpoint's (with its cause), or this node's lack of
+/// open files.
 pub(crate) fn connect_failure(e: &io::Error) -> Failure {
     if crate::node::connect::exhausted(e) {
         Failure::Exhausted
     } else {
-        Failure::Connect
+        Failure::Connect(Cause::of(e))
     }
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Failure::Connect => {
-                "no connection (refused, unreachable, connect_timeout or a failed TLS handshake)"
-            }
+            Failure::Connect(cause) => return write!(f, "no connection: {}", cause.as_str()),
             Failure::Timeout => "no response head within upstream_timeout",
             Failure::Broken => "the connection broke during the request",
             Failure::BadResponse => "a response head that is invalid or too large",

@@ -478,13 +478,13 @@ async fn proxy(
                 if failure == Failure::Timeout {
                     attempt.pick.record_timing(Measure::Header, elapsed);
                 }
-                if failure == Failure::Connect {
+                if matches!(failure, Failure::Connect(_)) {
                     endpoint.failures.increment(1);
                 }
                 l.attempt_failed(attempt.group, &attempt.pick, &failure);
                 drop(attempt);
                 last = Last::Failed(failure);
-                if !retry_ok(failure != Failure::Connect, &budget, now, &body) {
+                if !retry_ok(!matches!(failure, Failure::Connect(_)), &budget, now, &body) {
                     break;
                 }
             }

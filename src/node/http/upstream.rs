@@ -383,7 +383,7 @@ impl Upstream {
             .await
             .map_err(|e| {
                 tracing::debug!(error = %e, "connect failed");
-                Failure::Connect
+                Failure::Connect(super::failure::Cause::Handshake)
             })?;
         let clock = Arc::new(AtomicU64::new(BUSY));
         let watch = Arc::clone(&clock);
