@@ -45,9 +45,17 @@ async fn a_flow_leaves_an_endpoint_its_check_fails_and_does_not_come_back() {
     let (a, ha) = named_udp("127.0.0.1", "A").await;
     let (b, hb) = named_udp("127.0.0.3", "B").await;
     let _udp = Backends(vec![ha, hb]);
-    let check_a = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = check_a.local_addr().unwrap().port();
-    let check_b = TcpListener::bind(("127.0.0.3", port)).await.unwrap();
+    // A port free on both addresses (one free on 127.0.0.1 may be in use on 127.0.0.3).
+    let mut pair = None;
+    for _ in 0..100 {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = a.local_addr().unwrap().port();
+        if let Ok(b) = TcpListener::bind(("127.0.0.3", port)).await {
+            pair = Some((a, b, port));
+            break;
+        }
+    }
+    let (check_a, check_b, port) = pair.expect("a port free on 127.0.0.1 and 127.0.0.3");
     // Accepting is enough for a TCP check: keep the listeners, drop what they accept.
     let serve = |l: TcpListener| {
         tokio::spawn(async move {
