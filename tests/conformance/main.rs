@@ -29,6 +29,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod fleet;
+mod load;
+mod split;
 
 mod failover;
 mod ranking;
