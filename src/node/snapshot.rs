@@ -128,6 +128,8 @@ pub struct ListenerMetrics {
     pub udp_flows: Gauge,
     /// UDP flows evicted when full.
     pub udp_evicted: Counter,
+    /// Datagrams the kernel dropped on the listener's socket (its count, set as reported).
+    pub udp_kernel_drops: Counter,
     /// Entries into failover.
     pub failovers: Counter,
 }
@@ -351,6 +353,11 @@ impl ListenerState {
             },
             udp_evicted: if udp {
                 registry.counter(&m::UDP_FLOWS_EVICTED_TOTAL, &[name])
+            } else {
+                Counter::noop()
+            },
+            udp_kernel_drops: if udp {
+                registry.counter(&m::UDP_DATAGRAMS_DROPPED_TOTAL, &[name, "socket_buffer"])
             } else {
                 Counter::noop()
             },

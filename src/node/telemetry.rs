@@ -119,6 +119,13 @@ pub const UDP_FLOWS_EVICTED_TOTAL: Def = Def {
     labels: &["listener"],
     help: "UDP flows evicted (least recently active first) because the table was full (udp_max_flows, or the listener's share of the open files limit) or the node out of open files",
 };
+/// Datagrams dropped before gtd read them.
+pub const UDP_DATAGRAMS_DROPPED_TOTAL: Def = Def {
+    name: "gtd_udp_datagrams_dropped_total",
+    kind: Kind::Counter,
+    labels: &["listener", "reason"],
+    help: "Datagrams dropped on a UDP listener's socket before gtd read them (reason socket_buffer: the kernel's receive buffer was full, as SO_RXQ_OVFL reports it)",
+};
 /// Group share on this node.
 pub const GROUP_SHARE: Def = Def {
     name: "gtd_group_share",
@@ -202,6 +209,7 @@ pub const ALL: &[Def] = &[
     CONNECT_SECONDS,
     UDP_FLOWS_ACTIVE,
     UDP_FLOWS_EVICTED_TOTAL,
+    UDP_DATAGRAMS_DROPPED_TOTAL,
     GROUP_SHARE,
     GROUP_HEALTHY,
     GROUP_RTT_SECONDS,

@@ -380,3 +380,87 @@ fn out_of_open_files_blames_no_endpoint() {
     );
     assert!(!log_text.contains("udp_max_flows is above"), "{log_text}");
 }
+
+/// Datagrams the kernel drops on the listener's socket while gtd cannot read (here: stopped
+/// with SIGSTOP, its receive buffer full) are counted in `gtd_udp_datagrams_dropped_total`.
+#[test]
+fn datagrams_the_kernel_drops_are_counted() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (u, hu) = rt.block_on(udp_backend("u1"));
+    let _b = Backends(vec![hu]);
+    let dir = tempfile::tempdir().unwrap();
+    let (udp_port, admin_port) = (free_port(true), free_port(false));
+    let cfg = dir.path().join("config.toml");
+    let text = config_text(
+        admin_port,
+        &udp_listener(
+            udp_port,
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(u, 1)]),
+        ),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let child = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let udp: SocketAddr = format!("127.0.0.1:{udp_port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while StdTcpStream::connect(admin).is_err() {
+        assert!(Instant::now() < deadline, "gtd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0_u8; 2048];
+    client.send_to(b"hello", udp).unwrap();
+    client
+        .recv_from(&mut buf)
+        .expect("an answer before the flood");
+    assert_eq!(
+        metric_at(admin, "gtd_udp_datagrams_dropped_total", &[]),
+        0.0
+    );
+
+    // Stopped, gtd reads nothing: 20 000 datagrams of 1 KiB (20 MiB) overflow any default
+    // receive buffer. Bounded, loopback only.
+    let pid = child.0.id().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let datagram = [7_u8; 1024];
+    for _ in 0..20_000 {
+        let _ = client.send_to(&datagram, udp);
+    }
+    signal("-CONT");
+    // The count comes with the next datagrams gtd reads; it publishes it within 250 ms.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let _ = client.send_to(b"after", udp);
+        if metric_at(
+            admin,
+            "gtd_udp_datagrams_dropped_total",
+            &["reason=\"socket_buffer\""],
+        ) > 0.0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no drop counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -136,6 +136,9 @@ pub(crate) async fn udp_loop(
             () = stop.cancelled() => break,
             _ = sweep.tick() => {
                 expire(&node, port, &mut flows, origin);
+                if let Some(l) = node.snapshot.load().listener_on(port, true) {
+                    l.metrics.udp_kernel_drops.absolute(socket.dropped());
+                }
                 continue;
             }
             r = socket.recv(&mut buf, &mut control) => r,

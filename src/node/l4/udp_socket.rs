@@ -7,6 +7,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::net::UdpSocket;
 
@@ -19,6 +20,11 @@ pub(crate) struct Listen {
     socket: UdpSocket,
     /// Bound to a wildcard address, with packet info enabled.
     pktinfo: bool,
+    /// SO_RXQ_OVFL is on: each datagram carries the count of those the kernel dropped on
+    /// this socket because its receive buffer was full.
+    overflow: bool,
+    /// That count, as the last datagram told it.
+    dropped: AtomicU64,
 }
 
 impl Listen {
@@ -26,7 +32,18 @@ impl Listen {
     pub(crate) fn new(socket: UdpSocket) -> io::Result<Listen> {
         let wildcard = socket.local_addr()?.ip().is_unspecified();
         let pktinfo = wildcard && pktinfo::enable(&socket)?;
-        Ok(Listen { socket, pktinfo })
+        let overflow = pktinfo::count_drops(&socket);
+        Ok(Listen {
+            socket,
+            pktinfo,
+            overflow,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Datagrams the kernel dropped on this socket (receive buffer full), as last reported.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -40,11 +57,11 @@ impl Listen {
         buf: &mut [u8],
         control: &mut Control,
     ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
-        if !self.pktinfo {
+        if !self.pktinfo && !self.overflow {
             let (n, from) = self.socket.recv_from(buf).await?;
             return Ok((n, from, None));
         }
-        pktinfo::recv(&self.socket, buf, control).await
+        pktinfo::recv(&self.socket, buf, control, &self.dropped).await
     }
 
     /// [`Listen::send`] without waiting: `WouldBlock` when the socket's buffer is full.
@@ -79,6 +96,7 @@ mod pktinfo {
     use std::io::{self, IoSlice, IoSliceMut};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     use nix::libc;
     use nix::sys::socket::{
@@ -103,10 +121,16 @@ mod pktinfo {
         Ok(true)
     }
 
+    /// Asks for the kernel's drop count with every datagram (SO_RXQ_OVFL); false if refused.
+    pub(super) fn count_drops(socket: &UdpSocket) -> bool {
+        setsockopt(socket, sockopt::RxqOvfl, &1).is_ok()
+    }
+
     pub(super) async fn recv(
         socket: &UdpSocket,
         buf: &mut [u8],
         control: &mut Control,
+        dropped: &AtomicU64,
     ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
         let fd = socket.as_raw_fd();
         socket
@@ -137,6 +161,10 @@ mod pktinfo {
                         ControlMessageOwned::Ipv6PacketInfo(i) => {
                             let ip = Ipv6Addr::from(i.ipi6_addr.s6_addr);
                             (!ip.is_multicast()).then_some(IpAddr::V6(ip))
+                        }
+                        ControlMessageOwned::RxqOvfl(n) => {
+                            dropped.store(u64::from(n), Ordering::Relaxed);
+                            None
                         }
                         _ => None,
                     });
@@ -228,10 +256,15 @@ mod pktinfo {
         Ok(false)
     }
 
+    pub(super) fn count_drops(_: &UdpSocket) -> bool {
+        false
+    }
+
     pub(super) async fn recv(
         _: &UdpSocket,
         _: &mut [u8],
         _: &mut Control,
+        _: &std::sync::atomic::AtomicU64,
     ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
         unreachable!("packet info is off")
     }
