@@ -593,6 +593,20 @@ pub struct UpstreamTls {
 impl UpstreamTls {
     /// `enabled`: a `tls` table turns TLS on.
     pub const DEFAULT_ENABLED: bool = true;
+
+    /// An empty `tls` table: TLS on, verified against the system's CA bundle, the endpoint's
+    /// host as SNI (what https health checks use for a group without one).
+    pub fn defaults() -> UpstreamTls {
+        UpstreamTls {
+            enabled: Self::DEFAULT_ENABLED,
+            sni: None,
+            ca: None,
+            client_cert: None,
+            client_key: None,
+            insecure_skip_verify: false,
+            min_version: TlsVersion::default(),
+        }
+    }
 }
 
 /// A TLS protocol version.

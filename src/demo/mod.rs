@@ -116,13 +116,8 @@ fn parse_events(opts: &Options, plan: &[Spec]) -> Result<Vec<Event>> {
 /// the demo's clients do not verify them.
 fn insecure_tls() -> Result<tokio_rustls::TlsConnector> {
     let t = UpstreamTls {
-        enabled: true,
-        sni: None,
-        ca: None,
-        client_cert: None,
-        client_key: None,
         insecure_skip_verify: true,
-        min_version: Default::default(),
+        ..UpstreamTls::defaults()
     };
     let cfg = crate::node::tls_client_config(&t).map_err(|e| anyhow!(e))?;
     Ok(tokio_rustls::TlsConnector::from(cfg))
@@ -263,11 +258,7 @@ async fn drive(
                 .ok_or_else(|| anyhow!("listener {:?} not bound on {region}", l.name))?;
             let names: Vec<String> = l.groups.iter().map(|g| g.name.clone()).collect();
             let (_, now) = view::read_status(&nodes[ri].status(), &l.name, &names);
-            let mut initial = vec![0.0; l.groups.len()];
-            for g in &now {
-                initial[g.index] = g.share;
-            }
-            let shares = Arc::new(ArcSwap::from_pointee(initial));
+            let shares = Arc::new(ArcSwap::from_pointee(view::shares(&now, names.len())));
             let tally = Arc::new(Mutex::new(Tally::new(l.groups.len())));
             let generator = Generator {
                 listener: l.clone(),
@@ -317,11 +308,7 @@ async fn drive(
         for (pane, (ri, shares, _)) in panes.iter_mut().zip(&feeds) {
             let status = nodes[*ri].status();
             let (mode, groups) = view::read_status(&status, &pane.listener, &names[&pane.listener]);
-            let mut by_index = vec![0.0; names[&pane.listener].len()];
-            for g in &groups {
-                by_index[g.index] = g.share;
-            }
-            shares.store(Arc::new(by_index));
+            shares.store(Arc::new(view::shares(&groups, names[&pane.listener].len())));
             pane.mode = mode;
             pane.groups = groups;
         }

@@ -69,6 +69,15 @@ pub(crate) fn read_status(status: &Value, listener: &str, names: &[String]) -> (
     (l["mode"].as_str().unwrap_or("").to_owned(), groups)
 }
 
+/// The node's share of each of `n` groups, percent, by config index.
+pub(crate) fn shares(groups: &[Seen], n: usize) -> Vec<f64> {
+    let mut by_index = vec![0.0; n];
+    for g in groups {
+        by_index[g.index] = g.share;
+    }
+    by_index
+}
+
 impl Pane {
     /// Decisions per second over the last second, and each group's observed percent over
     /// the window (config index).

@@ -188,15 +188,7 @@ impl Spec {
                     let t = group
                         .tls
                         .clone()
-                        .unwrap_or_else(|| crate::config::UpstreamTls {
-                            enabled: true,
-                            sni: None,
-                            ca: None,
-                            client_cert: None,
-                            client_key: None,
-                            insecure_skip_verify: false,
-                            min_version: Default::default(),
-                        });
+                        .unwrap_or_else(crate::config::UpstreamTls::defaults);
                     let config =
                         tls::client_config(&t).map_err(|e| format!("health_check (https): {e}"))?;
                     Some((TlsConnector::from(config), t.sni.clone()))
