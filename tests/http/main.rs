@@ -13,6 +13,7 @@
 mod common;
 mod harness;
 
+mod drain;
 mod fail_open;
 mod feedback;
 mod limits;

@@ -45,6 +45,11 @@ pub(super) struct Conn {
     pub(super) inflight: AtomicU32,
     /// A request has reached gtd on this connection (see [`run`]).
     pub(super) asked: AtomicBool,
+    /// The connection speaks HTTP/2 (ALPN said so, or a request came as HTTP/2): the node's
+    /// stop sends it a GOAWAY at once.
+    pub(super) h2: AtomicBool,
+    /// Told of each request that comes while the node drains (see [`run`]).
+    pub(super) drain_wake: tokio::sync::Notify,
     /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
     /// and the first request head must be in.
     pub(super) first_by: tokio::time::Instant,
@@ -64,6 +69,8 @@ impl Conn {
             tunnel: Mutex::default(),
             inflight: AtomicU32::new(0),
             asked: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            drain_wake: tokio::sync::Notify::new(),
             first_by,
         }
     }
@@ -94,6 +101,12 @@ pub(crate) async fn serve(
     let service = hyper::service::service_fn(move |req| {
         // Here, not in `proxy`: HTTP/2 runs that in a task of its own, maybe after the watchdog.
         conn.asked.store(true, Ordering::Relaxed);
+        if req.version() == http::Version::HTTP_2 {
+            conn.h2.store(true, Ordering::Relaxed);
+        }
+        if service_node.draining.load(Ordering::Relaxed) {
+            conn.drain_wake.notify_one();
+        }
         proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
     });
     let mut first = [0_u8; 1];
@@ -124,6 +137,7 @@ pub(crate) async fn serve(
                 }
             };
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            own_conn.h2.store(h2, Ordering::Relaxed);
             // HTTP/2 over TLS needs ALPN (RFC 9113); without it the client speaks HTTP/1.1.
             let builder = if h2 {
                 http.server.clone().http2_only()
@@ -213,6 +227,21 @@ pub(super) async fn run<I, S>(
     let result = match Watched::new(conn.as_mut(), watch.as_mut()).await {
         First::Main(r) => r,
         First::Watch(Watchdog::Stop) => {
+            // An idle HTTP/1 connection closed now could cross a request the client is sending
+            // (lost, and not retried when it is a POST): it stays open for a moment, and a
+            // request that comes is answered with `Connection: close` (hyper adds it once keep-
+            // alive is off). HTTP/2 gets its GOAWAY at once; a request in flight ends with
+            // `Connection: close`.
+            if !conn_state.h2.load(Ordering::Relaxed)
+                && conn_state.inflight.load(Ordering::Relaxed) == 0
+            {
+                let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
+                tokio::select! {
+                    r = conn.as_mut() => return ended(r),
+                    () = conn_state.drain_wake.notified() => {}
+                    () = tokio::time::sleep(grace) => {}
+                }
+            }
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -234,6 +263,14 @@ pub(super) async fn run<I, S>(
             }
         }
     };
+    ended(result);
+}
+
+/// How long a stopping node keeps an idle HTTP/1 connection open for a request that may be on
+/// its way (bounded by the listener's `drain_timeout`).
+pub(crate) const IDLE_DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+fn ended<E: std::fmt::Display>(result: Result<(), E>) {
     if let Err(e) = result {
         tracing::debug!(error = %e, "http connection ended with an error");
     }

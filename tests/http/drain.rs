@@ -1,0 +1,151 @@
+//! The node's stop (SIGTERM) on HTTP listeners: a request that comes on an idle kept-alive
+//! connection as the drain begins is answered (with `Connection: close`), not lost to a close
+//! that crossed it; idle connections do not hold the drain for its whole `drain_timeout`;
+//! HTTP/2 connections are told with a GOAWAY.
+
+use crate::common::*;
+use crate::harness::*;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Waits until `addr` refuses connections: the listener closed, the drain has begun.
+async fn until_refused(addr: SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "listener still accepting after the stop"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends one GET on `s`; the whole answer up to the body "one" (bounded by a minute).
+async fn ask(s: &mut TcpStream) -> String {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"one") {
+        let mut chunk = [0_u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
+            .await
+            .expect("an answer within a minute")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_an_idle_connection_as_the_drain_begins_is_answered_with_connection_close() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A drain far longer than the test may take: idle connections must not hold it.
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "drain_timeout = \"1h\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let mut active = TcpStream::connect(addr).await.unwrap();
+    let first = ask(&mut active).await;
+    assert!(first.starts_with("HTTP/1.1 200 "), "{first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "{first}"
+    );
+    // A second client rests on its connection and never asks again.
+    let mut resting = TcpStream::connect(addr).await.unwrap();
+    let rested = ask(&mut resting).await;
+    assert!(rested.starts_with("HTTP/1.1 200 "), "{rested}");
+
+    let stopping = tokio::spawn(node.shutdown());
+    until_refused(addr).await;
+    // The next request on the kept-alive connection comes now: answered, and told to go.
+    let second = ask(&mut active).await;
+    assert!(
+        second.starts_with("HTTP/1.1 200 "),
+        "a request as the drain began was lost: {second:?}"
+    );
+    assert!(
+        second.to_ascii_lowercase().contains("connection: close"),
+        "{second}"
+    );
+    let rest = until_closed(&mut active, "closed after its answer").await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    // The resting connection is closed by the node without a word, and the drain ends
+    // (well before its hour).
+    let rest = until_closed(&mut resting, "an idle connection closed by the drain").await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    tokio::time::timeout(Duration::from_secs(60), stopping)
+        .await
+        .expect("the drain ended once idle connections were closed")
+        .unwrap();
+    assert_eq!(b.hits(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_gets_a_goaway_when_the_drain_begins() {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "drain_timeout = \"1h\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            Request::get(format!("http://{addr}/"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let stopping = tokio::spawn(node.shutdown());
+    // The GOAWAY ends the client's connection cleanly (an error would be a reset or a bare
+    // close), and the drain ends with it.
+    tokio::time::timeout(Duration::from_secs(60), driver)
+        .await
+        .expect("the node's GOAWAY closed the HTTP/2 connection")
+        .unwrap()
+        .expect("a graceful end, not an error");
+    assert!(
+        sender
+            .send_request(Request::get("/").body(empty()).unwrap())
+            .await
+            .is_err(),
+        "no new stream after the GOAWAY"
+    );
+    tokio::time::timeout(Duration::from_secs(60), stopping)
+        .await
+        .expect("the drain ended")
+        .unwrap();
+}
