@@ -1,18 +1,21 @@
 //! Helpers shared by the integration tests that run nodes on loopback (`node.rs`, `http/`):
 //! free ports, configs built from TOML snippets and written to temp dirs, raw socket backends,
 //! starting a node in-process, the admin API, metrics, bounded waits, `sim`'s expectation for a
-//! config, and a test PKI (rcgen).
+//! config, a test PKI (rcgen), and an authoritative DNS server (hickory-server).
 
 #![allow(dead_code)]
 
 mod backends;
 mod config;
+mod dns;
 
 // Not every test binary uses every helper (`config.rs` and `logs.rs` build no snippets).
 #[allow(unused_imports)]
 pub(crate) use backends::*;
 #[allow(unused_imports)]
 pub(crate) use config::*;
+#[allow(unused_imports)]
+pub(crate) use dns::*;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
