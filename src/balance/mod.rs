@@ -333,9 +333,9 @@ impl GroupBalancer {
         Self::assemble(group, protocol, endpoints, hub, now)
     }
 
-    /// Rebuilds after a config reload. Endpoints whose address (text as written; the n-th
-    /// occurrence of a repeated one matches the n-th) existed in `previous` keep their run-time
-    /// state: active count, failures, health and admin flags, averages. New endpoints with
+    /// Rebuilds after a config reload. Endpoints whose address (text as written and, for a
+    /// name, the resolved IP; the n-th occurrence of a repeated one matches the n-th) existed in
+    /// `previous` keep their run-time state: active count, failures, health and admin flags, averages. New endpoints with
     /// `slow_start` ramp up. `previous` must be this group's balancer.
     pub fn rebuild(
         group: &config::Group,
@@ -346,18 +346,13 @@ impl GroupBalancer {
         let hub = Arc::clone(&previous.full.hub);
         // Previous states by address, in config order; each new endpoint takes the first one
         // left for its address, so the n-th occurrence of a repeated address gets the n-th.
-        let mut by_address: HashMap<&str, VecDeque<&Arc<EndpointState>>> = HashMap::new();
+        let mut by_address: HashMap<&Address, VecDeque<&Arc<EndpointState>>> = HashMap::new();
         for e in previous.endpoints.iter() {
-            by_address
-                .entry(e.address().text.as_str())
-                .or_default()
-                .push_back(e);
+            by_address.entry(e.address()).or_default().push_back(e);
         }
         let mut endpoints = Vec::with_capacity(group.endpoints.len());
         for cfg in &group.endpoints {
-            let old = by_address
-                .get_mut(cfg.address.text.as_str())
-                .and_then(|q| q.pop_front());
+            let old = by_address.get_mut(&cfg.address).and_then(|q| q.pop_front());
             let state = match old {
                 Some(old) if old.config() == cfg => Arc::clone(old),
                 Some(old) => Arc::new(old.reconfigured(cfg.clone())),

@@ -37,6 +37,8 @@ pub struct Config {
     pub node: Node,
     /// `[admin]`.
     pub admin: Admin,
+    /// `[dns]`.
+    pub dns: Dns,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
     /// Things in the file that are valid but have no effect (a key of another protocol, as
@@ -50,6 +52,42 @@ pub struct Config {
 pub struct Node {
     /// Bind outbound sockets (to endpoints, health checks) to this address.
     pub source_ip: Option<IpAddr>,
+}
+
+/// `[dns]`: how endpoint host names are resolved (docs/design.md §6, DNS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dns {
+    /// Name servers to ask; empty: the system's (`/etc/resolv.conf`).
+    pub nameservers: Vec<SocketAddr>,
+    /// How long one query may take; unset: the system's (resolv.conf `timeout`, else 5 s).
+    pub timeout: Option<Duration>,
+    /// Queries per lookup, the first included; unset: the system's (resolv.conf
+    /// `attempts`, else 2).
+    pub attempts: Option<u32>,
+    /// Shortest time an answer is kept before the name is asked again (a lower TTL is raised
+    /// to it); also the first wait after a failed lookup.
+    pub min_ttl: Duration,
+    /// Longest time an answer is kept (a higher TTL is lowered to it).
+    pub max_ttl: Duration,
+}
+
+impl Dns {
+    /// `min_ttl`.
+    pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(1);
+    /// `max_ttl`.
+    pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(300);
+}
+
+impl Default for Dns {
+    fn default() -> Self {
+        Dns {
+            nameservers: Vec::new(),
+            timeout: None,
+            attempts: None,
+            min_ttl: Self::DEFAULT_MIN_TTL,
+            max_ttl: Self::DEFAULT_MAX_TTL,
+        }
+    }
 }
 
 /// `[admin]`: the status/metrics/control server.
@@ -630,9 +668,47 @@ pub struct Address {
     pub port: u16,
 }
 
+impl Address {
+    /// What names this one target in metrics, logs and `/status`: the text as written, and
+    /// for one address of a resolved name, `NAME:PORT@IP` (a name has as many targets as it
+    /// has addresses, all with the same text).
+    pub fn id(&self) -> std::borrow::Cow<'_, str> {
+        match &self.host {
+            Host::Resolved { ip, .. } => format!("{}@{ip}", self.text).into(),
+            _ => self.text.as_str().into(),
+        }
+    }
+
+    /// One address `ip` of this name: the same text (the name's identity for hashing, the
+    /// admin API and the Host header), connecting to `ip`.
+    pub fn resolved(&self, ip: IpAddr) -> Address {
+        let name = match &self.host {
+            Host::Name(n) | Host::Resolved { name: n, .. } => n.clone(),
+            Host::Ip(_) => return self.clone(),
+        };
+        Address {
+            text: self.text.clone(),
+            host: Host::Resolved { name, ip },
+            port: self.port,
+        }
+    }
+
+    /// The IP to connect to: the literal one, or the resolved one; None for a name not
+    /// resolved (never connected to).
+    pub fn ip(&self) -> Option<IpAddr> {
+        match &self.host {
+            Host::Ip(ip) | Host::Resolved { ip, .. } => Some(*ip),
+            Host::Name(_) => None,
+        }
+    }
+}
+
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        match &self.host {
+            Host::Resolved { ip, .. } => write!(f, "{}@{ip}", self.text),
+            _ => f.write_str(&self.text),
+        }
     }
 }
 
@@ -643,6 +719,25 @@ pub enum Host {
     Ip(IpAddr),
     /// A DNS name, resolved (and re-resolved) at run time.
     Name(String),
+    /// One address a name resolved to: what the node connects to. Never read from a file; the
+    /// node expands each name into one such target per address (`node::dns`).
+    Resolved {
+        /// The name as configured.
+        name: String,
+        /// One of its addresses.
+        ip: IpAddr,
+    },
+}
+
+impl Host {
+    /// The name (configured or resolved), or the IP as text: what TLS's SNI and a `Host`
+    /// header carry.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Host::Ip(ip) => ip.to_string().into(),
+            Host::Name(n) | Host::Resolved { name: n, .. } => n.as_str().into(),
+        }
+    }
 }
 
 /// One `[[listener.group.endpoint]]`.

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
+use super::{Inner, dns};
+use crate::config::Host;
 use crate::split::rules::describe;
 
 type Body = Full<Bytes>;
@@ -161,6 +162,7 @@ fn micros(ms: f64) -> f64 {
 /// The `/status` document (docs/design.md §7).
 pub(crate) fn status(node: &Inner) -> Value {
     let snap = node.snapshot.load();
+    let names = node.names.table();
     let now = Instant::now();
     let listeners: Vec<Value> = snap
         .listeners
@@ -195,13 +197,26 @@ pub(crate) fn status(node: &Inner) -> Value {
                                     "passes_needed": v.passes_needed(), "checks": v.checks(),
                                 })
                             });
-                            json!({
+                            let mut v = json!({
                                 "address": e.address.text, "healthy": state.is_usable(now), "enabled": state.is_enabled(),
                                 "active": state.active(), "weight": e.weight, "fails": state.fails(),
                                 "passive_down": state.is_passively_down(now),
                                 "check": check, "rtt_ms": w.rtt.value().map(micros),
                                 "backup": e.backup, "down": e.down, "drain": e.drain,
-                            })
+                            });
+                            // A name's address, or the name with none (and why).
+                            match &e.address.host {
+                                Host::Resolved { ip, .. } => {
+                                    v["id"] = json!(e.address.id());
+                                    v["resolved"] = json!(ip.to_string());
+                                }
+                                Host::Name(n) => {
+                                    v["resolved"] = Value::Null;
+                                    v["dns_error"] = json!(names.get(n).and_then(|s| s.error.as_deref()).unwrap_or("not resolved yet"));
+                                }
+                                Host::Ip(_) => {}
+                            }
+                            v
                         })
                         .collect();
                     json!({
@@ -244,7 +259,31 @@ pub(crate) fn status(node: &Inner) -> Value {
             "uptime_s": node.started.elapsed().as_secs(), "config": snap.config.source.display().to_string(),
         },
         "listeners": listeners,
+        "dns": dns_status(&names),
     })
+}
+
+/// Each endpoint host name: its state, addresses, TTL and last error.
+fn dns_status(names: &dns::Table) -> Value {
+    let unix_ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    names
+        .iter()
+        .map(|(name, s)| {
+            let v = json!({
+                "state": s.state(),
+                "addresses": s.addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "ttl_s": s.ttl.map(|t| t.as_secs_f64()),
+                "error": s.error,
+                "checked_at_unix_ms": unix_ms(s.checked_at),
+                "next_lookup_in_s": s.next_in.as_secs_f64(),
+            });
+            (name.clone(), v)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 #[cfg(test)]

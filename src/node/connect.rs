@@ -12,16 +12,16 @@ use crate::config::{Address, Host};
 
 use super::timers::Pace;
 
-/// The socket address of an endpoint: its IP, or the first address its name resolves to.
-pub(crate) async fn resolve(address: &Address) -> io::Result<SocketAddr> {
+/// The socket address of an endpoint: its IP, or the address of its name this target stands
+/// for ([`super::dns`] expands a name into one target per address). A name with no address yet
+/// is never picked (its placeholder is `down`); connecting to one fails, naming it.
+pub(crate) fn resolve(address: &Address) -> io::Result<SocketAddr> {
     match &address.host {
-        Host::Ip(ip) => Ok(SocketAddr::new(*ip, address.port)),
-        Host::Name(name) => tokio::net::lookup_host((name.as_str(), address.port))
-            .await?
-            .next()
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"))
-            }),
+        Host::Ip(ip) | Host::Resolved { ip, .. } => Ok(SocketAddr::new(*ip, address.port)),
+        Host::Name(name) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{name} has not resolved to any address"),
+        )),
     }
 }
 
@@ -54,7 +54,7 @@ pub(crate) async fn connect(
     timeout: Duration,
 ) -> io::Result<TcpStream> {
     let attempt = async {
-        let target = resolve(address).await?;
+        let target = resolve(address)?;
         let socket = if target.is_ipv4() {
             TcpSocket::new_v4()?
         } else {
@@ -75,7 +75,7 @@ pub(crate) async fn connect_udp(
     address: &Address,
     source: Option<IpAddr>,
 ) -> io::Result<UdpSocket> {
-    let target = resolve(address).await?;
+    let target = resolve(address)?;
     let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
         Some(ip) => SocketAddr::new(ip, 0),
         None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),

@@ -18,6 +18,7 @@ pub mod admin;
 pub mod attempt;
 pub(crate) mod checks;
 pub mod connect;
+pub(crate) mod dns;
 pub mod http;
 pub mod l4;
 pub mod snapshot;
@@ -95,6 +96,8 @@ pub(crate) struct Inner {
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Stops the running snapshot's health checks (replaced by each reload's).
     pub(crate) checks: std::sync::Mutex<CancellationToken>,
+    /// Endpoint host names and their addresses.
+    pub(crate) names: Arc<dns::Names>,
     admin_addr: SocketAddr,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
@@ -125,9 +128,21 @@ impl Node {
     pub async fn start(opts: Options) -> Result<Node> {
         let config = Arc::new(load(&opts)?);
         let registry = Registry::new();
-        let now = Instant::now();
-        let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now)
+        let names = dns::Names::new(&registry);
+        names
+            .prepare(&config, &opts.region)
+            .await
             .map_err(|e| anyhow!("{e}"))?;
+        let now = Instant::now();
+        let snapshot = Snapshot::build(
+            config.clone(),
+            &opts.region,
+            None,
+            &registry,
+            &names.table(),
+            now,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
         if config.admin.exposed(admin_bind) {
@@ -155,6 +170,7 @@ impl Node {
             drained: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             checks: std::sync::Mutex::new(CancellationToken::new()),
+            names,
             admin_addr,
         });
         // Before any port opens: an `essential` endpoint is out until it passes its checks.
@@ -167,6 +183,7 @@ impl Node {
         }
         tokio::spawn(admin::serve(inner.clone(), admin, inner.drained.clone()));
         tokio::spawn(planner(inner.clone()));
+        tokio::spawn(follow_names(inner.clone()));
         tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
         Ok(Node { inner })
     }
@@ -302,19 +319,14 @@ impl Inner {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.
             let inner = Arc::clone(self);
-            let next = tokio::task::spawn_blocking(move || {
-                let config = Arc::new(load(&inner.opts).map_err(|e| format!("{e:#}"))?);
-                let old = inner.snapshot.load_full();
-                Snapshot::build(
-                    config,
-                    &inner.region,
-                    Some(&old),
-                    &inner.registry,
-                    Instant::now(),
-                )
-            })
-            .await
-            .map_err(|e| format!("reading the config failed: {e}"))??;
+            let config = tokio::task::spawn_blocking(move || load(&inner.opts))
+                .await
+                .map_err(|e| format!("reading the config failed: {e}"))?
+                .map_err(|e| format!("{e:#}"))?;
+            let config = Arc::new(config);
+            // New names are looked up before the snapshot that uses them is built.
+            self.names.prepare(&config, &self.region).await?;
+            let next = self.build(config).await?;
             let wanted = wanted_ports(&next);
             let fresh = bind_all(self.opts.bind, &wanted, &bound, &next)
                 .await
@@ -362,6 +374,46 @@ impl Inner {
         result
     }
 
+    /// Builds a snapshot of `config` with the names' addresses now, carrying the running one's
+    /// state; off the runtime, since certificates are read.
+    async fn build(self: &Arc<Self>, config: Arc<Config>) -> std::result::Result<Snapshot, String> {
+        let inner = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let old = inner.snapshot.load_full();
+            Snapshot::build(
+                config,
+                &inner.region,
+                Some(&old),
+                &inner.registry,
+                &inner.names.table(),
+                Instant::now(),
+            )
+        })
+        .await
+        .map_err(|e| format!("building the snapshot failed: {e}"))?
+    }
+
+    /// A name's addresses changed: the running config is built again with them (the same
+    /// ports, so nothing is bound), connections carry on, and addresses that stay keep their
+    /// state.
+    async fn refresh(self: &Arc<Self>) {
+        let _bound = self.bound.lock().await;
+        if self.stop.is_cancelled() {
+            return;
+        }
+        let config = Arc::clone(&self.snapshot.load().config);
+        match self.build(config).await {
+            Ok(next) => {
+                let next = Arc::new(next);
+                self.snapshot.store(Arc::clone(&next));
+                checks::start(self, &next);
+                self.registry.retain(&next.series);
+                next.publish(Instant::now());
+            }
+            Err(e) => tracing::error!("dns: the new addresses could not be put in service: {e}"),
+        }
+    }
+
     /// Enables or disables one endpoint at run time (survives reloads until changed again).
     pub(crate) fn set_enabled(
         &self,
@@ -379,12 +431,21 @@ impl Inner {
             .iter()
             .position(|g| g.name == group)
             .ok_or_else(|| format!("no group {group:?} in listener {listener:?}"))?;
-        let ei = l.cfg.groups[gi]
+        // An endpoint as configured (every address of a name), or one address of a name
+        // (`NAME:PORT@IP`, as `/status` and the metrics name it).
+        let states = l.groups[gi].balancer.endpoints();
+        let chosen: Vec<_> = l.cfg.groups[gi]
             .endpoints
             .iter()
-            .position(|e| e.address.text == address)
-            .ok_or_else(|| format!("no endpoint {address:?} in group {group:?}"))?;
-        l.groups[gi].balancer.endpoints()[ei].set_enabled(enabled, Instant::now());
+            .zip(states)
+            .filter(|(e, _)| e.address.text == address || e.address.id() == address)
+            .collect();
+        if chosen.is_empty() {
+            return Err(format!("no endpoint {address:?} in group {group:?}"));
+        }
+        for (_, state) in chosen {
+            state.set_enabled(enabled, Instant::now());
+        }
         tracing::info!(
             listener,
             group,
@@ -504,6 +565,17 @@ fn start_loops(inner: &Arc<Inner>, fresh: Vec<Fresh>, bound: &mut BTreeMap<(bool
             }
         }
     }
+}
+
+/// Rebuilds the snapshot each time a name's addresses change, until the drain ends.
+async fn follow_names(inner: Arc<Inner>) {
+    loop {
+        tokio::select! {
+            () = inner.drained.cancelled() => break,
+            () = inner.names.changed.notified() => inner.refresh().await,
+        }
+    }
+    inner.names.stop();
 }
 
 /// Re-reads group health and measured RTTs every 250 ms, closes expired idle endpoint connections every second

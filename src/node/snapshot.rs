@@ -27,6 +27,7 @@ use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
 use super::checks::{Watch, probe};
+use super::dns;
 use super::http::HttpState;
 use super::http::upstream::{Connects, Upstream};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
@@ -155,11 +156,12 @@ impl Snapshot {
     /// still exist keep their balancer state (counters, failures, health, admin toggles).
     /// Fails when a certificate or key of an HTTPS listener or a group's TLS cannot be used; the
     /// message names the listener and the file.
-    pub fn build(
+    pub(crate) fn build(
         config: Arc<Config>,
         region: &str,
         previous: Option<&Snapshot>,
         registry: &Registry,
+        names: &dns::Table,
         now: Instant,
     ) -> Result<Snapshot, String> {
         let registry = &registry.scope();
@@ -169,7 +171,8 @@ impl Snapshot {
             .filter(|l| l.regions.iter().any(|r| r == region))
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
-                ListenerState::build(l, old.map(|o| o.as_ref()), registry, &config, region, now)
+                let l = dns::expand(l, names);
+                ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, region, now)
                     .map(Arc::new)
             })
             .collect::<Result<Vec<Arc<ListenerState>>, _>>()?;
@@ -254,7 +257,8 @@ impl ListenerState {
                     .endpoints
                     .iter()
                     .map(|e| {
-                        let labels = [name, gname, e.address.text.as_str()];
+                        let id = e.address.id();
+                        let labels = [name, gname, &*id];
                         let checks = std::array::from_fn(|i| {
                             if checked {
                                 let [l, g, e] = labels;
@@ -303,7 +307,7 @@ impl ListenerState {
                                 .balancer
                                 .endpoints()
                                 .iter()
-                                .position(|x| x.address().text == e.address.text)?;
+                                .position(|x| x.address() == &e.address)?;
                             let was = old_listener_group(old_cfg, &p.name)?;
                             Some(Watch::carried(
                                 &p.watches[old],

@@ -196,6 +196,13 @@ pub const CONFIG_RELOADS_TOTAL: Def = Def {
     labels: &["result"],
     help: "Config reloads by result (ok or error; an error keeps the running config)",
 };
+/// DNS lookups of endpoint names.
+pub const DNS_LOOKUPS_TOTAL: Def = Def {
+    name: "gtd_dns_lookups_total",
+    kind: Kind::Counter,
+    labels: &["result"],
+    help: "Lookups of endpoint host names by result (ok; nxdomain or no_address: the name has no address, its endpoints leave rotation; timeout or error: the last good addresses are kept)",
+};
 
 /// Every metric, for the exporter's descriptions and the README check.
 pub const ALL: &[Def] = &[
@@ -220,6 +227,7 @@ pub const ALL: &[Def] = &[
     UPSTREAM_RESPONSE_SECONDS,
     STICKY_HITS_TOTAL,
     CONFIG_RELOADS_TOTAL,
+    DNS_LOOKUPS_TOTAL,
 ];
 
 /// Histogram bucket bounds, seconds: 0.5 ms to 10 s.

@@ -149,7 +149,7 @@ impl StickyTable {
         for (gi, g) in listener.groups.iter().enumerate() {
             let mut group = Vec::with_capacity(g.endpoints.len());
             for (ei, e) in g.endpoints.iter().enumerate() {
-                let value = sticky_value(&listener.name, &g.name, &e.address.text);
+                let value = sticky_value(&listener.name, &g.name, &e.address.id());
                 table.push((u64::from_str_radix(&value, 16).expect("hex"), gi, ei));
                 group.push(value);
             }

@@ -10,6 +10,7 @@
 mod common;
 mod harness;
 
+mod dns;
 mod fail_open;
 mod lifecycle;
 mod tcp;

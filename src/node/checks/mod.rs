@@ -188,7 +188,7 @@ async fn run(
         .next_due
         .filter(|&d| d >= now && d <= now + interval)
         .unwrap_or_else(|| {
-            now + crate::health::spread(&l.cfg.name, &l.groups[gi].name, &address.text, interval)
+            now + crate::health::spread(&l.cfg.name, &l.groups[gi].name, &address.id(), interval)
         });
     loop {
         tokio::select! {

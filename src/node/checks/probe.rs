@@ -287,10 +287,7 @@ impl Spec {
         let exchange = async {
             match &h.tls {
                 Some((connector, sni)) => {
-                    let host = match &target.host {
-                        crate::config::Host::Ip(ip) => ip.to_string(),
-                        crate::config::Host::Name(n) => n.clone(),
-                    };
+                    let host = target.host.name();
                     let name = match tls::server_name(sni.as_deref(), &host) {
                         Ok(n) => n,
                         Err(e) => return Outcome::failed(Result::Error, format!("TLS: {e}")),
@@ -504,7 +501,9 @@ fn authority(a: &Address, port: u16) -> String {
     match &a.host {
         crate::config::Host::Ip(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
         crate::config::Host::Ip(ip) => format!("{ip}:{port}"),
-        crate::config::Host::Name(n) => format!("{n}:{port}"),
+        crate::config::Host::Name(n) | crate::config::Host::Resolved { name: n, .. } => {
+            format!("{n}:{port}")
+        }
     }
 }
 
