@@ -365,3 +365,50 @@ fn an_admin_server_open_beyond_loopback_needs_a_token() {
         assert!(!c.admin.exposed(c.admin.bind), "{fine}");
     }
 }
+
+/// `[dns]`: name servers, timeout, attempts and the TTL bounds, each checked where written;
+/// names are never looked up by the config reader (`gtd check` works offline).
+#[test]
+fn dns_settings() {
+    let listener = one_group(WEB, "", "").replace("10.0.0.1:80", "api.internal.example:80");
+    let with = |dns: &str| format!("[dns]\n{dns}\n\n{listener}");
+    assert_errors(&[
+        (
+            with("nameservers = [\"127.0.0.1:5353\", \"dns.example\", \"127.0.0.1:5353\"]"),
+            &[
+                r#"config.toml:2:34: dns: invalid name server "dns.example": expected IP or IP:PORT, like "127.0.0.1:53" or "[::1]:5353""#,
+                r#"config.toml:2:49: dns: name server "127.0.0.1:5353" is listed twice"#,
+            ],
+        ),
+        (
+            with("timeout = \"0s\"\nattempts = 0"),
+            &[
+                r#"config.toml:2:11: dns: "timeout" must be greater than 0"#,
+                r#"config.toml:3:12: dns: attempts 0 is out of range 1..=10"#,
+            ],
+        ),
+        (
+            with("min_ttl = \"10m\"\nmax_ttl = \"1m\"\nttl = 5"),
+            &[
+                r#"config.toml:3:11: dns: min_ttl (10m) is above max_ttl (1m)"#,
+                r#"config.toml:4:1: dns: unknown key "ttl""#,
+            ],
+        ),
+    ]);
+    let c = valid(&with(
+        "nameservers = [\"127.0.0.1\", \"[::1]:5353\"]\ntimeout = \"2s\"\nattempts = 3\nmin_ttl = \"5s\"",
+    ));
+    assert_eq!(
+        c.dns.nameservers,
+        [
+            "127.0.0.1:53".parse::<std::net::SocketAddr>().unwrap(),
+            "[::1]:5353".parse().unwrap()
+        ]
+    );
+    assert_eq!(c.dns.timeout, Some(std::time::Duration::from_secs(2)));
+    assert_eq!(c.dns.attempts, Some(3));
+    assert_eq!(c.dns.min_ttl, std::time::Duration::from_secs(5));
+    assert_eq!(c.dns.max_ttl, gtd::config::Dns::DEFAULT_MAX_TTL);
+    // A name server nobody answers on: the file is still valid (nothing is resolved).
+    valid(&with("nameservers = [\"127.0.0.1:9\"]"));
+}
