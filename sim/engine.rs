@@ -6,10 +6,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
-use gtd::config::{Affinity, Balance, Config, Listener};
+use gtd::config::{Affinity, Balance, Config, Listener, PriorityBy};
+use gtd::geoip::Place;
 use gtd::health::{Rules as CheckRules, Verdict};
 use gtd::split::rules::{Match, Parts, Rules, describe};
-use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource};
+use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource, location};
 
 use crate::scenario::WhatIf;
 
@@ -22,6 +23,8 @@ pub(crate) struct ListenerReport {
     pub(crate) failover: &'static str,
     pub(crate) fail_open: bool,
     pub(crate) affinity: &'static str,
+    /// `node` or `client-location`.
+    pub(crate) priority_by: &'static str,
     pub(crate) regions: Vec<RegionReport>,
 }
 
@@ -75,6 +78,11 @@ pub(crate) struct Route {
     pub(crate) groups: Vec<ClientGroup>,
     /// The listener's sticky cookie: requests carrying it go where it names.
     pub(crate) sticky: Option<String>,
+    /// With `[geoip]`: where the database places the client (`None`: not in it).
+    pub(crate) place: Option<Option<Place>>,
+    /// What ordered the groups for this client: `node` (the node's ranking) or
+    /// `client-location` (distance from the client's coordinates).
+    pub(crate) priority_by: &'static str,
 }
 
 /// One group `--client` can land in.
@@ -203,6 +211,10 @@ pub(crate) fn evaluate(
             affinity: match listener.affinity {
                 Affinity::None => "none",
                 Affinity::SourceIp => "source-ip",
+            },
+            priority_by: match listener.priority_by {
+                PriorityBy::Node => "node",
+                PriorityBy::ClientLocation => "client-location",
             },
             regions,
         });
@@ -415,7 +427,7 @@ fn client_route(
     now: Instant,
 ) -> Route {
     // A fresh node: new rotation and balancer state.
-    let (_, balancers, plan) = node_state(
+    let (ranking, balancers, mut plan) = node_state(
         config,
         li,
         listener,
@@ -440,7 +452,28 @@ fn client_route(
             headers: &asks.headers,
         })
     });
+    // Where the node's [geoip] database puts the client, and under priority_by =
+    // "client-location" the plan of its order of groups when it has coordinates (as the node).
+    let place = config.geoip.as_ref().map(|g| g.db.lookup(ip));
+    let at = place.flatten().and_then(|p| p.location);
+    let mut priority_by = "node";
+    if listener.priority_by == PriorityBy::ClientLocation
+        && let Some(at) = at
+    {
+        let coords = location::group_coords(listener, &config.catalog);
+        let order = location::by_distance(at, &coords);
+        let facts = plan.facts.clone();
+        plan = ListenerPlan::build(
+            listener,
+            location::ranking(&ranking, &order),
+            facts,
+            listener.affinity,
+        );
+        priority_by = "client-location";
+    }
     let mut route = Route {
+        place,
+        priority_by,
         rule,
         chosen_by,
         group: None,

@@ -195,6 +195,7 @@ fn run(args: &Args) -> Result<String> {
     let output = Output {
         reports: &reports,
         totals: totals.as_deref(),
+        demand_clients: &what_if.demand_clients,
         client: args.client.map(|ip| (ip.to_string(), args.key.clone())),
         compare: args.compare.is_some(),
         request: args.host.is_some() || args.path.is_some() || !args.header.is_empty(),

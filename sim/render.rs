@@ -12,6 +12,8 @@ use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route, 
 pub(crate) struct Output<'a> {
     pub(crate) reports: &'a [ListenerReport],
     pub(crate) totals: Option<&'a [Total]>,
+    /// `[demand]` entries naming clients: (as written, region, amount).
+    pub(crate) demand_clients: &'a [(String, String, f64)],
     pub(crate) client: Option<(String, Option<String>)>,
     pub(crate) compare: bool,
     /// `--host`, `--path` or `--header` was given (they matter only to forwarding rules).
@@ -150,6 +152,13 @@ pub(crate) fn table(o: &Output<'_>) -> String {
             if l.fail_open { "on" } else { "off" },
             l.affinity
         );
+        if l.priority_by == "client-location" {
+            let _ = writeln!(
+                out,
+                "  priority_by client-location: a located client's groups go by its distance to \
+                 them (see --client); the tables below are the node's ranking, for the others"
+            );
+        }
         for r in &l.regions {
             let _ = writeln!(out, "\n  node {} · {}", r.region, mode_line(r, l.failover));
             let mut header = vec![
@@ -267,9 +276,33 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                         continue;
                     }
                 };
+                if let Some(place) = &route.place {
+                    let how = if route.priority_by == "client-location" {
+                        "groups ranked by distance from the client (priority_by = \"client-location\")"
+                    } else if l.priority_by == "client-location" {
+                        "no coordinates: the node's own ranking"
+                    } else {
+                        "the node's own ranking"
+                    };
+                    let _ = writeln!(out, "  client {ip} {} · {how}", place_text(place.as_ref()));
+                }
                 client_lines(&mut out, &who, l.protocol, route);
             }
         }
+    }
+    if !o.demand_clients.is_empty() {
+        out.push_str(
+            "\nclient demand, placed by the [geoip] database at its nearest acceleration region\n",
+        );
+        let mut t = Table::new(&[
+            ("clients", Align::Left),
+            ("region", Align::Left),
+            ("amount", Align::Right),
+        ]);
+        for (clients, region, amount) in o.demand_clients {
+            t.push(vec![clients.clone(), region.clone(), pct(*amount)]);
+        }
+        t.render("  ", &mut out);
     }
     if let Some(totals) = o.totals {
         out.push_str("\ndemand-weighted load, summed over regions (scenario [demand])\n");
@@ -320,6 +353,35 @@ fn decision(protocol: &str) -> &'static str {
         "tcp" => "connection",
         "udp" => "flow",
         _ => "request",
+    }
+}
+
+/// Where the `[geoip]` database puts a client, as JSON.
+fn place_json(p: gtd::geoip::Place) -> Value {
+    json!({
+        "continent": p.continent.as_str(),
+        "country": p.country_str(),
+        "lat": p.location.map(|l| l.0),
+        "lon": p.location.map(|l| l.1),
+    })
+}
+
+/// Where the `[geoip]` database puts a client, as the table says it.
+fn place_text(place: Option<&gtd::geoip::Place>) -> String {
+    match place {
+        None => "not in the [geoip] database".to_owned(),
+        Some(p) => {
+            let mut s = format!(
+                "in {} ({})",
+                p.country_str().unwrap_or("an unknown country"),
+                p.continent.as_str()
+            );
+            match p.location {
+                Some((lat, lon)) => s.push_str(&format!(" at {lat:.4}, {lon:.4}")),
+                None => s.push_str(", no coordinates"),
+            }
+            s
+        }
     }
 }
 
@@ -464,6 +526,13 @@ pub(crate) fn json(o: &Output<'_>) -> String {
         })
         .collect();
     let mut doc = json!({ "listeners": listeners });
+    if !o.demand_clients.is_empty() {
+        doc["demand_clients"] = o
+            .demand_clients
+            .iter()
+            .map(|(clients, region, amount)| json!({"clients": clients, "region": region, "amount": amount}))
+            .collect();
+    }
     if let Some(totals) = o.totals {
         doc["totals"] = totals
             .iter()
@@ -529,6 +598,10 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
             .collect();
         v["route"] = json!({"chosen_by": route.chosen_by, "group": route.group, "endpoint": route.endpoint,
                             "endpoint_by": route.endpoint_by, "groups": groups});
+        if let Some(place) = &route.place {
+            v["route"]["client_location"] = place.map_or(Value::Null, place_json);
+        }
+        v["route"]["priority_by"] = json!(route.priority_by);
         if let Some(cookie) = &route.sticky {
             v["route"]["sticky_cookie"] = json!(cookie);
         }

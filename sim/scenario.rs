@@ -5,6 +5,7 @@
 //! nothing is an error.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -33,6 +34,10 @@ pub(crate) struct WhatIf {
     pub(crate) ratios: BTreeMap<(usize, usize), f64>,
     /// Client demand per acceleration region.
     pub(crate) demand: BTreeMap<String, f64>,
+    /// `[demand]` entries naming client addresses or prefixes: (as written, the acceleration
+    /// region the `[geoip]` database placed them nearest to, amount); their amounts are in
+    /// `demand` too.
+    pub(crate) demand_clients: Vec<(String, String, f64)>,
 }
 
 /// The raw, unresolved form (from a scenario file or flags).
@@ -169,12 +174,24 @@ impl RawWhatIf {
                 out.ratios.insert((t.listener, t.group), *ratio);
             }
         }
+        // Regions first (a later entry for a region wins), then client addresses and prefixes,
+        // each added to the region it maps to.
+        let mut clients = Vec::new();
         for (region, amount) in &self.demand {
-            check_region(config, region).with_context(|| format!("demand {region}"))?;
             if !(amount.is_finite() && *amount >= 0.0) {
                 bail!("demand {region}={amount}: expected an amount >= 0");
             }
+            if let Some(ip) = client_address(region) {
+                clients.push((region, ip, *amount));
+                continue;
+            }
+            check_region(config, region).with_context(|| format!("demand {region}"))?;
             out.demand.insert(region.clone(), *amount);
+        }
+        for (key, ip, amount) in clients {
+            let region = demand_region(config, ip).with_context(|| format!("demand {key}"))?;
+            *out.demand.entry(region.clone()).or_default() += amount;
+            out.demand_clients.push((key.clone(), region, amount));
         }
         out.down.sort();
         out.down.dedup();
@@ -254,6 +271,66 @@ fn numbers(value: &toml::Value, at: &str) -> Result<Vec<(String, f64)>> {
             Ok((k.clone(), n))
         })
         .collect()
+}
+
+/// A `[demand]` key that names clients: an address (`203.0.113.7`) or a prefix
+/// (`203.0.113.0/24`), which stands for its network address; `None` for a region id.
+fn client_address(key: &str) -> Option<IpAddr> {
+    if let Ok(ip) = key.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (ip, len) = key.split_once('/')?;
+    let ip: IpAddr = ip.parse().ok()?;
+    let len: u8 = len.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return None;
+    }
+    Some(match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(u32::from(32 - len)).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(u32::from(128 - len)).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    })
+}
+
+/// The acceleration region (one a listener serves) nearest, by great-circle distance, to where
+/// the `[geoip]` database places `ip`.
+fn demand_region(config: &Config, ip: IpAddr) -> Result<String> {
+    let Some(geoip) = &config.geoip else {
+        bail!("a client address needs a [geoip] database in the config to be placed");
+    };
+    let Some(place) = geoip.db.lookup(ip) else {
+        bail!(
+            "{ip} is not in the [geoip] database {}",
+            geoip.database.display()
+        );
+    };
+    let Some(at) = place.location else {
+        bail!(
+            "the [geoip] database has no latitude/longitude for {ip} (a Country database, or a \
+             record without a location): it cannot be placed near a region"
+        );
+    };
+    let regions = acceleration_regions(config);
+    gtd::split::location::nearest_region(at, regions.iter().map(String::as_str), &config.catalog)
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("no listener serves a region of the catalogue"))
+}
+
+/// The regions some listener serves, first-listed order, each once.
+pub(crate) fn acceleration_regions(config: &Config) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in config.listeners.iter().flat_map(|l| &l.regions) {
+        if !out.contains(r) {
+            out.push(r.clone());
+        }
+    }
+    out
 }
 
 fn check_region(config: &Config, region: &str) -> Result<()> {

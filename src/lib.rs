@@ -36,6 +36,7 @@ pub mod balance;
 pub mod config;
 pub mod demo;
 pub mod files;
+pub mod geoip;
 pub mod health;
 pub mod node;
 mod pem;

@@ -39,6 +39,8 @@ pub struct Config {
     pub admin: Admin,
     /// `[dns]`.
     pub dns: Dns,
+    /// `[geoip]`: the client-location database, read and opened (`None` without the table).
+    pub geoip: Option<GeoIp>,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
     /// Things in the file that are valid but have no effect (a key of another protocol, as
@@ -88,6 +90,28 @@ impl Default for Dns {
             max_ttl: Self::DEFAULT_MAX_TTL,
         }
     }
+}
+
+/// `[geoip]`: where clients are (docs/design.md §3.1, §7).
+#[derive(Debug, Clone)]
+pub struct GeoIp {
+    /// The database file, resolved against the config's directory.
+    pub database: PathBuf,
+    /// Countries that get a label of their own (ISO codes, upper case); the rest are `other`.
+    pub countries: Vec<String>,
+    /// The database, read whole when the config was loaded (a reload reads it again).
+    pub db: std::sync::Arc<crate::geoip::Database>,
+}
+
+/// `priority_by`: what orders a listener's groups (docs/design.md §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PriorityBy {
+    /// The node's own ranking: static priority, else measured/catalogue RTT from the node.
+    #[default]
+    Node,
+    /// Great-circle distance from the client's location in the `[geoip]` database to each
+    /// group's region; the node's ranking for clients the database does not locate.
+    ClientLocation,
 }
 
 /// `[admin]`: the status/metrics/control server.
@@ -212,6 +236,8 @@ pub struct Listener {
     pub fail_open: bool,
     /// Group choice per decision.
     pub affinity: Affinity,
+    /// `priority_by`: the node's ranking, or the client's location.
+    pub priority_by: PriorityBy,
     /// Time allowed to connect to an endpoint.
     pub connect_timeout: Duration,
     /// Idle timeout (TCP default 300s, UDP flows 30s, HTTP keep-alive).

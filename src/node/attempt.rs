@@ -81,10 +81,16 @@ pub struct Attempt {
     pub pick: Pick,
 }
 
+/// The plans a decision follows: the listener's own, or one by the client's location.
+enum Planned {
+    Node(Guard<Arc<ListenerPlan>>),
+    Client(Arc<ListenerPlan>),
+}
+
 /// Walks the attempts of one connection/request.
 pub struct Attempts<'a> {
     listener: &'a ListenerState,
-    planned: Guard<Arc<ListenerPlan>>,
+    planned: Planned,
     client: IpAddr,
     /// The forwarding rule whose plan decides (HTTP), or the listener's own plan.
     route: Option<usize>,
@@ -110,7 +116,7 @@ impl<'a> Attempts<'a> {
     ) -> Attempts<'a> {
         Attempts {
             listener,
-            planned: listener.planned.load(),
+            planned: Planned::Node(listener.planned.load()),
             client,
             route,
             current: None,
@@ -121,9 +127,29 @@ impl<'a> Attempts<'a> {
         }
     }
 
+    /// The attempts of a decision about `client` at `place` (looked up once per connection):
+    /// under `priority_by = "client-location"` on the plan of the client's order of groups when
+    /// the database gave coordinates, else on the listener's plan (as [`Attempts::for_route`]).
+    pub fn for_client(
+        listener: &'a ListenerState,
+        route: Option<usize>,
+        client: IpAddr,
+        place: Option<&crate::geoip::Place>,
+    ) -> Attempts<'a> {
+        let mut a = Self::for_route(listener, route, client);
+        if let Some(p) = listener.client_plan(place) {
+            a.planned = Planned::Client(p);
+        }
+        a
+    }
+
     /// The plan decisions follow.
     pub fn plan(&self) -> &Plan {
-        self.planned.for_route(self.route)
+        let planned: &ListenerPlan = match &self.planned {
+            Planned::Node(g) => g,
+            Planned::Client(p) => p,
+        };
+        planned.for_route(self.route)
     }
 
     /// Which endpoints the plan lets a pick choose: in fail-open (docs/design.md §3.3) the

@@ -21,6 +21,7 @@ pub mod connect;
 pub(crate) mod dns;
 pub mod http;
 pub mod l4;
+pub mod location;
 pub mod snapshot;
 pub mod telemetry;
 mod timers;

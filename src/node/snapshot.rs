@@ -22,7 +22,8 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::balance::{GroupBalancer, Pick};
-use crate::config::{Config, Listener};
+use crate::config::{Config, Listener, PriorityBy};
+use crate::geoip::Place;
 use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
@@ -30,6 +31,7 @@ use super::checks::{Watch, probe};
 use super::dns;
 use super::http::HttpState;
 use super::http::upstream::{Connects, Upstream};
+use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
 
@@ -84,6 +86,10 @@ pub struct ListenerState {
     pub active: Arc<AtomicUsize>,
     /// HTTP/HTTPS listeners: rules, sticky table, TLS.
     pub http: Option<HttpState>,
+    /// The `[geoip]` database clients are looked up in (`None` without `[geoip]`).
+    pub geoip: Option<Arc<crate::geoip::Database>>,
+    /// `priority_by = "client-location"`: the plans by the client's order of groups.
+    pub by_location: Option<ByLocation>,
 }
 
 /// One group's runtime state.
@@ -133,6 +139,8 @@ pub struct ListenerMetrics {
     pub udp_kernel_drops: Counter,
     /// Entries into failover.
     pub failovers: Counter,
+    /// Clients by continent and country (`[geoip]` only).
+    pub clients: Option<ClientSeries>,
 }
 
 /// Per-endpoint metric handles.
@@ -366,6 +374,10 @@ impl ListenerState {
                 Counter::noop()
             },
             failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
+            clients: config
+                .geoip
+                .as_ref()
+                .map(|g| ClientSeries::register(registry, name, &g.countries, http_listener)),
         };
         let mut ranker = Ranker::new(l, &config.catalog, region);
         if let Some(o) = old {
@@ -373,6 +385,8 @@ impl ListenerState {
         }
         let ranking = ranker.ranking().clone();
         let facts = facts(l, &groups, now);
+        let by_location = (l.priority_by == PriorityBy::ClientLocation && config.geoip.is_some())
+            .then(|| ByLocation::new(l, &config.catalog, ranking.clone(), facts.clone()));
         let planned = ListenerPlan::build(l, ranking.clone(), facts, l.affinity);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
@@ -384,6 +398,8 @@ impl ListenerState {
             metrics,
             active,
             http,
+            geoip: config.geoip.as_ref().map(|g| Arc::clone(&g.db)),
+            by_location,
         };
         Ok(rt)
     }
@@ -432,6 +448,9 @@ impl ListenerState {
             return false;
         }
         let was = current.plan.mode;
+        if let Some(b) = &self.by_location {
+            b.replan(&self.cfg, &ranked, &facts);
+        }
         let next = ListenerPlan::build(&self.cfg, (**ranked).clone(), facts, self.cfg.affinity);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);
@@ -505,6 +524,34 @@ impl ListenerState {
                     .set(if state.is_usable(now) { 1.0 } else { 0.0 });
             }
         }
+    }
+
+    /// Where the `[geoip]` database puts `client`: looked up once per connection or flow
+    /// (`None` without `[geoip]`, or when the address is not in the database).
+    pub fn locate(&self, client: IpAddr) -> Option<Place> {
+        self.geoip.as_ref()?.lookup(client)
+    }
+
+    /// Counts a client connection or flow by its place (nothing without `[geoip]`).
+    pub fn count_client(&self, place: Option<&Place>) {
+        if let Some(c) = &self.metrics.clients {
+            c.connection(place);
+        }
+    }
+
+    /// Counts an HTTP request by its connection's place (nothing without `[geoip]`).
+    pub fn count_request(&self, place: Option<&Place>) {
+        if let Some(c) = &self.metrics.clients {
+            c.request(place);
+        }
+    }
+
+    /// Under `priority_by = "client-location"`, the plan for a client at `place`: its groups
+    /// by distance from the place's coordinates. `None` (the node's own plan decides) for other
+    /// listeners, and for a client the database has no coordinates for.
+    pub fn client_plan(&self, place: Option<&Place>) -> Option<Arc<ListenerPlan>> {
+        let at = place?.location?;
+        Some(self.by_location.as_ref()?.plan(&self.cfg, at))
     }
 
     /// The client's group for a new connection/flow/request (config index), or `None`.

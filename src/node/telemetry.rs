@@ -105,6 +105,20 @@ pub const CONNECT_SECONDS: Def = Def {
     labels: &["listener", "group"],
     help: "Time to establish a connection to an endpoint (HTTP: TLS handshake included)",
 };
+/// Client connections and flows by where the client is (`[geoip]`).
+pub const CLIENT_CONNECTIONS_TOTAL: Def = Def {
+    name: "gtd_client_connections_total",
+    kind: Kind::Counter,
+    labels: &["listener", "continent", "country"],
+    help: "Client TCP connections, UDP flows and HTTP client connections by the client's place in the [geoip] database (only with [geoip]): continent AF, AN, AS, EU, NA, OC, SA or unknown; country one of [geoip] countries, else other; both unknown when the address is not in the database",
+};
+/// HTTP requests by where the client is (`[geoip]`).
+pub const CLIENT_REQUESTS_TOTAL: Def = Def {
+    name: "gtd_client_requests_total",
+    kind: Kind::Counter,
+    labels: &["listener", "continent", "country"],
+    help: "HTTP requests by the client's place (only with [geoip]; labels as gtd_client_connections_total, the connection's place)",
+};
 /// UDP flows in the table now.
 pub const UDP_FLOWS_ACTIVE: Def = Def {
     name: "gtd_udp_flows_active",
@@ -214,6 +228,8 @@ pub const ALL: &[Def] = &[
     CONNECT_FAILURES_TOTAL,
     RETRIES_TOTAL,
     CONNECT_SECONDS,
+    CLIENT_CONNECTIONS_TOTAL,
+    CLIENT_REQUESTS_TOTAL,
     UDP_FLOWS_ACTIVE,
     UDP_FLOWS_EVICTED_TOTAL,
     UDP_DATAGRAMS_DROPPED_TOTAL,

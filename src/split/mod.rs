@@ -11,6 +11,7 @@
 //!   (health, RTT order, ratios) and read lock-free by every decision.
 
 pub mod cascade;
+pub mod location;
 pub mod plan;
 pub mod priority;
 pub mod ranker;

@@ -22,6 +22,7 @@ const LISTENER_KEYS: &[&str] = &[
     "failover",
     "fail_open",
     "affinity",
+    "priority_by",
     "connect_timeout",
     "idle_timeout",
     "drain_timeout",
@@ -142,6 +143,25 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         &[("none", Affinity::None), ("source-ip", Affinity::SourceIp)],
     )
     .map_or(Affinity::default(), |a| a.v);
+    let priority_by = choice(
+        ctx,
+        t,
+        "priority_by",
+        &[
+            ("node", PriorityBy::Node),
+            ("client-location", PriorityBy::ClientLocation),
+        ],
+    );
+    if let Some(p) = priority_by
+        && p.v == PriorityBy::ClientLocation
+        && !env.geoip
+    {
+        let msg = "priority_by = \"client-location\" needs a client-location database: add \
+                   [geoip] database = \"GeoLite2-City.mmdb\"";
+        ctx.error(p.at, &t.path, msg);
+    }
+    let priority_by_at = priority_by.map(|p| p.at);
+    let priority_by = priority_by.map_or(PriorityBy::default(), |p| p.v);
     let connect_timeout = t
         .positive_duration(ctx, "connect_timeout")
         .map_or(Listener::DEFAULT_CONNECT_TIMEOUT, |d| d.v);
@@ -257,6 +277,14 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         );
         ctx.error(t.at, &t.path, &msg);
     }
+    if priority_by == PriorityBy::ClientLocation
+        && let Some(at) = priority_by_at
+        && groups.iter().any(|g| g.group.priority.is_some())
+    {
+        let msg = "priority_by = \"client-location\" ranks the groups by the client's distance \
+                   to them, but the groups set a static priority: remove one or the other";
+        ctx.error(at, &t.path, msg);
+    }
     let mut routes = Vec::new();
     if only_for(ctx, t, "route", http, HTTP) {
         routes = self::routes(ctx, t, &groups);
@@ -270,6 +298,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         failover,
         fail_open,
         affinity,
+        priority_by,
         connect_timeout,
         idle_timeout,
         drain_timeout,

@@ -4,7 +4,7 @@
 //! can continue; the result is only returned when no error was recorded.
 //!
 //! This module holds the entry point, the catalogue, `[node]` and `[admin]`; each section of the
-//! file has a module of its own, in the order the walk reaches them: [`dns`], [`listener`], [`tls`],
+//! file has a module of its own, in the order the walk reaches them: [`dns`], [`geoip`], [`listener`], [`tls`],
 //! [`route`], [`group`], [`balance`], [`health_check`], [`endpoint`]. [`fields`] holds the checks
 //! they share.
 
@@ -12,6 +12,7 @@ mod balance;
 mod dns;
 mod endpoint;
 mod fields;
+mod geoip;
 mod group;
 mod health_check;
 mod listener;
@@ -46,7 +47,10 @@ pub(crate) fn config(
         return Err(ConfigErrors(ctx.into_errors()));
     };
     let root = Table::root(&doc);
-    root.check_keys(&mut ctx, &["catalog", "node", "admin", "dns", "listener"]);
+    root.check_keys(
+        &mut ctx,
+        &["catalog", "node", "admin", "dns", "geoip", "listener"],
+    );
     let base = base_dir(file);
 
     // Errors in the catalogue file itself (another file) come first: they explain the rest.
@@ -64,13 +68,18 @@ pub(crate) fn config(
         }
     };
 
-    let env = Env {
+    let mut env = Env {
         catalog: catalog.as_ref(),
         base,
+        geoip: false,
     };
     let node = node(&mut ctx, &root);
     let admin = admin(&mut ctx, &root);
     let dns = dns::dns(&mut ctx, &root);
+    let geoip = geoip::geoip(&mut ctx, &env, &root);
+    // A listener asking for client locations needs the table (a bad database file is its own
+    // error, not this one too).
+    env.geoip = root.has("geoip");
     let listeners = listeners(&mut ctx, &env, &root);
     match catalog {
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
@@ -79,6 +88,7 @@ pub(crate) fn config(
             node,
             admin,
             dns,
+            geoip,
             listeners,
             warnings: ctx.take_warnings(),
         }),
@@ -152,6 +162,8 @@ struct Env<'a> {
     catalog: Option<&'a Catalog>,
     /// Directory of the config file.
     base: &'a Path,
+    /// The config has a `[geoip]` table.
+    geoip: bool,
 }
 
 impl Env<'_> {

@@ -270,6 +270,7 @@ async fn proxy(
     };
     let _busy = Busy::new(&conn.inflight);
     let (l, conn) = (&*l, &*conn);
+    l.count_request(conn.place.as_ref());
     let http = l.http.as_ref().expect("looked up with http state");
     let cfg = &l.cfg;
     let (mut parts, body) = req.into_parts();
@@ -331,7 +332,7 @@ async fn proxy(
     // One clock read per attempt and one per response: `now` is when this attempt is decided
     // and sent.
     let mut now = started;
-    let mut router = Attempts::for_route(l, route, conn.peer);
+    let mut router = Attempts::for_client(l, route, conn.peer, conn.place.as_ref());
     let mut budget = Budget::new(cfg, started);
     let method = parts.method;
     let uri = parts.uri;

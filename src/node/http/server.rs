@@ -33,6 +33,8 @@ use super::proxy;
 /// per request).
 pub(super) struct Conn {
     pub(super) peer: IpAddr,
+    /// Where the `[geoip]` database puts the client: looked up once for the connection.
+    pub(super) place: Option<crate::geoip::Place>,
     pub(super) port: u16,
     pub(super) https: bool,
     /// The client's address as an X-Forwarded-For value, made once per connection.
@@ -59,10 +61,17 @@ pub(super) struct Conn {
 pub(super) type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Conn {
-    fn new(peer: IpAddr, port: u16, https: bool, first_by: tokio::time::Instant) -> Conn {
+    fn new(
+        peer: IpAddr,
+        place: Option<crate::geoip::Place>,
+        port: u16,
+        https: bool,
+        first_by: tokio::time::Instant,
+    ) -> Conn {
         let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
         Conn {
             peer,
+            place,
             port,
             https,
             xff,
@@ -90,8 +99,12 @@ pub(crate) async fn serve(
     // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
     // HTTP/2) take over.
     let first_bytes_by = tokio::time::Instant::now() + l.cfg.header_timeout;
+    let client = peer.ip().to_canonical();
+    let place = l.locate(client);
+    l.count_client(place.as_ref());
     let conn = Arc::new(Conn::new(
-        peer.ip().to_canonical(),
+        client,
+        place,
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
         first_bytes_by,

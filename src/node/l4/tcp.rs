@@ -30,7 +30,9 @@ pub(crate) async fn serve(
 
     let key = StreamKey(peer.ip());
     let mut budget = Budget::new(&l.cfg, Instant::now());
-    let mut router = Attempts::new(l, peer.ip());
+    let place = l.locate(peer.ip());
+    l.count_client(place.as_ref());
+    let mut router = Attempts::for_client(l, None, peer.ip(), place.as_ref());
     let (upstream, attempt) = loop {
         let now = Instant::now();
         if !budget.allows(now) {

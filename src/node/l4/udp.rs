@@ -168,7 +168,10 @@ pub(crate) async fn udp_loop(
             while flows.map.len() >= most && flows.evict(ms_since(origin)) {
                 l.metrics.udp_evicted.increment(1);
             }
-            let mut opened = open_flow(&node, l, &socket, peer, origin).await;
+            // Where the client is: looked up once per new flow, counted once.
+            let place = l.locate(peer.client.ip());
+            l.count_client(place.as_ref());
+            let mut opened = open_flow(&node, l, &socket, peer, place.as_ref(), origin).await;
             // Out of open files: each eviction closes a flow's socket (once its reply task,
             // aborted, is dropped: hence the yield) and the flow is opened again.
             for _ in 0..4 {
@@ -177,7 +180,7 @@ pub(crate) async fn udp_loop(
                 }
                 l.metrics.udp_evicted.increment(1);
                 tokio::task::yield_now().await;
-                opened = open_flow(&node, l, &socket, peer, origin).await;
+                opened = open_flow(&node, l, &socket, peer, place.as_ref(), origin).await;
             }
             match opened {
                 Ok(flow) => flows.insert(peer, flow, ms_since(origin)),
@@ -270,10 +273,11 @@ async fn open_flow(
     l: &Arc<ListenerState>,
     listen: &Arc<Listen>,
     peer: Peer,
+    place: Option<&crate::geoip::Place>,
     origin: Instant,
 ) -> Result<Flow, NoFlow> {
     let key = StreamKey(peer.client.ip());
-    let mut router = Attempts::new(l, peer.client.ip());
+    let mut router = Attempts::for_client(l, None, peer.client.ip(), place);
     let mut budget = Budget::new(&l.cfg, Instant::now());
     loop {
         let now = Instant::now();
