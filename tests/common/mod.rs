@@ -8,6 +8,7 @@
 mod backends;
 mod config;
 mod dns;
+mod geoip;
 
 // Not every test binary uses every helper (`config.rs` and `logs.rs` build no snippets).
 #[allow(unused_imports)]
@@ -16,6 +17,8 @@ pub(crate) use backends::*;
 pub(crate) use config::*;
 #[allow(unused_imports)]
 pub(crate) use dns::*;
+#[allow(unused_imports)]
+pub(crate) use geoip::*;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

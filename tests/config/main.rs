@@ -20,6 +20,7 @@ mod common;
 mod balance;
 mod catalogue;
 mod check;
+mod geoip;
 mod mistakes;
 mod protocol;
 mod tls;

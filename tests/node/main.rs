@@ -12,6 +12,7 @@ mod harness;
 
 mod dns;
 mod fail_open;
+mod geoip;
 mod lifecycle;
 mod tcp;
 mod udp;

@@ -85,5 +85,6 @@ pub(crate) fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
 }
 
 mod clients;
+mod geoip;
 mod shipped;
 mod what_if;
