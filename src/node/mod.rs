@@ -173,6 +173,7 @@ impl Node {
             names,
             admin_addr,
         });
+        inner.names.commit(&config, &inner.region);
         // Before any port opens: an `essential` endpoint is out until it passes its checks.
         checks::start(&inner, &inner.snapshot.load());
         {
@@ -334,6 +335,7 @@ impl Inner {
             relisten(&bound, &next);
             let next = Arc::new(next);
             self.snapshot.store(Arc::clone(&next));
+            self.names.commit(&next.config, &self.region);
             checks::start(self, &next);
             // Ports no longer configured stop accepting; their open connections carry on.
             let gone: Vec<(bool, u16)> = bound
