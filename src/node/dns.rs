@@ -287,6 +287,9 @@ impl Names {
         let moved = addrs != old_addrs;
         if moved || error != old_error {
             let list = |a: &[IpAddr]| {
+                if a.is_empty() {
+                    return "none".to_owned();
+                }
                 a.iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
