@@ -4,7 +4,7 @@
 //! can continue; the result is only returned when no error was recorded.
 //!
 //! This module holds the entry point, the catalogue, `[node]` and `[admin]`; each section of the
-//! file has a module of its own, in the order the walk reaches them: [`listener`], [`tls`],
+//! file has a module of its own, in the order the walk reaches them: [`log`], [`listener`], [`tls`],
 //! [`route`], [`group`], [`balance`], [`health_check`], [`endpoint`]. [`fields`] holds the checks
 //! they share.
 
@@ -14,6 +14,7 @@ mod fields;
 mod group;
 mod health_check;
 mod listener;
+mod log;
 mod route;
 mod tls;
 
@@ -45,7 +46,7 @@ pub(crate) fn config(
         return Err(ConfigErrors(ctx.into_errors()));
     };
     let root = Table::root(&doc);
-    root.check_keys(&mut ctx, &["catalog", "node", "admin", "listener"]);
+    root.check_keys(&mut ctx, &["catalog", "node", "admin", "log", "listener"]);
     let base = base_dir(file);
 
     // Errors in the catalogue file itself (another file) come first: they explain the rest.
@@ -69,6 +70,7 @@ pub(crate) fn config(
     };
     let node = node(&mut ctx, &root);
     let admin = admin(&mut ctx, &root);
+    let log = log::log(&mut ctx, &env, &root);
     let listeners = listeners(&mut ctx, &env, &root);
     match catalog {
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
@@ -76,6 +78,7 @@ pub(crate) fn config(
             catalog,
             node,
             admin,
+            log,
             listeners,
             warnings: ctx.take_warnings(),
         }),
