@@ -40,8 +40,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config, Listener, Protocol};
 
+use self::http::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
+
+pub use self::http::access::LogFormat;
 pub(crate) use self::tls::client_config as tls_client_config;
 
 /// How to start a node.
@@ -60,6 +63,9 @@ pub struct Options {
     /// Outbound source address override (several nodes on one host, the demo); else
     /// `[node] source_ip`.
     pub source_ip: Option<IpAddr>,
+    /// How the access log writes its lines (`gtd run --log-format`, which sets the node's
+    /// other logs alike).
+    pub log_format: LogFormat,
 }
 
 /// A running node.
@@ -96,6 +102,8 @@ pub(crate) struct Inner {
     /// Stops the running snapshot's health checks (replaced by each reload's).
     pub(crate) checks: std::sync::Mutex<CancellationToken>,
     admin_addr: SocketAddr,
+    /// The HTTP access log's writer (the snapshot holds the handle requests use).
+    access: AccessLog,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
 }
@@ -126,8 +134,11 @@ impl Node {
         let config = Arc::new(load(&opts)?);
         let registry = Registry::new();
         let now = Instant::now();
-        let snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now)
+        let mut snapshot = Snapshot::build(config.clone(), &opts.region, None, &registry, now)
             .map_err(|e| anyhow!("{e}"))?;
+        let access = AccessLog::new(opts.log_format, &registry);
+        let sink = Sink::open(&config.log.access).map_err(|e| anyhow!(e))?;
+        snapshot.access = access.install(sink).await.map_err(|e| anyhow!(e))?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
         if config.admin.exposed(admin_bind) {
@@ -156,6 +167,7 @@ impl Node {
             draining: std::sync::atomic::AtomicBool::new(false),
             checks: std::sync::Mutex::new(CancellationToken::new()),
             admin_addr,
+            access,
         });
         // Before any port opens: an `essential` endpoint is out until it passes its checks.
         checks::start(&inner, &inner.snapshot.load());
@@ -237,6 +249,8 @@ impl Node {
                 "drain timeout: closing remaining connections"
             );
         }
+        // The last responses' lines, before the process may exit.
+        self.inner.access.flush().await;
         self.inner.drained.cancel();
     }
 
@@ -301,17 +315,20 @@ impl Inner {
         let result: std::result::Result<(), String> = async {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.
+            // The access log file is opened again here, so that a SIGHUP after logrotate moved
+            // it writes a new one.
             let inner = Arc::clone(self);
-            let next = tokio::task::spawn_blocking(move || {
+            let (mut next, sink) = tokio::task::spawn_blocking(move || {
                 let config = Arc::new(load(&inner.opts).map_err(|e| format!("{e:#}"))?);
                 let old = inner.snapshot.load_full();
-                Snapshot::build(
-                    config,
+                let next = Snapshot::build(
+                    Arc::clone(&config),
                     &inner.region,
                     Some(&old),
                     &inner.registry,
                     Instant::now(),
-                )
+                )?;
+                Ok::<_, String>((next, Sink::open(&config.log.access)?))
             })
             .await
             .map_err(|e| format!("reading the config failed: {e}"))??;
@@ -319,6 +336,8 @@ impl Inner {
             let fresh = bind_all(self.opts.bind, &wanted, &bound, &next)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
+            // The writer takes the new sink before the snapshot whose requests use it runs.
+            next.access = self.access.install(sink).await?;
             relisten(&bound, &next);
             let next = Arc::new(next);
             self.snapshot.store(Arc::clone(&next));

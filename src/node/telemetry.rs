@@ -196,6 +196,13 @@ pub const CONFIG_RELOADS_TOTAL: Def = Def {
     labels: &["result"],
     help: "Config reloads by result (ok or error; an error keeps the running config)",
 };
+/// Access log lines lost.
+pub const ACCESS_LOG_DROPPED_TOTAL: Def = Def {
+    name: "gtd_access_log_dropped_total",
+    kind: Kind::Counter,
+    labels: &["reason"],
+    help: "HTTP access log lines lost (reason queue_full: the writer had 8192 lines waiting, so the request did not wait for it; write_error: writing them failed); exported once the access log is first on",
+};
 
 /// Every metric, for the exporter's descriptions and the README check.
 pub const ALL: &[Def] = &[
@@ -220,6 +227,7 @@ pub const ALL: &[Def] = &[
     UPSTREAM_RESPONSE_SECONDS,
     STICKY_HITS_TOTAL,
     CONFIG_RELOADS_TOTAL,
+    ACCESS_LOG_DROPPED_TOTAL,
 ];
 
 /// Histogram bucket bounds, seconds: 0.5 ms to 10 s.
