@@ -8,9 +8,10 @@
 //! the entry goes into a bounded channel: a `try_send`, atomics only. A full channel drops the
 //! line and counts it (`gtd_access_log_dropped_total{reason="queue_full"}`). One writer thread
 //! per node formats the lines into a reusable buffer and writes each batch with one write,
-//! pausing [`PAUSE`] after it so that under load lines gather instead of waking the thread (and
-//! costing a request thread the wake-up) line by line. With the log off a request tests an
-//! `Option` and that is all.
+//! pausing [`PAUSE`] after one that emptied the queue, so that under load lines gather instead
+//! of waking the thread (and costing a request thread the wake-up) line by line; a batch cut at
+//! [`BATCH_BYTES`] is followed at once. With the log off a request tests an `Option` and that
+//! is all.
 //!
 //! The sink (a file, stderr or stdout) is the writer's alone. Start and every reload open the
 //! configured one ([`Sink::open`], off the runtime, so a bad path fails them with the file and
@@ -42,7 +43,7 @@ pub use line::LogFormat;
 /// Lines waiting for the writer at most; more are dropped and counted.
 const QUEUE: usize = 8192;
 
-/// How long the writer lets lines gather after writing a batch.
+/// How long the writer lets lines gather after writing a batch that emptied the queue.
 const PAUSE: Duration = Duration::from_millis(10);
 
 /// A batch is written once its text reaches this size (or the queue is empty).
@@ -256,6 +257,7 @@ fn write_lines(mut rx: mpsc::Receiver<Msg>, shared: &Shared, format: LogFormat) 
     let mut text: Vec<u8> = Vec::with_capacity(BATCH_BYTES + 4096);
     let mut acks = Vec::new();
     let mut reported = 0;
+    let mut lines_of = line::Formatter::new(format);
     static WRITE_FAILED: Pace = Pace::new();
     static DROPPED: Pace = Pace::new();
     while let Some(first) = rx.blocking_recv() {
@@ -263,17 +265,21 @@ fn write_lines(mut rx: mpsc::Receiver<Msg>, shared: &Shared, format: LogFormat) 
         // the monotonic clock).
         let clock = (SystemTime::now(), Instant::now());
         let mut lines = 0_u64;
+        // Whether the queue was found empty (else the batch was cut at BATCH_BYTES, and the
+        // next one follows at once).
+        let mut drained = false;
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
                 Msg::Line(entry) => {
-                    line::write(&mut text, &entry, format, clock);
+                    lines_of.write(&mut text, &entry, clock);
                     lines += 1;
                 }
                 Msg::Flush(ack) => acks.push(ack),
             }
             if text.len() < BATCH_BYTES {
                 next = rx.try_recv().ok();
+                drained = next.is_none();
             }
         }
         if let Some(new) = shared
@@ -306,7 +312,7 @@ fn write_lines(mut rx: mpsc::Receiver<Msg>, shared: &Shared, format: LogFormat) 
             );
             reported = dropped;
         }
-        if lines > 0 {
+        if lines > 0 && drained {
             std::thread::sleep(PAUSE);
         }
     }
