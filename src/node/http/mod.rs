@@ -511,7 +511,13 @@ async fn proxy(
         }
         failed(http, l, last)
     };
-    Ok(line.respond(response))
+    // Tested here rather than in `respond`, so that with the log off the response is not
+    // moved once more on its way out.
+    if line.is_on() {
+        Ok(line.respond(response))
+    } else {
+        Ok(response)
+    }
 }
 
 /// The endpoint's response on its way to the client; a sticky listener sets its cookie when the

@@ -357,16 +357,19 @@ struct Pending {
 
 impl Line {
     /// The line of a request that is not logged.
+    #[inline]
     pub(crate) fn off() -> Line {
         Line(None)
     }
 
     /// True when the request is logged.
+    #[inline]
     pub(crate) fn is_on(&self) -> bool {
         self.0.is_some()
     }
 
     /// The listener serving the request.
+    #[inline]
     pub(crate) fn listener(&mut self, l: &Arc<Listener>) {
         if let Some(p) = &mut self.0 {
             p.entry.listener = Some(Arc::clone(l));
@@ -374,6 +377,7 @@ impl Line {
     }
 
     /// The request body's progress, which counts its bytes from the client.
+    #[inline]
     pub(crate) fn upload(&mut self, progress: Option<Arc<Progress>>) {
         if let Some(p) = &mut self.0 {
             p.entry.upload = progress;
@@ -382,6 +386,7 @@ impl Line {
 
     /// An attempt starts on endpoint `endpoint` of group `group` (config indices); `retry` when
     /// it is not the first.
+    #[inline]
     pub(crate) fn attempt(&mut self, group: usize, endpoint: usize, retry: bool) {
         if let Some(p) = &mut self.0 {
             p.entry.attempt = Some((group, endpoint));
@@ -390,6 +395,7 @@ impl Line {
     }
 
     /// The endpoint's response head came this long after the request was sent.
+    #[inline]
     pub(crate) fn upstream(&mut self, elapsed: Duration) {
         if let Some(p) = &mut self.0 {
             p.entry.upstream = Some(elapsed);
@@ -412,6 +418,7 @@ impl Line {
     }
 
     /// `n` more response body bytes went to the client.
+    #[inline]
     pub(crate) fn sent(&mut self, n: usize) {
         if let Some(p) = &mut self.0 {
             p.entry.sent += n as u64;
