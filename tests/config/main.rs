@@ -20,6 +20,7 @@ mod common;
 mod balance;
 mod catalogue;
 mod check;
+mod log;
 mod mistakes;
 mod protocol;
 mod tls;

@@ -4,7 +4,7 @@
 //! can continue; the result is only returned when no error was recorded.
 //!
 //! This module holds the entry point, the catalogue, `[node]` and `[admin]`; each section of the
-//! file has a module of its own, in the order the walk reaches them: [`dns`], [`listener`], [`tls`],
+//! file has a module of its own, in the order the walk reaches them: [`log`], [`dns`], [`listener`], [`tls`],
 //! [`route`], [`group`], [`balance`], [`health_check`], [`endpoint`]. [`fields`] holds the checks
 //! they share.
 
@@ -15,6 +15,7 @@ mod fields;
 mod group;
 mod health_check;
 mod listener;
+mod log;
 mod route;
 mod tls;
 
@@ -46,7 +47,10 @@ pub(crate) fn config(
         return Err(ConfigErrors(ctx.into_errors()));
     };
     let root = Table::root(&doc);
-    root.check_keys(&mut ctx, &["catalog", "node", "admin", "dns", "listener"]);
+    root.check_keys(
+        &mut ctx,
+        &["catalog", "node", "admin", "log", "dns", "listener"],
+    );
     let base = base_dir(file);
 
     // Errors in the catalogue file itself (another file) come first: they explain the rest.
@@ -71,6 +75,7 @@ pub(crate) fn config(
     let node = node(&mut ctx, &root);
     let admin = admin(&mut ctx, &root);
     let dns = dns::dns(&mut ctx, &root);
+    let log = log::log(&mut ctx, &env, &root);
     let listeners = listeners(&mut ctx, &env, &root);
     match catalog {
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
@@ -79,6 +84,7 @@ pub(crate) fn config(
             node,
             admin,
             dns,
+            log,
             listeners,
             warnings: ctx.take_warnings(),
         }),

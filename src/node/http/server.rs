@@ -33,6 +33,8 @@ use super::proxy;
 /// per request).
 pub(super) struct Conn {
     pub(super) peer: IpAddr,
+    /// The client's address and port (for the access log).
+    pub(super) client: SocketAddr,
     pub(super) port: u16,
     pub(super) https: bool,
     /// The client's address as an X-Forwarded-For value, made once per connection.
@@ -59,10 +61,12 @@ pub(super) struct Conn {
 pub(super) type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Conn {
-    fn new(peer: IpAddr, port: u16, https: bool, first_by: tokio::time::Instant) -> Conn {
+    fn new(client: SocketAddr, port: u16, https: bool, first_by: tokio::time::Instant) -> Conn {
+        let peer = client.ip().to_canonical();
         let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
         Conn {
             peer,
+            client: SocketAddr::new(peer, client.port()),
             port,
             https,
             xff,
@@ -91,7 +95,7 @@ pub(crate) async fn serve(
     // HTTP/2) take over.
     let first_bytes_by = tokio::time::Instant::now() + l.cfg.header_timeout;
     let conn = Arc::new(Conn::new(
-        peer.ip().to_canonical(),
+        peer,
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
         first_bytes_by,
