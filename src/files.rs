@@ -1,7 +1,8 @@
 //! Reading the files an operator names (the config, the region catalogue, certificates and
 //! keys): only regular files, and only up to a size cap, so that a named pipe cannot hold a
 //! start or reload waiting and `/dev/zero` cannot fill the memory. (O_NONBLOCK does nothing to
-//! a regular file's reads.)
+//! a regular file's reads.) The one file gtd writes, the access log, is held to the same rule:
+//! [`appendable`] checks it without touching it (`gtd check`), [`append`] opens it.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -76,6 +77,68 @@ pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
     Ok(bytes)
 }
 
+/// Opens the regular file at `path` for appending, creating it (mode 0644 less the umask) when
+/// missing. Opened without blocking, as [`read`] opens, so that a named pipe put there cannot
+/// hold the start or reload that opens it; anything but a regular file is refused.
+pub fn append(path: &Path) -> Result<std::fs::File, FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let nonblocking = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(nonblocking)
+        .open(path)
+        .map_err(FileError::Io)?;
+    let kind = file.metadata().map_err(FileError::Io)?.file_type();
+    if !kind.is_file() {
+        return Err(FileError::NotRegular(describe(&kind)));
+    }
+    Ok(file)
+}
+
+/// Why [`append`] would fail on `path`, told without creating or opening anything: it is a
+/// directory or another kind of special file, it is not writable, or it is missing and its
+/// directory does not exist or is not writable. (Run as root, the permission checks pass, as
+/// the open would.)
+pub fn appendable(path: &Path) -> Result<(), String> {
+    use rustix::fs::Access;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err("is a directory; name a file in it".to_owned()),
+        Ok(meta) if !meta.is_file() => Err(format!(
+            "is not a regular file (a {})",
+            describe(&meta.file_type())
+        )),
+        Ok(_) => rustix::fs::access(path, Access::WRITE_OK)
+            .map_err(|e| format!("is not writable: {}", io::Error::from(e))),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let shown = dir.display();
+            match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => {
+                    rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).map_err(|e| {
+                        format!("cannot be created in {shown}: {}", io::Error::from(e))
+                    })
+                }
+                Ok(_) => Err(format!("cannot be created: {shown} is not a directory")),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
+                    "cannot be created: its directory {shown} does not exist"
+                )),
+                Err(e) => Err(format!("cannot be created in {shown}: {e}")),
+            }
+        }
+        Err(e) => Err(format!("cannot be looked at: {e}")),
+    }
+}
+
 fn describe(kind: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if kind.is_dir() {
@@ -123,5 +186,49 @@ mod tests {
         assert_eq!(e.to_string(), "not a regular file (a named pipe)");
         let e = read(&dir.path().join("missing"), 100).unwrap_err();
         assert!(matches!(e, FileError::Io(ref io) if io.kind() == io::ErrorKind::NotFound));
+    }
+
+    #[test]
+    fn only_regular_files_are_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("access.log");
+        assert_eq!(appendable(&log), Ok(()));
+        {
+            use std::io::Write as _;
+            let mut f = append(&log).unwrap();
+            f.write_all(b"one\n").unwrap();
+            let mut f = append(&log).unwrap();
+            f.write_all(b"two\n").unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\n");
+        assert_eq!(appendable(&log), Ok(()));
+        assert_eq!(
+            appendable(dir.path()).unwrap_err(),
+            "is a directory; name a file in it"
+        );
+        let e = append(dir.path()).unwrap_err();
+        assert!(matches!(e, FileError::Io(_)), "{e}");
+        let fifo = dir.path().join("log.fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            appendable(&fifo).unwrap_err(),
+            "is not a regular file (a named pipe)"
+        );
+        // No reader: refused at once (ENXIO) instead of waiting for one.
+        assert!(append(&fifo).is_err());
+        let nowhere = dir.path().join("no/such/dir/access.log");
+        let e = appendable(&nowhere).unwrap_err();
+        assert!(e.starts_with("cannot be created: its directory "), "{e}");
+        assert!(e.ends_with("no/such/dir does not exist"), "{e}");
+        let under_file = log.join("access.log");
+        let e = appendable(&under_file).unwrap_err();
+        assert!(e.ends_with("access.log is not a directory"), "{e}");
     }
 }

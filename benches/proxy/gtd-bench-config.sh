@@ -5,7 +5,7 @@
 # and after the exec gtd *is* the process the harness started).
 #
 #   gtd-bench-config.sh --proto tcp|udp|http --port PORT --backends H:P[,H:P...] --run-dir DIR
-#                       [--gtd PATH] [--admin IP:PORT] [--region ID]
+#                       [--gtd PATH] [--admin IP:PORT] [--region ID] [--access-log VALUE]
 #
 # run.sh starts it as the gtd target. Without the options, ANCHOR_PORT / ANCHOR_BACKENDS /
 # ANCHOR_RUN_DIR are used (the variables an external harness may export).
@@ -22,6 +22,8 @@
 #         would be closed after each response and opened again).
 # Passive failure marking (max_fails) is switched off: a benchmark backend that is briefly
 # refused while iperf3 restarts between tests must not be taken out of rotation.
+# --access-log sets [log] access (a file, stderr, stdout or off; unset: no [log] table, the log
+# is off) and names the config gtd-PROTO-log.toml, so a second gtd can run beside the first.
 # The admin server listens on 127.0.0.1:0 by default (an ephemeral port: never one of the
 # harness's fixed ports); gtd logs the address it got.
 #
@@ -33,7 +35,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; }
 die() { echo "gtd-bench-config: $*" >&2; exit 2; }
 
 proto="" port="${ANCHOR_PORT:-}" backends="${ANCHOR_BACKENDS:-${ANCHOR_BACKEND:-}}"
-run_dir="${ANCHOR_RUN_DIR:-}" gtd="${GTD_BIN:-}" admin="127.0.0.1:0" region="cn-beijing"
+run_dir="${ANCHOR_RUN_DIR:-}" gtd="${GTD_BIN:-}" admin="127.0.0.1:0" region="cn-beijing" access=""
 while (($#)); do
   case "$1" in
     --proto) proto="${2:-}"; shift 2 ;;
@@ -43,6 +45,7 @@ while (($#)); do
     --gtd) gtd="${2:-}"; shift 2 ;;
     --admin) admin="${2:-}"; shift 2 ;;
     --region) region="${2:-}"; shift 2 ;;
+    --access-log) access="${2:-}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage; die "unknown argument '$1'" ;;
   esac
@@ -81,10 +84,11 @@ listener() { # NAME PROTO EXTRA-LINES
   group "$2"
 }
 
-config="$run_dir/gtd-$proto.toml"
+config="$run_dir/gtd-$proto${access:+-log}.toml"
 {
   echo "# written by benches/proxy/gtd-bench-config.sh for a $proto benchmark"
   printf 'catalog = "%s"\n\n[admin]\nbind = "%s"\n' "$catalog" "$admin"
+  [[ -z "$access" ]] || printf '\n[log]\naccess = "%s"\n' "$access"
   case "$proto" in
     tcp)
       listener bench-tcp tcp $'idle_timeout = "1h"\nconnect_timeout = "5s"\ndrain_timeout = "0s"\n'

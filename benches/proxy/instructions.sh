@@ -4,7 +4,7 @@
 # path costs or saves (a few percent) where wrk's figures are lost in noise. Kernel work is not
 # counted (it is the same two sends and two receives per request for any proxy).
 #
-#   benches/proxy/instructions.sh [--gtd PATH] [--seconds N] [--conns N]
+#   benches/proxy/instructions.sh [--gtd PATH] [--seconds N] [--conns N] [--access-log VALUE]
 #
 # It starts three nginx backends ("return 200 ok") on 127.0.0.1:18181-18183 and gtd under
 # callgrind with one HTTP listener on 127.0.0.1:18180 (round robin, keepalive = 128; gtd on CPU 1,
@@ -15,16 +15,19 @@
 # read the profile with callgrind_annotate).
 # Needs valgrind (callgrind_control), nginx, wrk and curl. gtd runs about 50x slower under
 # valgrind, so wrk's figures here mean nothing; only the ratio of the two counts does.
+# --access-log sets gtd's [log] access (e.g. a file, "off"); the access log's writer thread is
+# counted with the rest of the process, its write(2) calls are kernel work and are not.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd" seconds=10 conns=50
+gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd" seconds=10 conns=50 access=""
 while (($#)); do
   case "$1" in
     --gtd) gtd="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --conns) conns="$2"; shift 2 ;;
+    --access-log) access="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -71,6 +74,7 @@ cat >"$dir/gtd.toml" <<EOF
 catalog = "$repo/regions/catalog.toml"
 [admin]
 bind = "127.0.0.1:0"
+$([[ -z "$access" ]] || printf '[log]\naccess = "%s"\n' "$access")
 [[listener]]
 name = "count"
 protocol = "http"

@@ -10,8 +10,10 @@
 # Options:
 #   --reps N          repetitions per target and load (after one short warm-up) [3]
 #   --duration S      seconds per measurement (iperf3 -t, wrk -d)               [10]
-#   --targets "LIST"  what to measure, in this order: direct nginx haproxy gtd
-#                     (haproxy is dropped for udp: HAProxy has no UDP proxy)   [all]
+#   --targets "LIST"  what to measure, in this order: direct nginx haproxy gtd gtd-log
+#                     (haproxy is dropped for udp: HAProxy has no UDP proxy; gtd-log,
+#                     gtd with its HTTP access log written to run/access.log, is http
+#                     only and measured only when named)       [direct nginx haproxy gtd]
 #   --conns "A B"     http: wrk connection counts                               ["50 200"]
 #   --rates "A B"     udp: iperf3 -b rates                                      ["0 1G"]
 #   --results DIR     results root; each mode writes DIR/<mode>                 [target/bench]
@@ -61,7 +63,7 @@ done
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps: '$reps' is not a positive integer"
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || die "--duration: '$duration' is not a positive integer"
 for t in $targets; do
-  [[ "$t" =~ ^(direct|nginx|haproxy|gtd)$ ]] || die "--targets: unknown target '$t'"
+  [[ "$t" =~ ^(direct|nginx|haproxy|gtd|gtd-log)$ ]] || die "--targets: unknown target '$t'"
 done
 [[ "$results" == /* ]] || results="$PWD/$results"
 for c in timeout setsid ss curl jq awk; do command -v "$c" >/dev/null || die "missing '$c'"; done
@@ -200,7 +202,9 @@ run_mode() {
   out="$results/$mode" run_dir="$results/$mode/run"
   rm -rf "$out"; mkdir -p "$run_dir/tmp"
   local list="" t
-  for t in $targets; do [[ "$mode" == udp && "$t" == haproxy ]] || list+=" $t"; done
+  for t in $targets; do
+    [[ "$mode" == udp && "$t" == haproxy ]] || [[ "$mode" != http && "$t" == gtd-log ]] || list+=" $t"
+  done
   list="${list# }"
   local base loads
   case "$mode" in
@@ -208,7 +212,7 @@ run_mode() {
     tcp) base=15480 loads="1-stream" ;;
     udp) base=15580 loads="$rates" ;;
   esac
-  declare -gA port=([gtd]=$base [nginx]=$((base + 10)) [haproxy]=$((base + 11)))
+  declare -gA port=([gtd]=$base [nginx]=$((base + 10)) [haproxy]=$((base + 11)) [gtd-log]=$((base + 12)))
   need=(nginx); [[ "$mode" == http ]] && need+=(wrk) || need+=(iperf3)
   [[ " $list " == *" haproxy "* ]] && need+=(haproxy)
   for c in "${need[@]}"; do command -v "$c" >/dev/null || die "$mode: missing '$c'"; done
@@ -239,6 +243,11 @@ run_mode() {
   if [[ " $list " == *" gtd "* ]]; then
     start_bg gtd 1 env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
       --port "${port[gtd]}" --backends "$backends" --run-dir "$run_dir" --gtd "$gtd"
+  fi
+  if [[ " $list " == *" gtd-log "* ]]; then
+    start_bg gtd-log 1 env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
+      --port "${port[gtd-log]}" --backends "$backends" --run-dir "$run_dir" --gtd "$gtd" \
+      --access-log "$run_dir/access.log"
   fi
   local p
   for t in $list; do

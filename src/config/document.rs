@@ -50,6 +50,11 @@ impl<'s> Ctx<'s> {
         self.text
     }
 
+    /// The file, as the user named it.
+    pub(crate) fn file(&self) -> &Path {
+        &self.file
+    }
+
     /// Records an error at byte offset `at`, under the path of names `path`.
     pub(crate) fn error(&mut self, at: usize, path: &str, message: impl Into<String>) {
         let e = self.at(at, path, message.into());

@@ -41,6 +41,8 @@ pub struct Config {
     pub dns: Dns,
     /// `[geoip]`: the client-location database, read and opened (`None` without the table).
     pub geoip: Option<GeoIp>,
+    /// `[log]`.
+    pub log: Log,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
     /// Things in the file that are valid but have no effect (a key of another protocol, as
@@ -140,6 +142,57 @@ impl Default for Admin {
             bind: SocketAddr::from(([127, 0, 0, 1], 9100)),
             token: None,
             open: false,
+        }
+    }
+}
+
+/// `[log]`: the node's own logs besides the tracing lines on stderr.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Log {
+    /// `access`: the HTTP access log (docs/design.md §7, access log).
+    pub access: AccessLog,
+}
+
+/// Where the HTTP access log goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AccessLog {
+    /// `"off"` (the default): no access log, and no cost on a request beyond a branch.
+    #[default]
+    Off,
+    /// `"stderr"`, beside the node's other log lines.
+    Stderr,
+    /// `"stdout"`.
+    Stdout,
+    /// A file, opened in append mode at start and again at every reload (for logrotate).
+    File(AccessFile),
+}
+
+/// An access log file and where the config names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessFile {
+    /// The file, resolved against the config file's directory.
+    pub path: PathBuf,
+    /// The config file that names it.
+    pub config: PathBuf,
+    /// 1-based line of the `access` value.
+    pub line: usize,
+    /// 1-based column of the `access` value, in characters.
+    pub column: usize,
+}
+
+impl AccessFile {
+    /// An error about the file, at the `access` key that names it (as `gtd check` reports
+    /// one): `config.toml:3:10: log: access log file "/var/log/gtd": MESSAGE`.
+    pub fn error(&self, message: impl fmt::Display) -> ConfigError {
+        ConfigError {
+            file: self.config.clone(),
+            line: self.line,
+            column: self.column,
+            path: "log".to_owned(),
+            message: format!(
+                "access log file {:?} {message}",
+                self.path.display().to_string()
+            ),
         }
     }
 }

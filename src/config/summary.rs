@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::Config;
+use super::model::{AccessLog, Config};
 
 impl Config {
     /// Whether a node in `region` would serve anything: the region is in the catalogue and at
@@ -52,6 +52,14 @@ impl Config {
             plural(endpoints, "endpoint", "endpoints"),
             self.catalog.regions.len(),
         );
+        match &self.log.access {
+            AccessLog::Off => {}
+            AccessLog::Stderr => out.push_str("access log: stderr\n"),
+            AccessLog::Stdout => out.push_str("access log: stdout\n"),
+            AccessLog::File(f) => {
+                let _ = writeln!(out, "access log: {}", f.path.display());
+            }
+        }
         if self.listeners.is_empty() {
             return out;
         }

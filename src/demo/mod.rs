@@ -193,6 +193,7 @@ pub async fn run(opts: Options) -> Result<String> {
             bind: ip,
             admin_bind: Some(SocketAddr::new(ip, admin_port)),
             source_ip: Some(ip),
+            log_format: crate::node::LogFormat::Text,
         })
         .await
         .with_context(|| format!("starting the node of {region} on {ip}"))?;

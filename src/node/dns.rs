@@ -123,56 +123,30 @@ impl Names {
         self.table.load_full()
     }
 
-    /// Gets ready for `config` on a node in `region` (start, reload): the resolver for its
-    /// `[dns]`, a first lookup of every name not known yet (concurrently, each within the
-    /// resolver's timeout and attempts), a task re-resolving each name, and the names no
-    /// listener of this region uses any more forgotten. With `[dns]` changed, every name is
-    /// asked again with the new settings. Fails only when the system's resolver settings
-    /// cannot be read and no name servers are configured.
+    /// Gets ready for `config` on a node in `region` (start, reload), before its snapshot is
+    /// built: a first lookup of every name not known yet (concurrently, each within the
+    /// resolver's timeout and attempts), with the resolver of its `[dns]`. Nothing running
+    /// changes: [`Names::commit`] does that once the config is in service. Fails only when the
+    /// system's resolver settings cannot be read and no name servers are configured.
     pub(crate) async fn prepare(
         self: &Arc<Self>,
         config: &Config,
         region: &str,
     ) -> Result<(), String> {
-        let wanted = names_of(config, region);
-        let (resolver, fresh) = {
-            let mut running = lock(&self.running);
-            if running.settings.as_ref() != Some(&config.dns) && !wanted.is_empty() {
-                running.resolver = Some(Arc::new(resolver(&config.dns)?));
-                running.settings = Some(config.dns.clone());
-                for (_, t) in running.tasks.drain() {
-                    t.cancel();
-                }
-            }
-            running.tasks.retain(|name, t| {
-                let keep = wanted.contains(name);
-                if !keep {
-                    t.cancel();
-                }
-                keep
-            });
-            let fresh: Vec<String> = wanted
-                .iter()
-                .filter(|n| !running.tasks.contains_key(*n))
-                .cloned()
-                .collect();
-            (running.resolver.clone(), fresh)
-        };
-        self.table.rcu(|t| {
-            let mut t = (**t).clone();
-            t.retain(|name, _| wanted.contains(name));
-            t
-        });
-        let Some(resolver) = resolver else {
-            return Ok(());
-        };
         let known = self.table();
+        let fresh: Vec<String> = names_of(config, region)
+            .into_iter()
+            .filter(|n| !known.contains_key(n))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let resolver = self.resolver_for(&config.dns)?;
         let first: Vec<_> = fresh
-            .iter()
-            .filter(|n| !known.contains_key(*n))
+            .into_iter()
             .map(|name| {
-                let (me, resolver, name) = (Arc::clone(self), Arc::clone(&resolver), name.clone());
-                let dns = config.dns.clone();
+                let (me, resolver, dns) =
+                    (Arc::clone(self), Arc::clone(&resolver), config.dns.clone());
                 tokio::spawn(async move {
                     let answer = lookup(&resolver, &name, &[]).await;
                     me.apply(&name, answer, &dns, 1);
@@ -182,18 +156,61 @@ impl Names {
         for f in first {
             let _ = f.await;
         }
+        Ok(())
+    }
+
+    /// `config` is in service: its `[dns]` becomes the running one (every name asked again
+    /// with it when it changed), each of its names gets a re-resolving task, and names no
+    /// listener of `region` uses any more are forgotten. (A rejected reload never gets here,
+    /// so the running config's names stay.)
+    pub(crate) fn commit(self: &Arc<Self>, config: &Config, region: &str) {
+        let wanted = names_of(config, region);
         let mut running = lock(&self.running);
-        for name in fresh {
+        if running.settings.as_ref() != Some(&config.dns) && !wanted.is_empty() {
+            match resolver(&config.dns) {
+                Ok(r) => {
+                    running.resolver = Some(Arc::new(r));
+                    running.settings = Some(config.dns.clone());
+                    for (_, t) in running.tasks.drain() {
+                        t.cancel();
+                    }
+                }
+                Err(e) => tracing::error!("dns: {e}; names keep the previous settings"),
+            }
+        }
+        running.tasks.retain(|name, t| {
+            let keep = wanted.contains(name);
+            if !keep {
+                t.cancel();
+            }
+            keep
+        });
+        self.table.rcu(|t| {
+            let mut t = (**t).clone();
+            t.retain(|name, _| wanted.contains(name));
+            t
+        });
+        let (Some(resolver), Some(dns)) = (running.resolver.clone(), running.settings.clone())
+        else {
+            return;
+        };
+        for name in wanted {
+            if running.tasks.contains_key(&name) {
+                continue;
+            }
             let stop = CancellationToken::new();
             running.tasks.insert(name.clone(), stop.clone());
-            tokio::spawn(Arc::clone(self).keep(
-                name,
-                Arc::clone(&resolver),
-                config.dns.clone(),
-                stop,
-            ));
+            tokio::spawn(Arc::clone(self).keep(name, Arc::clone(&resolver), dns.clone(), stop));
         }
-        Ok(())
+    }
+
+    /// The running resolver when `dns` is the running `[dns]`, else a new one for it.
+    fn resolver_for(&self, dns: &Dns) -> Result<Arc<TokioResolver>, String> {
+        let running = lock(&self.running);
+        match (&running.settings, &running.resolver) {
+            (Some(s), Some(r)) if s == dns => Ok(Arc::clone(r)),
+            _ => resolver(dns).map(Arc::new),
+        }
     }
 
     /// Stops every task (the node's drain ended).
@@ -270,6 +287,9 @@ impl Names {
         let moved = addrs != old_addrs;
         if moved || error != old_error {
             let list = |a: &[IpAddr]| {
+                if a.is_empty() {
+                    return "none".to_owned();
+                }
                 a.iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()

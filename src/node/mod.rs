@@ -42,8 +42,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config, Listener, Protocol};
 
+use self::http::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
+
+pub use self::http::access::LogFormat;
 pub(crate) use self::tls::client_config as tls_client_config;
 
 /// How to start a node.
@@ -62,6 +65,9 @@ pub struct Options {
     /// Outbound source address override (several nodes on one host, the demo); else
     /// `[node] source_ip`.
     pub source_ip: Option<IpAddr>,
+    /// How the access log writes its lines (`gtd run --log-format`, which sets the node's
+    /// other logs alike).
+    pub log_format: LogFormat,
 }
 
 /// A running node.
@@ -100,6 +106,8 @@ pub(crate) struct Inner {
     /// Endpoint host names and their addresses.
     pub(crate) names: Arc<dns::Names>,
     admin_addr: SocketAddr,
+    /// The HTTP access log's writer (the snapshot holds the handle requests use).
+    access: AccessLog,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
 }
@@ -135,7 +143,7 @@ impl Node {
             .await
             .map_err(|e| anyhow!("{e}"))?;
         let now = Instant::now();
-        let snapshot = Snapshot::build(
+        let mut snapshot = Snapshot::build(
             config.clone(),
             &opts.region,
             None,
@@ -144,6 +152,9 @@ impl Node {
             now,
         )
         .map_err(|e| anyhow!("{e}"))?;
+        let access = AccessLog::new(opts.log_format, &registry);
+        let sink = Sink::open(&config.log.access).map_err(|e| anyhow!(e))?;
+        snapshot.access = access.install(sink).await.map_err(|e| anyhow!(e))?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
         if config.admin.exposed(admin_bind) {
@@ -173,7 +184,9 @@ impl Node {
             checks: std::sync::Mutex::new(CancellationToken::new()),
             names,
             admin_addr,
+            access,
         });
+        inner.names.commit(&config, &inner.region);
         // Before any port opens: an `essential` endpoint is out until it passes its checks.
         checks::start(&inner, &inner.snapshot.load());
         {
@@ -255,6 +268,8 @@ impl Node {
                 "drain timeout: closing remaining connections"
             );
         }
+        // The last responses' lines, before the process may exit.
+        self.inner.access.flush().await;
         self.inner.drained.cancel();
     }
 
@@ -319,6 +334,8 @@ impl Inner {
         let result: std::result::Result<(), String> = async {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.
+            // The access log file is opened again here, so that a SIGHUP after logrotate moved
+            // it writes a new one.
             let inner = Arc::clone(self);
             let config = tokio::task::spawn_blocking(move || load(&inner.opts))
                 .await
@@ -327,14 +344,21 @@ impl Inner {
             let config = Arc::new(config);
             // New names are looked up before the snapshot that uses them is built.
             self.names.prepare(&config, &self.region).await?;
-            let next = self.build(config).await?;
+            let access = config.log.access.clone();
+            let sink = tokio::task::spawn_blocking(move || Sink::open(&access))
+                .await
+                .map_err(|e| format!("opening the access log failed: {e}"))??;
+            let mut next = self.build(config).await?;
             let wanted = wanted_ports(&next);
             let fresh = bind_all(self.opts.bind, &wanted, &bound, &next)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
+            // The writer takes the new sink before the snapshot whose requests use it runs.
+            next.access = self.access.install(sink).await?;
             relisten(&bound, &next);
             let next = Arc::new(next);
             self.snapshot.store(Arc::clone(&next));
+            self.names.commit(&next.config, &self.region);
             checks::start(self, &next);
             // Ports no longer configured stop accepting; their open connections carry on.
             let gone: Vec<(bool, u16)> = bound
@@ -404,7 +428,9 @@ impl Inner {
         }
         let config = Arc::clone(&self.snapshot.load().config);
         match self.build(config).await {
-            Ok(next) => {
+            Ok(mut next) => {
+                // The same access log writer and sink as the running snapshot.
+                next.access = self.snapshot.load().access.clone();
                 let next = Arc::new(next);
                 self.snapshot.store(Arc::clone(&next));
                 checks::start(self, &next);

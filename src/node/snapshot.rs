@@ -30,6 +30,7 @@ use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 use super::checks::{Watch, probe};
 use super::dns;
 use super::http::HttpState;
+use super::http::access::Handle;
 use super::http::upstream::{Connects, Upstream};
 use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
@@ -49,6 +50,9 @@ pub struct Snapshot {
     /// The metric series it registered: once it runs, the node's registry keeps these (and the
     /// node's own) and ends the others, so removed groups and endpoints leave `/metrics`.
     pub series: Registered,
+    /// Where HTTP requests send their access log lines; `None` when `[log] access` is off.
+    /// Set once the node's writer has the config's sink (see [`super::http::access`]).
+    pub(crate) access: Option<Handle>,
 }
 
 impl Snapshot {
@@ -68,8 +72,8 @@ impl Snapshot {
 /// One listener's runtime state.
 #[derive(Debug)]
 pub struct ListenerState {
-    /// Its config.
-    pub cfg: Listener,
+    /// Its config (shared with the access log lines of its requests, which name it).
+    pub cfg: Arc<Listener>,
     /// Groups, config order.
     pub groups: Vec<GroupState>,
     /// The current plan (replaced when facts change).
@@ -222,6 +226,7 @@ impl Snapshot {
             listeners,
             udp_flow_share,
             series: registry.registered(),
+            access: None,
         })
     }
 
@@ -245,7 +250,7 @@ impl ListenerState {
         now: Instant,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
-        let old_cfg = old.map(|o| &o.cfg);
+        let old_cfg = old.map(|o| &*o.cfg);
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == crate::config::Protocol::Udp;
         let groups: Vec<GroupState> = l
@@ -390,7 +395,7 @@ impl ListenerState {
         let planned = ListenerPlan::build(l, ranking.clone(), facts, l.affinity);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
-            cfg: l.clone(),
+            cfg: Arc::new(l.clone()),
             groups,
             planned: ArcSwap::from_pointee(planned),
             ranker: Mutex::new(ranker),

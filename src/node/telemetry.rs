@@ -217,6 +217,13 @@ pub const DNS_LOOKUPS_TOTAL: Def = Def {
     labels: &["result"],
     help: "Lookups of endpoint host names by result (ok; nxdomain or no_address: the name has no address, its endpoints leave rotation; timeout or error: the last good addresses are kept)",
 };
+/// Access log lines lost.
+pub const ACCESS_LOG_DROPPED_TOTAL: Def = Def {
+    name: "gtd_access_log_dropped_total",
+    kind: Kind::Counter,
+    labels: &["reason"],
+    help: "HTTP access log lines lost (reason queue_full: the writer had 8192 lines waiting, so the request did not wait for it; write_error: writing them failed); exported once the access log is first on",
+};
 
 /// Every metric, for the exporter's descriptions and the README check.
 pub const ALL: &[Def] = &[
@@ -244,6 +251,7 @@ pub const ALL: &[Def] = &[
     STICKY_HITS_TOTAL,
     CONFIG_RELOADS_TOTAL,
     DNS_LOOKUPS_TOTAL,
+    ACCESS_LOG_DROPPED_TOTAL,
 ];
 
 /// Histogram bucket bounds, seconds: 0.5 ms to 10 s.

@@ -77,6 +77,7 @@ pub(crate) fn options(config: &Path) -> Options {
         bind: "127.0.0.1".parse().unwrap(),
         admin_bind: Some("127.0.0.1:0".parse().unwrap()),
         source_ip: None,
+        log_format: gtd::node::LogFormat::Text,
     }
 }
 

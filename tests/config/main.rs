@@ -21,6 +21,7 @@ mod balance;
 mod catalogue;
 mod check;
 mod geoip;
+mod log;
 mod mistakes;
 mod protocol;
 mod tls;

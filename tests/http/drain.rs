@@ -26,6 +26,25 @@ async fn until_refused(addr: SocketAddr) {
     }
 }
 
+/// A node whose HTTP listener "web" has one backend, "one", and a drain far longer than a
+/// test may take (idle connections must not hold it).
+async fn draining_node() -> (Backend, tempfile::TempDir, gtd::node::Node, SocketAddr) {
+    let b = Backend::start("one", 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "drain_timeout = \"1h\"",
+            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    (b, dir, node, addr)
+}
+
 /// Sends one GET on `s`; the whole answer up to the body "one" (bounded by a minute).
 async fn ask(s: &mut TcpStream) -> String {
     s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
@@ -48,20 +67,7 @@ async fn ask(s: &mut TcpStream) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_an_idle_connection_as_the_drain_begins_is_answered_with_connection_close() {
-    let b = Backend::start("one", 200).await;
-    let dir = tempfile::tempdir().unwrap();
-    // A drain far longer than the test may take: idle connections must not hold it.
-    let cfg = write_config(
-        dir.path(),
-        &listener(
-            "web",
-            "http",
-            "drain_timeout = \"1h\"",
-            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
-        ),
-    );
-    let node = start(&cfg).await;
-    let addr = listener_addr(&node, "web").await;
+    let (b, _dir, node, addr) = draining_node().await;
     let mut active = TcpStream::connect(addr).await.unwrap();
     let first = ask(&mut active).await;
     assert!(first.starts_with("HTTP/1.1 200 "), "{first}");
@@ -101,19 +107,7 @@ async fn a_request_on_an_idle_connection_as_the_drain_begins_is_answered_with_co
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_connection_gets_a_goaway_when_the_drain_begins() {
-    let b = Backend::start("one", 200).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(
-        dir.path(),
-        &listener(
-            "web",
-            "http",
-            "drain_timeout = \"1h\"",
-            &group("g", "cn-beijing", 100.0, "", &[(b.addr, "")]),
-        ),
-    );
-    let node = start(&cfg).await;
-    let addr = listener_addr(&node, "web").await;
+    let (_b, _dir, node, addr) = draining_node().await;
     let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
     let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
         .await

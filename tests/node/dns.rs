@@ -244,3 +244,47 @@ async fn a_name_that_never_resolved_is_unusable_with_its_reason_until_it_does() 
     .await;
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_resolves_a_new_name_before_serving_it_and_a_rejected_one_changes_nothing() {
+    let dns = DnsServer::start().await;
+    let (port, _backends) = same_port_backends(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await;
+    dns.set("one.test", &ips(&["127.0.0.1"]), 1);
+    dns.set("two.test", &ips(&["127.0.0.2"]), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = named_config(dir.path(), dns.addr, "one.test", port, "");
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.1");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+
+    // A config naming another host that fails once its names are looked up (its new port is
+    // taken): refused, and the running name is still followed.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bad = text.replace("one.test", "two.test").replace(
+        &format!("port = {}", addr.port()),
+        &format!("port = {}", taken.local_addr().unwrap().port()),
+    );
+    std::fs::write(&cfg, bad).unwrap();
+    let refused = node.reload().await.unwrap_err();
+    assert!(refused.contains("binding tcp"), "{refused}");
+    dns.set("one.test", &ips(&["127.0.0.3"]), 1);
+    until("one.test followed after a rejected reload", || {
+        addresses(&name_state(&node, "one.test")) == ["127.0.0.3"]
+    })
+    .await;
+    assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.3");
+
+    // A good one: the new name answers from the first connection after the reload, and the
+    // name no listener uses any more is forgotten.
+    std::fs::write(&cfg, text.replace("one.test", "two.test")).unwrap();
+    node.reload().await.unwrap();
+    assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.2");
+    let names = status(&node)["dns"].clone();
+    assert_eq!(
+        names.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["two.test"],
+        "{names}"
+    );
+    node.shutdown().await;
+}

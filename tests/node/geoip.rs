@@ -143,7 +143,9 @@ async fn http_requests_count_under_their_connections_place() {
     let _b = Backends(vec![h]);
     let dir = tempfile::tempdir().unwrap();
     let db = write_mmdb(dir.path(), "city.mmdb", "GeoLite2-City", &places());
+    let log = dir.path().join("access.log");
     let text = geoip_table(&db, r#"["US"]"#)
+        + &format!("[log]\naccess = {:?}\n", log.display().to_string())
         + &listener(
             "web",
             "http",
@@ -181,6 +183,15 @@ async fn http_requests_count_under_their_connections_place() {
         1.0,
         "one client connection, however many requests"
     );
+    // Each access log line ends with the client's continent and country.
+    until("three access log lines", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() == 3)
+    })
+    .await;
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        assert!(line.starts_with(|c: char| c.is_ascii_digit()), "{line}");
+        assert!(line.ends_with(" NA US"), "{line}");
+    }
     drop(s);
     node.shutdown().await;
 }

@@ -4,7 +4,8 @@
 //! can continue; the result is only returned when no error was recorded.
 //!
 //! This module holds the entry point, the catalogue, `[node]` and `[admin]`; each section of the
-//! file has a module of its own, in the order the walk reaches them: [`dns`], [`geoip`], [`listener`], [`tls`],
+//! file has a module of its own, in the order the walk reaches them: [`log`], [`dns`], [`geoip`],
+//! [`listener`], [`tls`],
 //! [`route`], [`group`], [`balance`], [`health_check`], [`endpoint`]. [`fields`] holds the checks
 //! they share.
 
@@ -16,6 +17,7 @@ mod geoip;
 mod group;
 mod health_check;
 mod listener;
+mod log;
 mod route;
 mod tls;
 
@@ -49,7 +51,9 @@ pub(crate) fn config(
     let root = Table::root(&doc);
     root.check_keys(
         &mut ctx,
-        &["catalog", "node", "admin", "dns", "geoip", "listener"],
+        &[
+            "catalog", "node", "admin", "log", "dns", "geoip", "listener",
+        ],
     );
     let base = base_dir(file);
 
@@ -80,6 +84,7 @@ pub(crate) fn config(
     // A listener asking for client locations needs the table (a bad database file is its own
     // error, not this one too).
     env.geoip = root.has("geoip");
+    let log = log::log(&mut ctx, &env, &root);
     let listeners = listeners(&mut ctx, &env, &root);
     match catalog {
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
@@ -89,6 +94,7 @@ pub(crate) fn config(
             admin,
             dns,
             geoip,
+            log,
             listeners,
             warnings: ctx.take_warnings(),
         }),

@@ -9,7 +9,9 @@
 //! - `tunnel`: an upgraded (`101`) client connection and its endpoint connection, relayed.
 //! - [`DownBody`]: the response towards the client: either gtd's own short answer or the
 //!   endpoint's body, which holds the attempt's [`Pick`] (so `least_conn` counts the request
-//!   until its response ends) and reports `least_time`'s `last_byte` timing when it ends.
+//!   until its response ends) and reports `least_time`'s `last_byte` timing when it ends; with
+//!   the access log on, it also carries the request's line, counts the bytes it sends into it
+//!   and sends it when dropped.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use tokio::sync::oneshot;
 use crate::balance::Pick;
 use crate::config::Measure;
 
+use super::access::Line;
 use super::client::{BoxError, RawBody};
 use super::h1;
 use crate::node::timers::{Moving, origin, quiet};
@@ -91,6 +94,10 @@ pub(crate) struct Progress {
     awaiting_client: AtomicBool,
     /// Reading the client's body failed: the client went away or broke the framing.
     client_broke: AtomicBool,
+    /// Count the body's bytes in `received` (the access log is on).
+    counting: bool,
+    /// Bytes of the body read from the client so far, when `counting`.
+    received: AtomicU64,
 }
 
 impl Progress {
@@ -111,6 +118,17 @@ impl Progress {
 
     pub(crate) fn client_broke(&self) -> bool {
         self.client_broke.load(Ordering::Acquire)
+    }
+
+    /// Bytes of the body read from the client so far (counted only for the access log).
+    pub(crate) fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: usize) {
+        if self.counting {
+            self.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -134,12 +152,25 @@ pub(crate) enum RequestBody {
 }
 
 impl RequestBody {
-    /// The body as received: `Empty` when it ends before it starts.
-    pub(crate) fn new(body: Incoming) -> RequestBody {
+    /// The body as received: `Empty` when it ends before it starts. With `counting` (the
+    /// access log is on) its bytes from the client are counted, see [`Self::upload`].
+    pub(crate) fn new(body: Incoming, counting: bool) -> RequestBody {
         if body.is_end_stream() {
             RequestBody::Empty
         } else {
-            RequestBody::Ready(body, Arc::default())
+            let progress = Progress {
+                counting,
+                ..Progress::default()
+            };
+            RequestBody::Ready(body, Arc::new(progress))
+        }
+    }
+
+    /// The progress that counts the body's bytes from the client, when it is counted.
+    pub(crate) fn upload(&self) -> Option<Arc<Progress>> {
+        match self {
+            RequestBody::Ready(_, p) | RequestBody::Gone(p) if p.counting => Some(Arc::clone(p)),
+            _ => None,
         }
     }
 
@@ -153,7 +184,7 @@ impl RequestBody {
     /// Reads a [`Self::small`] body whole, the client leaving at most `silence` between two
     /// pieces; fails with the client's failure.
     pub(crate) async fn read_whole(&mut self, silence: Duration) -> Result<(), Failure> {
-        let RequestBody::Ready(body, _) = self else {
+        let RequestBody::Ready(body, progress) = self else {
             return Ok(());
         };
         let size = body.size_hint().lower().min(WHOLE_BODY);
@@ -165,7 +196,10 @@ impl RequestBody {
                 Ok(Some(Err(_))) => return Err(Failure::ClientGone),
                 Ok(None) => break,
                 Ok(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(piece) => data.extend_from_slice(&piece),
+                    Ok(piece) => {
+                        progress.count(piece.len());
+                        data.extend_from_slice(&piece);
+                    }
                     // Only what a trailer may carry: the names are declared towards the endpoint.
                     Err(frame) => {
                         trailers = frame
@@ -313,6 +347,7 @@ impl Body for UpBody {
                 if let Some(data) = frame.data_ref() {
                     b.bytes.increment(data.len() as u64);
                     b.progress.moved_now();
+                    b.progress.count(data.len());
                 }
                 // hyper stops polling a body with a Content-Length once it has that many bytes,
                 // so the final `None` may never come: the upload is over when the body says so.
@@ -400,11 +435,17 @@ pub(crate) async fn tunnel(
 
 // ------------------------------------------------------------------------------- response body
 
-/// The body of a response to the client.
+/// The body of a response to the client, and the request's access log line, sent once the
+/// body is dropped (the response is over, or the client went away).
+pub struct DownBody {
+    body: Down,
+    line: Line,
+}
+
 // The relayed variant is the common one (every proxied response): boxing it would cost an
 // allocation per request to save moving a few hundred bytes once.
 #[allow(clippy::large_enum_variant)]
-pub enum DownBody {
+enum Down {
     /// gtd's own answer (404, 502, 503, 504), sent in one frame.
     Own(Option<Bytes>),
     /// The endpoint's body, streamed.
@@ -461,7 +502,33 @@ impl Drop for Relayed {
 impl DownBody {
     /// gtd's own short answer.
     pub(crate) fn own(text: &'static str) -> DownBody {
-        DownBody::Own(Some(Bytes::from_static(text.as_bytes())))
+        Down::Own(Some(Bytes::from_static(text.as_bytes()))).into()
+    }
+
+    /// No body (a `101`: the tunnel follows).
+    pub(crate) fn empty() -> DownBody {
+        Down::Own(None).into()
+    }
+
+    /// The endpoint's body.
+    pub(crate) fn relayed(body: Relayed) -> DownBody {
+        Down::Relayed(body).into()
+    }
+
+    /// This body, counting what it sends into the request's access log line (sent when the
+    /// body is dropped).
+    pub(crate) fn logged(mut self, line: Line) -> DownBody {
+        self.line = line;
+        self
+    }
+}
+
+impl From<Down> for DownBody {
+    fn from(body: Down) -> DownBody {
+        DownBody {
+            body,
+            line: Line::off(),
+        }
     }
 }
 
@@ -519,14 +586,22 @@ impl Body for DownBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            DownBody::Own(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            DownBody::Relayed(r) => {
+        let DownBody { body, line } = self.get_mut();
+        match body {
+            Down::Own(data) => {
+                let data = data.take();
+                if let Some(d) = &data {
+                    line.sent(d.len());
+                }
+                Poll::Ready(data.map(|d| Ok(Frame::data(d))))
+            }
+            Down::Relayed(r) => {
                 let polled = Pin::new(&mut r.inner).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let Some(data) = frame.data_ref() {
                             r.bytes.increment(data.len() as u64);
+                            line.sent(data.len());
                         }
                         // Trailers are the last frame, though hyper's chunked body does not say
                         // it has ended until it is polled once more (and its servers stop
@@ -550,18 +625,16 @@ impl Body for DownBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            DownBody::Own(data) => data.is_none(),
-            DownBody::Relayed(r) => r.inner.is_end_stream(),
+        match &self.body {
+            Down::Own(data) => data.is_none(),
+            Down::Relayed(r) => r.inner.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            DownBody::Own(data) => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-            DownBody::Relayed(r) => r.inner.size_hint(),
+        match &self.body {
+            Down::Own(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Down::Relayed(r) => r.inner.size_hint(),
         }
     }
 }

@@ -35,6 +35,7 @@
 //! holds its endpoint pick (`least_conn` counts it) until it ends. Any other answer goes back as
 //! an ordinary response.
 
+pub(crate) mod access;
 pub(crate) mod answers;
 pub mod bodies;
 pub mod client;
@@ -46,6 +47,7 @@ mod server;
 
 pub(crate) use server::serve;
 
+use self::access::Line;
 use self::answers::{Last, bare, class, failed, own};
 use self::headers::{
     UPGRADE, authority, forward_headers, refused, strip_hop_by_hop, wants_upgrade,
@@ -258,240 +260,265 @@ async fn proxy(
     conn: Arc<Conn>,
     req: Request<Incoming>,
 ) -> Result<Response<DownBody>, Infallible> {
-    let listener = {
+    let (listener, mut line) = {
         let snap = node.snapshot.load();
-        snap.listener_on(conn.port, false)
+        let l = snap
+            .listener_on(conn.port, false)
             .filter(|l| l.http.is_some())
-            .cloned()
+            .cloned();
+        let line = match &snap.access {
+            Some(log) => log.begin(conn.client, conn.place, &req),
+            None => Line::off(),
+        };
+        (l, line)
     };
-    // The listener on this port was removed or changed protocol by a reload.
-    let Some(l) = listener else {
-        return Ok(bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n"));
-    };
-    let _busy = Busy::new(&conn.inflight);
-    let (l, conn) = (&*l, &*conn);
-    l.count_request(conn.place.as_ref());
-    let http = l.http.as_ref().expect("looked up with http state");
-    let cfg = &l.cfg;
-    let (mut parts, body) = req.into_parts();
-    if parts.method == Method::CONNECT {
-        return Ok(own(
-            http,
-            StatusCode::METHOD_NOT_ALLOWED,
-            "CONNECT is not proxied\n",
-        ));
-    }
-    if let Some((status, why)) = refused(&parts) {
-        return Ok(own(http, status, why));
-    }
-    let route = match http.rules.find(&View {
-        ip: conn.peer,
-        uri: &parts.uri,
-        headers: &parts.headers,
-    }) {
-        Match::Default => None,
-        Match::Route(i) => Some(i),
-        Match::NotFound => {
-            return Ok(own(http, StatusCode::NOT_FOUND, "no route for this path\n"));
+    // The access log line follows the request (each of its calls below is one branch when the
+    // log is off) and goes with the response body, or with this future if the client leaves.
+    let response = 'request: {
+        // The listener on this port was removed or changed protocol by a reload.
+        let Some(l) = listener.as_deref() else {
+            break 'request bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n");
+        };
+        line.listener(&l.cfg);
+        let _busy = Busy::new(&conn.inflight);
+        let conn = &*conn;
+        l.count_request(conn.place.as_ref());
+        let http = l.http.as_ref().expect("looked up with http state");
+        let cfg = &l.cfg;
+        let (mut parts, body) = req.into_parts();
+        if parts.method == Method::CONNECT {
+            break 'request own(
+                http,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "CONNECT is not proxied\n",
+            );
         }
-    };
-    let sticky = http.sticky.as_ref().and_then(|s| {
-        let view = View {
+        if let Some((status, why)) = refused(&parts) {
+            break 'request own(http, status, why);
+        }
+        let route = match http.rules.find(&View {
             ip: conn.peer,
             uri: &parts.uri,
             headers: &parts.headers,
-        };
-        view.cookie(&s.table.cookie).and_then(|v| s.table.target(v))
-    });
-    // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
-    let mut upgrade = wants_upgrade(&parts)
-        .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
-    let hostless = !forward_headers(
-        &mut parts.headers,
-        &parts.uri,
-        parts.version,
-        &conn.xff,
-        conn.https,
-    );
-    if let Some((proto, _)) = &upgrade {
-        // A tunnel has no trailers: the TE kept above goes, with its `Connection: te`.
-        parts.headers.remove(header::TE);
-        parts.headers.insert(header::CONNECTION, UPGRADE.clone());
-        parts.headers.insert(header::UPGRADE, proto.clone());
-    }
-
-    let mut body = RequestBody::new(body);
-    // A small body is read whole first, so that a retry can send it again; the attempts, and
-    // their clocks, start once it is in.
-    if body.small()
-        && let Err(failure) = Box::pin(body.read_whole(cfg.upstream_timeout)).await
-    {
-        return Ok(failed(http, l, Last::Failed(failure)));
-    }
-    let started = Instant::now();
-    // One clock read per attempt and one per response: `now` is when this attempt is decided
-    // and sent.
-    let mut now = started;
-    let mut router = Attempts::for_client(l, route, conn.peer, conn.place.as_ref());
-    let mut budget = Budget::new(cfg, started);
-    let method = parts.method;
-    let uri = parts.uri;
-    let mut headers = parts.headers;
-    // The listener's budget, and HTTP's own rule: the body can be sent again, and the method is
-    // idempotent or nothing was sent (or `retry_non_idempotent`).
-    let retry_ok = |sent: bool, budget: &Budget, now: Instant, body: &RequestBody| {
-        budget.allows(now)
-            && body.replayable()
-            && (!sent || idempotent(&method) || cfg.retry_non_idempotent)
-    };
-
-    let mut last = Last::Nothing;
-    let mut next: Option<Attempt> = None;
-    loop {
-        let attempt = match next.take() {
-            Some(a) => a,
-            None => {
-                let bound = match sticky {
-                    Some((g, e)) if budget.made() == 0 => router.bound(g, e, now),
-                    _ => None,
-                };
-                if bound.is_some() {
-                    http.sticky_hits.increment(1);
-                }
-                let view = View {
-                    ip: conn.peer,
-                    uri: &uri,
-                    headers: &headers,
-                };
-                match bound.or_else(|| router.next(&view, now)) {
-                    Some(a) => a,
-                    None => break,
-                }
+        }) {
+            Match::Default => None,
+            Match::Route(i) => Some(i),
+            Match::NotFound => {
+                break 'request own(http, StatusCode::NOT_FOUND, "no route for this path\n");
             }
         };
-        if budget.spend() {
-            l.metrics.retries.increment(1);
+        let sticky = http.sticky.as_ref().and_then(|s| {
+            let view = View {
+                ip: conn.peer,
+                uri: &parts.uri,
+                headers: &parts.headers,
+            };
+            view.cookie(&s.table.cookie).and_then(|v| s.table.target(v))
+        });
+        // An upgrade (WebSocket): the protocol asked for, and hyper's handle on the connection.
+        let mut upgrade = wants_upgrade(&parts)
+            .and_then(|proto| Some((proto, parts.extensions.remove::<OnUpgrade>()?)));
+        let hostless = !forward_headers(
+            &mut parts.headers,
+            &parts.uri,
+            parts.version,
+            &conn.xff,
+            conn.https,
+        );
+        if let Some((proto, _)) = &upgrade {
+            // A tunnel has no trailers: the TE kept above goes, with its `Connection: te`.
+            parts.headers.remove(header::TE);
+            parts.headers.insert(header::CONNECTION, UPGRADE.clone());
+            parts.headers.insert(header::UPGRADE, proto.clone());
         }
-        let group = &l.groups[attempt.group];
-        let Some(up) = group.upstream.as_ref() else {
-            break;
+
+        let mut body = RequestBody::new(body, line.is_on());
+        if line.is_on() {
+            line.upload(body.upload());
+        }
+        // A small body is read whole first, so that a retry can send it again; the attempts,
+        // and their clocks, start once it is in.
+        if body.small()
+            && let Err(failure) = Box::pin(body.read_whole(cfg.upstream_timeout)).await
+        {
+            break 'request failed(http, l, Last::Failed(failure));
+        }
+        let started = Instant::now();
+        // One clock read per attempt and one per response: `now` is when this attempt is
+        // decided and sent.
+        let mut now = started;
+        let mut router = Attempts::for_client(l, route, conn.peer, conn.place.as_ref());
+        let mut budget = Budget::new(cfg, started);
+        let method = parts.method;
+        let uri = parts.uri;
+        let mut headers = parts.headers;
+        // The listener's budget, and HTTP's own rule: the body can be sent again, and the
+        // method is idempotent or nothing was sent (or `retry_non_idempotent`).
+        let retry_ok = |sent: bool, budget: &Budget, now: Instant, body: &RequestBody| {
+            budget.allows(now)
+                && body.replayable()
+                && (!sent || idempotent(&method) || cfg.retry_non_idempotent)
         };
-        let index = attempt.pick.index();
-        let sent_at = now;
-        // An HTTP/1.0 request without a host: the endpoint's address, as nginx's default
-        // `proxy_set_header Host $proxy_host` gives it (the request goes on as HTTP/1.1).
-        if hostless && let Ok(h) = HeaderValue::from_str(&attempt.pick.address().text) {
-            headers.insert(header::HOST, h);
-        }
-        let sending = Sending {
-            method: &method,
-            uri: &uri,
-            headers: &mut headers,
-            keep_headers: budget.room_for_another(),
-            body: &mut body,
-            upgrade: upgrade.is_some(),
-            timeout: cfg.upstream_timeout,
-            sent_at,
-            bytes_up: &l.metrics.bytes_up,
-        };
-        let result = up.request(index, sending).await;
-        now = Instant::now();
-        if hostless {
-            // That endpoint's address was for it alone: hash keys of a retry must not see it.
-            headers.remove(header::HOST);
-        }
-        let elapsed = now.duration_since(sent_at);
-        let endpoint = &group.endpoints[index];
-        match result {
-            Ok((response, pooled)) => {
-                up.response_seconds.record(elapsed.as_secs_f64());
-                attempt.pick.record_timing(Measure::Header, elapsed);
-                if let Some(name) = &up.feedback
-                    && let Some(value) = response
-                        .headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                {
-                    attempt.pick.record_feedback(value);
-                }
-                let status = response.status();
-                endpoint.requests[class(status)].increment(1);
-                if cfg.unhealthy_status.contains(status.as_u16()) {
-                    l.attempt_failed(attempt.group, &attempt.pick, &status);
-                    if retry_ok(true, &budget, now, &body) {
-                        let view = View {
-                            ip: conn.peer,
-                            uri: &uri,
-                            headers: &headers,
-                        };
-                        if let Some(a) = router.next(&view, now) {
-                            if hyper::body::Body::is_end_stream(response.body())
-                                && let Some(pooled) = pooled
-                            {
-                                pooled.release();
-                            }
-                            tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %status, "unhealthy status; retrying");
-                            next = Some(a);
-                            continue;
-                        }
+
+        let mut last = Last::Nothing;
+        let mut next: Option<Attempt> = None;
+        loop {
+            let attempt = match next.take() {
+                Some(a) => a,
+                None => {
+                    let bound = match sticky {
+                        Some((g, e)) if budget.made() == 0 => router.bound(g, e, now),
+                        _ => None,
+                    };
+                    if bound.is_some() {
+                        http.sticky_hits.increment(1);
                     }
-                } else {
-                    l.attempt_succeeded(attempt.group, &attempt.pick, now);
+                    let view = View {
+                        ip: conn.peer,
+                        uri: &uri,
+                        headers: &headers,
+                    };
+                    match bound.or_else(|| router.next(&view, now)) {
+                        Some(a) => a,
+                        None => break,
+                    }
                 }
-                if status == StatusCode::SWITCHING_PROTOCOLS {
-                    return Ok(match upgrade.take() {
-                        Some((_, client)) => switch(l, conn, attempt, response, pooled, client),
-                        None => own(
-                            http,
-                            StatusCode::BAD_GATEWAY,
-                            "the endpoint switched protocols unasked\n",
-                        ),
-                    });
-                }
-                return Ok(respond(http, l, attempt, sticky, response, pooled, sent_at));
+            };
+            let retry = budget.spend();
+            if retry {
+                l.metrics.retries.increment(1);
             }
-            // Out of open files, the client's upload broke off or stalled, or a response head
-            // gtd does not pass on: not counted against the endpoint, and not retried.
-            Err(Failure::BadTarget) => {
-                return Ok(own(http, StatusCode::BAD_REQUEST, "bad request path\n"));
-            }
-            Err(
-                failure @ (Failure::Exhausted
-                | Failure::ClientGone
-                | Failure::ClientStalled
-                | Failure::BadResponse),
-            ) => {
-                // The endpoint's doing, yet no health matter (see Failure::BadResponse): the
-                // operator hears of it, at most every 10 s, as nginx logs "upstream sent too big
-                // header".
-                static BAD_HEADS: Pace = Pace::new();
-                if failure == Failure::BadResponse && BAD_HEADS.due() {
-                    tracing::warn!(listener = %cfg.name, endpoint = %attempt.pick.address(), "the endpoint sent a response head gtd does not pass on (invalid, or over 64 KiB or 100 fields); the client got 502");
-                } else {
-                    tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
-                }
-                last = Last::Failed(failure);
+            let group = &l.groups[attempt.group];
+            let Some(up) = group.upstream.as_ref() else {
                 break;
+            };
+            let index = attempt.pick.index();
+            line.attempt(attempt.group, index, retry);
+            let sent_at = now;
+            // An HTTP/1.0 request without a host: the endpoint's address, as nginx's default
+            // `proxy_set_header Host $proxy_host` gives it (the request goes on as HTTP/1.1).
+            if hostless && let Ok(h) = HeaderValue::from_str(&attempt.pick.address().text) {
+                headers.insert(header::HOST, h);
             }
-            Err(failure) => {
-                tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
-                if failure == Failure::Timeout {
+            let sending = Sending {
+                method: &method,
+                uri: &uri,
+                headers: &mut headers,
+                keep_headers: budget.room_for_another(),
+                body: &mut body,
+                upgrade: upgrade.is_some(),
+                timeout: cfg.upstream_timeout,
+                sent_at,
+                bytes_up: &l.metrics.bytes_up,
+            };
+            let result = up.request(index, sending).await;
+            now = Instant::now();
+            if hostless {
+                // That endpoint's address was for it alone: hash keys of a retry must not see
+                // it.
+                headers.remove(header::HOST);
+            }
+            let elapsed = now.duration_since(sent_at);
+            let endpoint = &group.endpoints[index];
+            match result {
+                Ok((response, pooled)) => {
+                    up.response_seconds.record(elapsed.as_secs_f64());
+                    line.upstream(elapsed);
                     attempt.pick.record_timing(Measure::Header, elapsed);
+                    if let Some(name) = &up.feedback
+                        && let Some(value) = response
+                            .headers()
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.trim().parse::<f64>().ok())
+                    {
+                        attempt.pick.record_feedback(value);
+                    }
+                    let status = response.status();
+                    endpoint.requests[class(status)].increment(1);
+                    if cfg.unhealthy_status.contains(status.as_u16()) {
+                        l.attempt_failed(attempt.group, &attempt.pick, &status);
+                        if retry_ok(true, &budget, now, &body) {
+                            let view = View {
+                                ip: conn.peer,
+                                uri: &uri,
+                                headers: &headers,
+                            };
+                            if let Some(a) = router.next(&view, now) {
+                                if hyper::body::Body::is_end_stream(response.body())
+                                    && let Some(pooled) = pooled
+                                {
+                                    pooled.release();
+                                }
+                                tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %status, "unhealthy status; retrying");
+                                next = Some(a);
+                                continue;
+                            }
+                        }
+                    } else {
+                        l.attempt_succeeded(attempt.group, &attempt.pick, now);
+                    }
+                    if status == StatusCode::SWITCHING_PROTOCOLS {
+                        break 'request match upgrade.take() {
+                            Some((_, client)) => switch(l, conn, attempt, response, pooled, client),
+                            None => own(
+                                http,
+                                StatusCode::BAD_GATEWAY,
+                                "the endpoint switched protocols unasked\n",
+                            ),
+                        };
+                    }
+                    break 'request respond(http, l, attempt, sticky, response, pooled, sent_at);
                 }
-                if matches!(failure, Failure::Connect(_)) {
-                    endpoint.failures.increment(1);
+                // Out of open files, the client's upload broke off or stalled, or a response
+                // head gtd does not pass on: not counted against the endpoint, and not retried.
+                Err(Failure::BadTarget) => {
+                    break 'request own(http, StatusCode::BAD_REQUEST, "bad request path\n");
                 }
-                l.attempt_failed(attempt.group, &attempt.pick, &failure);
-                drop(attempt);
-                last = Last::Failed(failure);
-                if !retry_ok(!matches!(failure, Failure::Connect(_)), &budget, now, &body) {
+                Err(
+                    failure @ (Failure::Exhausted
+                    | Failure::ClientGone
+                    | Failure::ClientStalled
+                    | Failure::BadResponse),
+                ) => {
+                    // The endpoint's doing, yet no health matter (see Failure::BadResponse):
+                    // the operator hears of it, at most every 10 s, as nginx logs "upstream
+                    // sent too big header".
+                    static BAD_HEADS: Pace = Pace::new();
+                    if failure == Failure::BadResponse && BAD_HEADS.due() {
+                        tracing::warn!(listener = %cfg.name, endpoint = %attempt.pick.address(), "the endpoint sent a response head gtd does not pass on (invalid, or over 64 KiB or 100 fields); the client got 502");
+                    } else {
+                        tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), %failure, "attempt ended");
+                    }
+                    last = Last::Failed(failure);
                     break;
                 }
+                Err(failure) => {
+                    tracing::debug!(listener = %cfg.name, endpoint = %attempt.pick.address(), ?failure, "attempt failed");
+                    if failure == Failure::Timeout {
+                        attempt.pick.record_timing(Measure::Header, elapsed);
+                    }
+                    if matches!(failure, Failure::Connect(_)) {
+                        endpoint.failures.increment(1);
+                    }
+                    l.attempt_failed(attempt.group, &attempt.pick, &failure);
+                    drop(attempt);
+                    last = Last::Failed(failure);
+                    if !retry_ok(!matches!(failure, Failure::Connect(_)), &budget, now, &body) {
+                        break;
+                    }
+                }
             }
         }
+        failed(http, l, last)
+    };
+    // Tested here rather than in `respond`, so that with the log off the response is not
+    // moved once more on its way out.
+    if line.is_on() {
+        Ok(line.respond(response))
+    } else {
+        Ok(response)
     }
-    Ok(failed(http, l, last))
 }
 
 /// The endpoint's response on its way to the client; a sticky listener sets its cookie when the
@@ -523,7 +550,7 @@ fn respond(
         sent_at,
         l.metrics.bytes_down.clone(),
     );
-    Response::from_parts(parts, DownBody::Relayed(body))
+    Response::from_parts(parts, DownBody::relayed(body))
 }
 
 /// The endpoint agreed to switch protocols: the client gets its `101` (with the endpoint's
@@ -556,7 +583,7 @@ fn switch(
     if let Ok(mut slot) = conn.tunnel.lock() {
         *slot = Some(Box::pin(relay));
     }
-    Response::from_parts(parts, DownBody::Own(None))
+    Response::from_parts(parts, DownBody::empty())
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ use super::proxy;
 /// per request).
 pub(super) struct Conn {
     pub(super) peer: IpAddr,
+    /// The client's address and port (for the access log).
+    pub(super) client: SocketAddr,
     /// Where the `[geoip]` database puts the client: looked up once for the connection.
     pub(super) place: Option<crate::geoip::Place>,
     pub(super) port: u16,
@@ -62,15 +64,17 @@ pub(super) type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Conn {
     fn new(
-        peer: IpAddr,
+        client: SocketAddr,
         place: Option<crate::geoip::Place>,
         port: u16,
         https: bool,
         first_by: tokio::time::Instant,
     ) -> Conn {
+        let peer = client.ip().to_canonical();
         let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
         Conn {
             peer,
+            client: SocketAddr::new(peer, client.port()),
             place,
             port,
             https,
@@ -99,11 +103,10 @@ pub(crate) async fn serve(
     // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
     // HTTP/2) take over.
     let first_bytes_by = tokio::time::Instant::now() + l.cfg.header_timeout;
-    let client = peer.ip().to_canonical();
-    let place = l.locate(client);
+    let place = l.locate(peer.ip().to_canonical());
     l.count_client(place.as_ref());
     let conn = Arc::new(Conn::new(
-        client,
+        peer,
         place,
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
