@@ -449,7 +449,7 @@ mod tests {
 
     fn entry(log: &Handle) -> Line {
         let req = http::Request::get("/x").body(()).unwrap();
-        log.begin("192.0.2.1:5000".parse().unwrap(), &req)
+        log.begin("192.0.2.1:5000".parse().unwrap(), None, &req)
     }
 
     /// A writer that has not drained its queue: the lines past it are dropped and counted, the
