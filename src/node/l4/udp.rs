@@ -153,6 +153,11 @@ impl<K: Copy + Eq + Hash, F: Tracked> Flows<K, F> {
             .retain(|(peer, id, _)| map.get(peer).is_some_and(|f| f.id() == *id));
     }
 
+    /// Entries in the eviction order, those of flows gone included.
+    pub(crate) fn queued(&self) -> usize {
+        self.order.len()
+    }
+
     fn clear(&mut self) {
         self.map.clear();
         self.order.clear();
