@@ -36,6 +36,8 @@ pub mod balance;
 pub mod config;
 pub mod demo;
 pub mod files;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod geoip;
 pub mod health;
 pub mod node;

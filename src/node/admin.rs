@@ -87,58 +87,117 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// What an admin request asks for, from its method and path alone: a pure function of the two
+/// (no I/O, no node), so that it can be fuzzed (`fuzz/fuzz_targets/admin_path.rs`). Whether a
+/// `POST` carries the token is asked afterwards, of every route but the `GET` ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /status`.
+    Status,
+    /// `POST /reload`.
+    Reload,
+    /// `POST /endpoints/{listener}/{group}/{address}/enable|disable`, each segment
+    /// percent-decoded.
+    SetEnabled {
+        /// The listener's name.
+        listener: String,
+        /// The group's name.
+        group: String,
+        /// The endpoint's address as the config writes it.
+        address: String,
+        /// `enable` (true) or `disable`.
+        enable: bool,
+    },
+    /// A known path with another method: 405.
+    MethodNotAllowed,
+    /// Anything else: 404.
+    NotFound,
+}
+
+impl Route {
+    /// The route of a request: its path is split at `/` (leading and trailing ones ignored)
+    /// and each segment percent-decoded.
+    pub fn of(method: &Method, path: &str) -> Route {
+        let segments: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .map(percent_decode)
+            .collect();
+        let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+        match (method, seg.as_slice()) {
+            (&Method::GET, ["healthz"]) => Route::Healthz,
+            (&Method::GET, ["metrics"]) => Route::Metrics,
+            (&Method::GET, ["status"]) => Route::Status,
+            (&Method::POST, ["reload"]) => Route::Reload,
+            (
+                &Method::POST,
+                [
+                    "endpoints",
+                    listener,
+                    group,
+                    address,
+                    action @ ("enable" | "disable"),
+                ],
+            ) => Route::SetEnabled {
+                listener: (*listener).to_owned(),
+                group: (*group).to_owned(),
+                address: (*address).to_owned(),
+                enable: *action == "enable",
+            },
+            (_, ["healthz" | "metrics" | "status" | "reload"]) | (_, ["endpoints", ..]) => {
+                Route::MethodNotAllowed
+            }
+            _ => Route::NotFound,
+        }
+    }
+}
+
 async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path().to_owned();
-    let segments: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .map(percent_decode)
-        .collect();
-    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
-    match (req.method(), seg.as_slice()) {
+    match Route::of(req.method(), req.uri().path()) {
         // Draining (SIGTERM): a load balancer in front should stop sending new clients here.
-        (&Method::GET, ["healthz"]) if node.draining.load(std::sync::atomic::Ordering::Relaxed) => {
+        Route::Healthz if node.draining.load(std::sync::atomic::Ordering::Relaxed) => {
             reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
         }
-        (&Method::GET, ["healthz"]) => reply(StatusCode::OK, "text/plain", "ok\n"),
-        (&Method::GET, ["metrics"]) => reply(
+        Route::Healthz => reply(StatusCode::OK, "text/plain", "ok\n"),
+        Route::Metrics => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             node.registry.render(),
         ),
-        (&Method::GET, ["status"]) => json_reply(StatusCode::OK, &status(node)),
-        (&Method::POST, _) if !authorized(node, &req) => json_reply(
+        Route::Status => json_reply(StatusCode::OK, &status(node)),
+        // Every POST, whatever its path, needs the token first.
+        _ if req.method() == Method::POST && !authorized(node, &req) => json_reply(
             StatusCode::UNAUTHORIZED,
             &json!({"error": "this call needs Authorization: Bearer <[admin] token>"}),
         ),
-        (&Method::POST, ["reload"]) => match node.reload().await {
+        Route::Reload => match node.reload().await {
             Ok(()) => json_reply(StatusCode::OK, &json!({"result": "ok"})),
             Err(e) => json_reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &json!({"result": "error", "error": e}),
             ),
         },
-        (
-            &Method::POST,
-            [
-                "endpoints",
-                listener,
-                group,
-                address,
-                action @ ("enable" | "disable"),
-            ],
-        ) => match node.set_enabled(listener, group, address, *action == "enable") {
+        Route::SetEnabled {
+            listener,
+            group,
+            address,
+            enable,
+        } => match node.set_enabled(&listener, &group, &address, enable) {
             Ok(()) => json_reply(
                 StatusCode::OK,
-                &json!({"listener": listener, "group": group, "endpoint": address, "enabled": *action == "enable"}),
+                &json!({"listener": listener, "group": group, "endpoint": address, "enabled": enable}),
             ),
             Err(e) => json_reply(StatusCode::NOT_FOUND, &json!({"error": e})),
         },
-        (_, ["healthz" | "metrics" | "status" | "reload"]) | (_, ["endpoints", ..]) => json_reply(
+        Route::MethodNotAllowed => json_reply(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({"error": "method not allowed"}),
         ),
-        _ => json_reply(
+        Route::NotFound => json_reply(
             StatusCode::NOT_FOUND,
             &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "POST /reload",
                 "POST /endpoints/{listener}/{group}/{address}/enable|disable"]}),
@@ -288,7 +347,38 @@ fn dns_status(names: &dns::Table) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{Method, Route, percent_decode};
+
+    #[test]
+    fn routes_follow_method_and_decoded_path() {
+        assert_eq!(Route::of(&Method::GET, "/healthz/"), Route::Healthz);
+        assert_eq!(Route::of(&Method::GET, "//metrics"), Route::Metrics);
+        assert_eq!(Route::of(&Method::POST, "/status"), Route::MethodNotAllowed);
+        assert_eq!(Route::of(&Method::GET, "/reload"), Route::MethodNotAllowed);
+        assert_eq!(
+            Route::of(&Method::GET, "/endpoints"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(Route::of(&Method::POST, "/reload/x"), Route::NotFound);
+        assert_eq!(Route::of(&Method::GET, "/"), Route::NotFound);
+        assert_eq!(
+            Route::of(
+                &Method::POST,
+                "/endpoints/web/bj/%5B%3A%3A1%5D%3A80/disable"
+            ),
+            Route::SetEnabled {
+                listener: "web".to_owned(),
+                group: "bj".to_owned(),
+                address: "[::1]:80".to_owned(),
+                enable: false,
+            }
+        );
+        // An action that is neither: a known prefix, so 405 rather than 404.
+        assert_eq!(
+            Route::of(&Method::POST, "/endpoints/web/bj/a/toggle"),
+            Route::MethodNotAllowed
+        );
+    }
 
     #[test]
     fn path_segments_are_percent_decoded() {

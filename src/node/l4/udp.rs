@@ -10,6 +10,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -59,37 +60,71 @@ impl Drop for Flow {
     }
 }
 
+/// What the flow table reads of a flow: the id it gives it, and its last activity.
+pub(crate) trait Tracked {
+    /// The id set by [`Flows::insert`].
+    fn id(&self) -> u64;
+    /// Sets the id (on insertion).
+    fn set_id(&mut self, id: u64);
+    /// Last activity, ms since the loop's origin.
+    fn last_ms(&self) -> u64;
+}
+
+impl Tracked for Flow {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn set_id(&mut self, id: u64) {
+        self.id = id;
+    }
+
+    fn last_ms(&self) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
+}
+
 /// The flow table, with the order in which flows are evicted: second chance, first in first
 /// out. The front entry is evicted unless its flow moved since the entry was queued; then it
 /// is queued again, stamped now. So the flow evicted is one idle since it was last looked at,
 /// the longest so: least recently active, found in amortised constant time (the flows' last
-/// activity is written by their reply tasks too, so no exact order is kept).
-#[derive(Default)]
-struct Flows {
-    map: HashMap<Peer, Flow>,
-    /// (peer, flow id, ms when queued); entries of flows gone are skipped and swept.
-    order: VecDeque<(Peer, u64, u64)>,
+/// activity is written by their reply tasks too, so no exact order is kept). Generic over the
+/// key and the flow only so that `fuzz/` can drive it without sockets ([`crate::fuzzing`]).
+pub(crate) struct Flows<K, F> {
+    pub(crate) map: HashMap<K, F>,
+    /// (key, flow id, ms when queued); entries of flows gone are skipped and swept.
+    order: VecDeque<(K, u64, u64)>,
     next_id: u64,
 }
 
-impl Flows {
-    fn insert(&mut self, peer: Peer, mut flow: Flow, now_ms: u64) {
+impl<K, F> Default for Flows<K, F> {
+    fn default() -> Self {
+        Flows {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            next_id: 0,
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash, F: Tracked> Flows<K, F> {
+    pub(crate) fn insert(&mut self, peer: K, mut flow: F, now_ms: u64) {
         self.next_id += 1;
-        flow.id = self.next_id;
-        self.order.push_back((peer, flow.id, now_ms));
+        flow.set_id(self.next_id);
+        self.order.push_back((peer, self.next_id, now_ms));
         self.map.insert(peer, flow);
     }
 
     /// Evicts the least recently active flow; false when the table is empty.
-    fn evict(&mut self, now_ms: u64) -> bool {
+    pub(crate) fn evict(&mut self, now_ms: u64) -> bool {
         // Each flow is requeued at most once per call, so this ends within two rounds.
         let mut budget = 2 * self.order.len() + 1;
         while let Some((peer, id, queued)) = self.order.pop_front() {
-            let Some(flow) = self.map.get(&peer).filter(|f| f.id == id) else {
+            let Some(flow) = self.map.get(&peer).filter(|f| f.id() == id) else {
                 continue;
             };
             budget -= 1;
-            if flow.last.load(Ordering::Relaxed) > queued && budget > 0 {
+            if flow.last_ms() > queued && budget > 0 {
                 self.order.push_back((peer, id, now_ms));
                 continue;
             }
@@ -99,13 +134,28 @@ impl Flows {
         false
     }
 
+    /// Evicts flows until fewer than `most` are left (room for one more) or none is: the
+    /// number evicted.
+    pub(crate) fn make_room(&mut self, most: usize, now_ms: u64) -> u64 {
+        let mut evicted = 0;
+        while self.map.len() >= most && self.evict(now_ms) {
+            evicted += 1;
+        }
+        evicted
+    }
+
     /// Drops the flows idle for `idle_ms`, and the order's entries of flows gone.
-    fn expire(&mut self, idle_ms: u64, now_ms: u64) {
+    pub(crate) fn expire(&mut self, idle_ms: u64, now_ms: u64) {
         self.map
-            .retain(|_, f| now_ms.saturating_sub(f.last.load(Ordering::Relaxed)) < idle_ms);
+            .retain(|_, f| now_ms.saturating_sub(f.last_ms()) < idle_ms);
         let map = &self.map;
         self.order
-            .retain(|(peer, id, _)| map.get(peer).is_some_and(|f| f.id == *id));
+            .retain(|(peer, id, _)| map.get(peer).is_some_and(|f| f.id() == *id));
+    }
+
+    /// Entries in the eviction order, those of flows gone included.
+    pub(crate) fn queued(&self) -> usize {
+        self.order.len()
     }
 
     fn clear(&mut self) {
@@ -126,7 +176,7 @@ pub(crate) async fn udp_loop(
     stop: CancellationToken,
 ) {
     let origin = Instant::now();
-    let mut flows = Flows::default();
+    let mut flows: Flows<Peer, Flow> = Flows::default();
     let mut buf = vec![0_u8; MAX_DATAGRAM];
     let mut control: Control = [0; 128];
     let mut sweep = tokio::time::interval(Duration::from_millis(250));
@@ -165,8 +215,9 @@ pub(crate) async fn udp_loop(
             flows.map.remove(&peer);
             // A loop, as a reload may have lowered the bound.
             let most = l.cfg.udp_max_flows.min(snapshot.udp_flow_share);
-            while flows.map.len() >= most && flows.evict(ms_since(origin)) {
-                l.metrics.udp_evicted.increment(1);
+            let evicted = flows.make_room(most, ms_since(origin));
+            if evicted > 0 {
+                l.metrics.udp_evicted.increment(evicted);
             }
             // Where the client is: looked up once per new flow, counted once.
             let place = l.locate(peer.client.ip());
@@ -241,7 +292,7 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
             && !e.failed_since(flow.opened))
 }
 
-fn expire(node: &Inner, port: u16, flows: &mut Flows, origin: Instant) {
+fn expire(node: &Inner, port: u16, flows: &mut Flows<Peer, Flow>, origin: Instant) {
     let snapshot = node.snapshot.load();
     let Some(l) = snapshot.listener_on(port, true) else {
         flows.clear();
