@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use http::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Waits until `addr` refuses connections: the listener closed, the drain has begun.
@@ -45,31 +44,11 @@ async fn draining_node() -> (Backend, tempfile::TempDir, gtd::node::Node, Socket
     (b, dir, node, addr)
 }
 
-/// Sends one GET on `s`; the whole answer up to the body "one" (bounded by a minute).
-async fn ask(s: &mut TcpStream) -> String {
-    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    while !answer.ends_with(b"one") {
-        let mut chunk = [0_u8; 1024];
-        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
-            .await
-            .expect("an answer within a minute")
-            .unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        answer.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_an_idle_connection_as_the_drain_begins_is_answered_with_connection_close() {
     let (b, _dir, node, addr) = draining_node().await;
     let mut active = TcpStream::connect(addr).await.unwrap();
-    let first = ask(&mut active).await;
+    let first = ask_answer(&mut active).await;
     assert!(first.starts_with("HTTP/1.1 200 "), "{first}");
     assert!(
         !first.to_ascii_lowercase().contains("connection: close"),
@@ -77,13 +56,13 @@ async fn a_request_on_an_idle_connection_as_the_drain_begins_is_answered_with_co
     );
     // A second client rests on its connection and never asks again.
     let mut resting = TcpStream::connect(addr).await.unwrap();
-    let rested = ask(&mut resting).await;
+    let rested = ask_answer(&mut resting).await;
     assert!(rested.starts_with("HTTP/1.1 200 "), "{rested}");
 
     let stopping = tokio::spawn(node.shutdown());
     until_refused(addr).await;
     // The next request on the kept-alive connection comes now: answered, and told to go.
-    let second = ask(&mut active).await;
+    let second = ask_answer(&mut active).await;
     assert!(
         second.starts_with("HTTP/1.1 200 "),
         "a request as the drain began was lost: {second:?}"

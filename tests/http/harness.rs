@@ -35,6 +35,28 @@ pub(crate) async fn until_closed(s: &mut TcpStream, what: &str) -> Vec<u8> {
     rest
 }
 
+/// Sends one GET on `s`; the answer up to the body "one" of that backend, or what came before
+/// the connection closed (bounded by a minute).
+pub(crate) async fn ask_answer(s: &mut TcpStream) -> String {
+    use tokio::io::AsyncWriteExt;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"one") {
+        let mut chunk = [0_u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
+            .await
+            .expect("an answer within a minute")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 /// A body of `remaining` bytes made of one shared chunk (no allocation per frame).
 pub(crate) struct Pattern {
     remaining: u64,

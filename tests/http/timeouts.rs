@@ -96,20 +96,12 @@ async fn http2_first_request_head_is_bounded_by_header_timeout() {
 
 /// Sends one GET on `s` and reads its answer from backend "one" (bounded by a minute).
 async fn ask_one(s: &mut TcpStream) {
-    s.write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    while !answer.ends_with(b"one") {
-        let mut chunk = [0_u8; 1024];
-        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut chunk))
-            .await
-            .expect("an answer")
-            .unwrap();
-        assert!(n > 0, "answered before the connection closed");
-        answer.extend_from_slice(&chunk[..n]);
-    }
-    assert!(answer.starts_with(b"HTTP/1.1 200 "));
+    let answer = ask_answer(s).await;
+    assert!(
+        answer.ends_with("one"),
+        "answered before the connection closed: {answer}"
+    );
+    assert!(answer.starts_with("HTTP/1.1 200 "));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
