@@ -35,6 +35,22 @@ pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// An address on 127.0.0.1 that refuses connections for as long as this lives: its port is
+/// bound but never listened on, so no other socket (a backend of a test running beside, an
+/// ephemeral port) can take it meanwhile, as one released by [`free_port`] could be.
+pub(crate) struct Refusing(
+    pub(crate) SocketAddr,
+    #[allow(dead_code)] tokio::net::TcpSocket,
+);
+
+impl Refusing {
+    pub(crate) fn new() -> Refusing {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        Refusing(socket.local_addr().unwrap(), socket)
+    }
+}
+
 /// A port the OS says is free right now (bound and released).
 pub(crate) fn free_port(udp: bool) -> u16 {
     if udp {

@@ -124,7 +124,8 @@ async fn next_priority_and_recompute_split_a_failure_differently() {
     let (b, hb) = named("B").await;
     let (c, hc) = named("C").await;
     let _backends = Backends(vec![hb, hc]);
-    let dead: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let dead = refusing.0;
     let check = "[listener.group.health_check]\nprotocol = \"tcp\"\ninterval = \"1s\"\nunhealthy_threshold = 1\n";
     let groups = [
         group("a", "cn-beijing", 50.0, check, &[(dead, "")]),
