@@ -252,7 +252,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                                     "healthy": v.is_healthy(),
                                     "result": last.map(|c| c.result.as_str()),
                                     "reason": last.map(|c| c.reason.as_str()),
-                                    "at_unix_ms": last.and_then(|c| c.at.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
+                                    "at_unix_ms": last.map(|c| unix_ms(c.at)),
                                     "passes_needed": v.passes_needed(), "checks": v.checks(),
                                 })
                             });
@@ -322,12 +322,14 @@ pub(crate) fn status(node: &Inner) -> Value {
     })
 }
 
+/// `t` in milliseconds since the Unix epoch (0 before it).
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Each endpoint host name: its state, addresses, TTL and last error.
 fn dns_status(names: &dns::Table) -> Value {
-    let unix_ms = |t: std::time::SystemTime| {
-        t.duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
-    };
     names
         .iter()
         .map(|(name, s)| {
