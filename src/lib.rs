@@ -25,6 +25,9 @@
 //!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`),
 //!   [`node::checks`] (the active health checks and RTT probes), the admin server, and
 //!   [`node::telemetry`] (the metrics registry, below admin and the data planes).
+//! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
+//!   leases, and `gtd fleet`'s report; a node in a fleet follows revisions with
+//!   [`node::fleet`] and applies each as a reload.
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!
@@ -36,6 +39,7 @@ pub mod balance;
 pub mod config;
 pub mod demo;
 pub mod files;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod geoip;

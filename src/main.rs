@@ -5,6 +5,9 @@
 //! - `gtd check [--config F] [--regions R] [--region ID]` validates a config and its region catalogue: every
 //!   error on stderr as `FILE:LINE:COL: path: message` and exit status 1, or a summary on stdout
 //!   and exit status 0.
+//! - `gtd push --etcd URL... [--config F]` publishes a validated config as the fleet's next
+//!   revision; `gtd run --etcd URL... --region ID` serves the fleet's revisions; `gtd fleet`
+//!   reports the live nodes (docs/operations.md).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -55,6 +58,46 @@ enum Command {
         /// object per line.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Serve the fleet's revisions from these etcd endpoints (host:port or
+        /// http://host:port, comma separated) instead of --config.
+        #[arg(long, value_name = "URL,...", value_delimiter = ',', conflicts_with_all = ["config", "regions"])]
+        etcd: Vec<String>,
+        #[command(flatten)]
+        node_fleet: NodeFleet,
+    },
+    /// Validate a config as `gtd check` does and publish it to etcd as the fleet's next
+    /// revision (atomically; the last --keep revisions are kept for rollback and diff).
+    Push {
+        #[command(flatten)]
+        etcd: Etcd,
+        /// The config file to publish.
+        #[arg(long, short, default_value = "config.toml")]
+        config: PathBuf,
+        /// The region catalogue to publish instead of the config's `catalog = ...`.
+        #[arg(long)]
+        regions: Option<PathBuf>,
+        /// Print the text difference and `sim --compare` of the running revision against this
+        /// one; publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Publish the revision before the current one again (or revision REV) as a new
+        /// revision.
+        #[arg(long, value_name = "REV", num_args = 0..=1, conflicts_with_all = ["config", "regions"])]
+        rollback: Option<Option<u64>>,
+        /// How many revisions to keep (the new one included).
+        #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
+        keep: u64,
+    },
+    /// The fleet's live nodes, the revision each serves, and where their views of group health
+    /// disagree.
+    Fleet {
+        #[command(flatten)]
+        etcd: Etcd,
+        /// Print JSON (the document `GET /fleet` serves).
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        what: Option<FleetCommand>,
     },
     /// See it work: one node per acceleration region of the config on loopback, with its
     /// endpoints and client load, and a live view of the split against what it should be.
@@ -102,6 +145,46 @@ enum Command {
     },
 }
 
+/// `--etcd` and `--prefix`.
+#[derive(clap::Args)]
+struct Etcd {
+    /// etcd endpoints: host:port or http://host:port, comma separated.
+    #[arg(long, value_name = "URL,...", value_delimiter = ',', required = true)]
+    etcd: Vec<String>,
+    /// The key prefix the fleet lives under.
+    #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX)]
+    prefix: String,
+}
+
+/// `gtd run`'s fleet settings (with `--etcd`).
+#[derive(clap::Args)]
+struct NodeFleet {
+    /// The key prefix the fleet lives under.
+    #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX, requires = "etcd")]
+    prefix: String,
+    /// Where the served revision is cached, for a start while etcd is down (default
+    /// `$STATE_DIRECTORY/revision-REGION.json`, else `./gtd-revision-REGION.json`).
+    #[arg(long, requires = "etcd")]
+    cache: Option<PathBuf>,
+    /// This node's id in the registry (default REGION@HOST:ADMIN_PORT).
+    #[arg(long, requires = "etcd")]
+    node_id: Option<String>,
+    /// The registry lease: a node that dies leaves the registry within this ("10s").
+    #[arg(long, default_value = "10s", requires = "etcd")]
+    lease_ttl: String,
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// The text difference of two kept revisions and its effect on shares (`sim --compare`).
+    Diff {
+        /// The older revision.
+        a: u64,
+        /// The newer revision.
+        b: u64,
+    },
+}
+
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::Demo {
@@ -139,19 +222,127 @@ fn main() -> anyhow::Result<ExitCode> {
             admin,
             source_ip,
             log_format,
-        } => run(gtd::node::Options {
+            etcd,
+            node_fleet,
+        } => {
+            let fleet = if etcd.is_empty() {
+                None
+            } else {
+                Some(node_fleet_options(&etcd, node_fleet, &region)?)
+            };
+            run(gtd::node::Options {
+                config,
+                regions,
+                region,
+                bind,
+                admin_bind: admin,
+                source_ip,
+                log_format: match log_format {
+                    LogFormat::Text => gtd::node::LogFormat::Text,
+                    LogFormat::Json => gtd::node::LogFormat::Json,
+                },
+                fleet,
+            })
+        }
+        Command::Push {
+            etcd,
             config,
             regions,
-            region,
-            bind,
-            admin_bind: admin,
-            source_ip,
-            log_format: match log_format {
-                LogFormat::Text => gtd::node::LogFormat::Text,
-                LogFormat::Json => gtd::node::LogFormat::Json,
-            },
+            dry_run,
+            rollback,
+            keep,
+        } => push(gtd::fleet::push::Options {
+            endpoints: gtd::fleet::endpoints(&etcd.etcd)?,
+            prefix: gtd::fleet::normalise_prefix(&etcd.prefix)?,
+            config,
+            regions,
+            keep,
+            dry_run,
+            rollback,
         }),
+        Command::Fleet { etcd, json, what } => fleet(etcd, json, what),
     }
+}
+
+fn node_fleet_options(
+    etcd: &[String],
+    f: NodeFleet,
+    region: &str,
+) -> anyhow::Result<gtd::node::fleet::Options> {
+    let lease_ttl = gtd::config::parse_duration(&f.lease_ttl)
+        .map_err(|e| anyhow::anyhow!("--lease-ttl {}: {e}", f.lease_ttl))?;
+    if lease_ttl < std::time::Duration::from_secs(2) {
+        anyhow::bail!(
+            "--lease-ttl {}: at least 2s (etcd counts leases in seconds)",
+            f.lease_ttl
+        );
+    }
+    let cache = f.cache.unwrap_or_else(|| {
+        let name = format!("revision-{region}.json");
+        match std::env::var_os("STATE_DIRECTORY") {
+            // systemd's StateDirectory= (a list when several are set: the first).
+            Some(dirs) => {
+                PathBuf::from(dirs.to_string_lossy().split(':').next().unwrap_or(".")).join(name)
+            }
+            None => PathBuf::from(format!("gtd-{name}")),
+        }
+    });
+    Ok(gtd::node::fleet::Options {
+        endpoints: gtd::fleet::endpoints(etcd)?,
+        prefix: gtd::fleet::normalise_prefix(&f.prefix)?,
+        cache,
+        node_id: f.node_id,
+        lease_ttl,
+    })
+}
+
+/// Runs a fleet command on a small runtime, printing its outcome.
+fn fleet_command(
+    work: impl std::future::Future<Output = anyhow::Result<gtd::fleet::push::Outcome>>,
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    match runtime.block_on(work) {
+        Ok(o) => {
+            std::io::stderr().write_all(o.err.as_bytes())?;
+            std::io::stdout().write_all(o.out.as_bytes())?;
+            Ok(ExitCode::from(o.code))
+        }
+        Err(e) => {
+            eprintln!("gtd: {e:#}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn push(opts: gtd::fleet::push::Options) -> anyhow::Result<ExitCode> {
+    fleet_command(async move { gtd::fleet::push::run(&opts).await })
+}
+
+fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<ExitCode> {
+    let endpoints = gtd::fleet::endpoints(&etcd.etcd)?;
+    let prefix = gtd::fleet::normalise_prefix(&etcd.prefix)?;
+    fleet_command(async move {
+        let mut store = gtd::fleet::Store::connect(&endpoints, &prefix).await?;
+        let out = match what {
+            Some(FleetCommand::Diff { a, b }) => gtd::fleet::report::diff(&mut store, a, b).await?,
+            None => {
+                let f = gtd::fleet::report::Fleet::read(&mut store).await?;
+                if json {
+                    format!("{:#}\n", f.json())
+                } else {
+                    f.table()
+                }
+            }
+        };
+        Ok(gtd::fleet::push::Outcome {
+            out,
+            err: String::new(),
+            code: 0,
+        })
+    })
 }
 
 fn demo(mut options: gtd::demo::Options, duration: Option<&str>) -> anyhow::Result<ExitCode> {

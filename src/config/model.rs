@@ -33,6 +33,9 @@ pub struct Config {
     pub source: PathBuf,
     /// The region catalogue (from `catalog = ...` or `--regions`).
     pub catalog: Catalog,
+    /// The file the catalogue was read from (`None` when it was given in memory: a fleet
+    /// revision carries its catalogue's text).
+    pub catalog_file: Option<PathBuf>,
     /// `[node]`.
     pub node: Node,
     /// `[admin]`.

@@ -194,6 +194,7 @@ pub async fn run(opts: Options) -> Result<String> {
             admin_bind: Some(SocketAddr::new(ip, admin_port)),
             source_ip: Some(ip),
             log_format: crate::node::LogFormat::Text,
+            fleet: None,
         })
         .await
         .with_context(|| format!("starting the node of {region} on {ip}"))?;

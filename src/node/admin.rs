@@ -100,6 +100,8 @@ pub enum Route {
     Status,
     /// `POST /reload`.
     Reload,
+    /// `GET /fleet`: the fleet's nodes and revisions, as `gtd fleet --json` (with `--etcd`).
+    Fleet,
     /// `POST /endpoints/{listener}/{group}/{address}/enable|disable`, each segment
     /// percent-decoded.
     SetEnabled {
@@ -132,6 +134,7 @@ impl Route {
             (&Method::GET, ["healthz"]) => Route::Healthz,
             (&Method::GET, ["metrics"]) => Route::Metrics,
             (&Method::GET, ["status"]) => Route::Status,
+            (&Method::GET, ["fleet"]) => Route::Fleet,
             (&Method::POST, ["reload"]) => Route::Reload,
             (
                 &Method::POST,
@@ -148,9 +151,8 @@ impl Route {
                 address: (*address).to_owned(),
                 enable: *action == "enable",
             },
-            (_, ["healthz" | "metrics" | "status" | "reload"]) | (_, ["endpoints", ..]) => {
-                Route::MethodNotAllowed
-            }
+            (_, ["healthz" | "metrics" | "status" | "reload" | "fleet"])
+            | (_, ["endpoints", ..]) => Route::MethodNotAllowed,
             _ => Route::NotFound,
         }
     }
@@ -169,6 +171,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
             node.registry.render(),
         ),
         Route::Status => json_reply(StatusCode::OK, &status(node)),
+        Route::Fleet => fleet(node).await,
         // Every POST, whatever its path, needs the token first.
         _ if req.method() == Method::POST && !authorized(node, &req) => json_reply(
             StatusCode::UNAUTHORIZED,
@@ -199,7 +202,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
         ),
         Route::NotFound => json_reply(
             StatusCode::NOT_FOUND,
-            &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "POST /reload",
+            &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "GET /fleet", "POST /reload",
                 "POST /endpoints/{listener}/{group}/{address}/enable|disable"]}),
         ),
     }
@@ -216,6 +219,32 @@ fn percent_decode(s: &str) -> String {
 /// A time in ms to the microsecond (measured RTTs carry float noise beyond it).
 fn micros(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
+}
+
+/// `GET /fleet`: what `gtd fleet --json` prints, read from etcd now; 404 on a node that
+/// serves a config file, 503 when etcd does not answer.
+async fn fleet(node: &Inner) -> Response<Body> {
+    let Some(fleet) = node.fleet.as_ref() else {
+        return json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "this node serves a config file, not a fleet's revisions (gtd run --etcd)"}),
+        );
+    };
+    let read = async {
+        let mut store = fleet.store().await?;
+        crate::fleet::report::Fleet::read(&mut store).await
+    };
+    match tokio::time::timeout(crate::fleet::REQUEST_TIMEOUT, read).await {
+        Ok(Ok(f)) => json_reply(StatusCode::OK, &f.json()),
+        Ok(Err(e)) => json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": format!("etcd: {e:#}")}),
+        ),
+        Err(_) => json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "etcd did not answer in time"}),
+        ),
+    }
 }
 
 /// The `/status` document (docs/design.md §7).
@@ -312,14 +341,18 @@ pub(crate) fn status(node: &Inner) -> Value {
             v
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "node": {
             "region": node.region, "version": env!("CARGO_PKG_VERSION"),
             "uptime_s": node.started.elapsed().as_secs(), "config": snap.config.source.display().to_string(),
         },
         "listeners": listeners,
         "dns": dns_status(&names),
-    })
+    });
+    if let Some(f) = &node.fleet {
+        doc["fleet"] = f.status(&super::fleet::node_id(node, f));
+    }
+    doc
 }
 
 /// `t` in milliseconds since the Unix epoch (0 before it).

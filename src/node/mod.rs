@@ -19,6 +19,7 @@ pub mod attempt;
 pub(crate) mod checks;
 pub mod connect;
 pub(crate) mod dns;
+pub mod fleet;
 pub mod http;
 pub mod l4;
 pub mod location;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config, Listener, Protocol};
+use crate::fleet::Revision;
 
 use self::http::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
@@ -68,6 +70,8 @@ pub struct Options {
     /// How the access log writes its lines (`gtd run --log-format`, which sets the node's
     /// other logs alike).
     pub log_format: LogFormat,
+    /// Serve the fleet's revisions from etcd instead of the config file (`gtd run --etcd`).
+    pub fleet: Option<fleet::Options>,
 }
 
 /// A running node.
@@ -108,17 +112,27 @@ pub(crate) struct Inner {
     admin_addr: SocketAddr,
     /// The HTTP access log's writer (the snapshot holds the handle requests use).
     access: AccessLog,
+    /// The fleet's revisions and the registry, with `--etcd`.
+    pub(crate) fleet: Option<fleet::Fleet>,
     reloads_ok: ::metrics::Counter,
     reloads_err: ::metrics::Counter,
 }
 
-fn load(opts: &Options) -> Result<Config> {
-    let mut config = config::load(&opts.config, opts.regions.as_deref()).map_err(|errors| {
+/// Reads and validates the config: a fleet revision's text when given, else the file.
+fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
+    let (loaded, file) = match revision {
+        Some(r) => (r.validate(), r.config_file()),
+        None => (
+            config::load(&opts.config, opts.regions.as_deref()),
+            opts.config.clone(),
+        ),
+    };
+    let mut config = loaded.map_err(|errors| {
         let n = errors.0.len();
         anyhow!(
             "{errors}\n{n} error{} in {}",
             if n == 1 { "" } else { "s" },
-            opts.config.display()
+            file.display()
         )
     })?;
     for w in &config.warnings {
@@ -134,8 +148,46 @@ fn load(opts: &Options) -> Result<Config> {
 impl Node {
     /// Loads the config, binds every socket and starts serving. Fails (binding nothing) on a bad
     /// config or a port that cannot be bound.
+    ///
+    /// With `--etcd`: the fleet's current revision, or the cached one when etcd does not
+    /// answer; when the current one cannot be applied and a different one is cached, that
+    /// one, with the current one reported refused.
     pub async fn start(opts: Options) -> Result<Node> {
-        let config = Arc::new(load(&opts)?);
+        let Some(fleet_opts) = opts.fleet.clone() else {
+            return Node::start_with(opts, None).await;
+        };
+        let initial = fleet::initial(&fleet_opts).await?;
+        if let Some(e) = &initial.etcd_error {
+            tracing::warn!(error = %e, revision = initial.first.0.revision,
+                "etcd: unreachable at start; serving the cached revision");
+        }
+        let first = initial.first.0.revision;
+        let started = Node::start_with(
+            opts.clone(),
+            Some(fleet::Fleet::new(fleet_opts.clone(), initial.first)),
+        )
+        .await;
+        match (started, initial.fallback) {
+            (Ok(node), _) => Ok(node),
+            (Err(e), Some(cached)) => {
+                let reason = format!("{e:#}");
+                tracing::error!(
+                    revision = first,
+                    cached = cached.revision,
+                    "the current revision cannot be applied; serving the cached one: {}",
+                    reason.lines().collect::<Vec<_>>().join("; ")
+                );
+                let fleet = fleet::Fleet::new(fleet_opts, (cached, fleet::Source::Cache));
+                fleet.refuse(first, reason);
+                Node::start_with(opts, Some(fleet)).await
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    async fn start_with(opts: Options, fleet: Option<fleet::Fleet>) -> Result<Node> {
+        let revision = fleet.as_ref().map(fleet::Fleet::applied);
+        let config = Arc::new(load(&opts, revision.as_deref())?);
         let registry = Registry::new();
         let names = dns::Names::new(&registry);
         names
@@ -185,6 +237,7 @@ impl Node {
             names,
             admin_addr,
             access,
+            fleet,
         });
         inner.names.commit(&config, &inner.region);
         // Before any port opens: an `essential` endpoint is out until it passes its checks.
@@ -198,6 +251,7 @@ impl Node {
         tokio::spawn(admin::serve(inner.clone(), admin, inner.drained.clone()));
         tokio::spawn(planner(inner.clone()));
         tokio::spawn(follow_names(inner.clone()));
+        tokio::spawn(fleet::follow(inner.clone()));
         tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
         Ok(Node { inner })
     }
@@ -323,8 +377,23 @@ impl Inner {
         self.snapshot.load().config.node.source_ip
     }
 
-    /// Build and validate the new state, bind new ports, then swap; else keep the old.
+    /// Reloads what the node serves: the config file, or in a fleet the revision it serves
+    /// (certificates and the access log file opened again).
     pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
+        let revision = self.fleet.as_ref().map(fleet::Fleet::applied);
+        self.reload_with(revision).await
+    }
+
+    /// Build and validate the new state (from `revision`, else the config file), bind new
+    /// ports, then swap; else keep the old.
+    pub(crate) async fn reload_with(
+        self: &Arc<Self>,
+        revision: Option<Arc<Revision>>,
+    ) -> std::result::Result<(), String> {
+        let what = match &revision {
+            Some(r) => format!("revision {}", r.revision),
+            None => self.opts.config.display().to_string(),
+        };
         let mut bound = self.bound.lock().await;
         // Draining (SIGTERM): the ports are closed for good; a reload would open them again
         // with nothing accepting on them.
@@ -337,10 +406,11 @@ impl Inner {
             // The access log file is opened again here, so that a SIGHUP after logrotate moved
             // it writes a new one.
             let inner = Arc::clone(self);
-            let config = tokio::task::spawn_blocking(move || load(&inner.opts))
-                .await
-                .map_err(|e| format!("reading the config failed: {e}"))?
-                .map_err(|e| format!("{e:#}"))?;
+            let config =
+                tokio::task::spawn_blocking(move || load(&inner.opts, revision.as_deref()))
+                    .await
+                    .map_err(|e| format!("reading the config failed: {e}"))?
+                    .map_err(|e| format!("{e:#}"))?;
             let config = Arc::new(config);
             // New names are looked up before the snapshot that uses them is built.
             self.names.prepare(&config, &self.region).await?;
@@ -384,13 +454,13 @@ impl Inner {
         match &result {
             Ok(()) => {
                 self.reloads_ok.increment(1);
-                tracing::info!(config = %self.opts.config.display(), "config reloaded");
+                tracing::info!(config = %what, "config reloaded");
             }
             Err(e) => {
                 self.reloads_err.increment(1);
                 // One line, however many errors: each is FILE:LINE:COL: message.
                 tracing::error!(
-                    config = %self.opts.config.display(),
+                    config = %what,
                     "reload rejected, the running config stays: {}",
                     e.lines().collect::<Vec<_>>().join("; ")
                 );

@@ -94,6 +94,7 @@ pub(crate) fn options(config: &Path) -> Options {
         admin_bind: Some("127.0.0.1:0".parse().unwrap()),
         source_ip: None,
         log_format: gtd::node::LogFormat::Text,
+        fleet: None,
     }
 }
 

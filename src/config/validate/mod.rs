@@ -60,14 +60,16 @@ pub(crate) fn config(
     // Errors in the catalogue file itself (another file) come first: they explain the rest.
     let mut catalog_errors = Vec::new();
     let catalog_key = root.nonempty_str(&mut ctx, "catalog");
-    let catalog = match from {
-        CatalogFrom::Given(c) => Some(c.clone()),
+    let (catalog, catalog_file) = match from {
+        CatalogFrom::Given(c) => (Some(c.clone()), None),
         CatalogFrom::Load(over) => {
             let key_ok = catalog_key.is_some() || !root.has("catalog");
             if over.is_some() || key_ok {
-                read_catalog(&mut ctx, &mut catalog_errors, base, over, catalog_key)
+                let path = catalog_path(base, over, catalog_key);
+                let read = read_catalog(&mut ctx, &mut catalog_errors, &path, over, catalog_key);
+                (read, Some(path))
             } else {
-                None
+                (None, None)
             }
         }
     };
@@ -90,6 +92,7 @@ pub(crate) fn config(
         Some(catalog) if catalog_errors.is_empty() && !ctx.has_errors() => Ok(Config {
             source: file.to_path_buf(),
             catalog,
+            catalog_file,
             node,
             admin,
             dns,
@@ -110,19 +113,24 @@ pub(crate) fn base_dir(file: &Path) -> &Path {
     file.parent().unwrap_or(Path::new(""))
 }
 
-/// Reads the catalogue named by `--regions`, the `catalog` key, or the default.
-fn read_catalog(
-    ctx: &mut Ctx<'_>,
-    outer: &mut Vec<ConfigError>,
-    base: &Path,
-    over: Option<&Path>,
-    key: Option<At<&str>>,
-) -> Option<Catalog> {
-    let path = match (over, key) {
+/// The catalogue file: `--regions`, else the `catalog` key, else the default, beside the config.
+fn catalog_path(base: &Path, over: Option<&Path>, key: Option<At<&str>>) -> PathBuf {
+    match (over, key) {
         (Some(p), _) => p.to_path_buf(),
         (None, Some(k)) => base.join(k.v),
         (None, None) => base.join(DEFAULT_CATALOG),
-    };
+    }
+}
+
+/// Reads the catalogue at `path` (named by `--regions`, the `catalog` key, or the default).
+fn read_catalog(
+    ctx: &mut Ctx<'_>,
+    outer: &mut Vec<ConfigError>,
+    path: &Path,
+    over: Option<&Path>,
+    key: Option<At<&str>>,
+) -> Option<Catalog> {
+    let path = path.to_path_buf();
     let read = crate::files::read(&path, crate::files::MAX_CONFIG_BYTES)
         .map_err(|e| e.to_string())
         .and_then(|bytes| {

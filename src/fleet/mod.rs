@@ -1,0 +1,368 @@
+//! The fleet on etcd (v3 API): config revisions, the node registry, and what `gtd push` and
+//! `gtd fleet` do with them (docs/operations.md).
+//!
+//! Keys under the prefix (default `/gtd`), nothing else:
+//! - `PREFIX/revision`: the number of the current revision, as decimal text;
+//! - `PREFIX/revisions/NNNNNNNNNNNN`: revision N as a JSON [`Revision`] (the config's text and its
+//!   catalogue's), zero-padded so that keys sort by number; the last `keep` stay, for rollback
+//!   and diff;
+//! - `PREFIX/nodes/ID`: a node's [`registry::Entry`], under the node's lease, so that a node
+//!   that dies leaves the registry when its lease runs out.
+//!
+//! A push writes the new revision and moves `PREFIX/revision` in one transaction that succeeds
+//! only if `PREFIX/revision` did not change since it was read: two pushes never both win, and a
+//! node never sees a number whose document is missing. Nodes watch `PREFIX/revision`
+//! ([`crate::node`]'s fleet follower) and apply each new revision as a reload.
+
+pub mod push;
+pub mod registry;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, Config, ConfigErrors};
+
+/// The prefix when none is given.
+pub const DEFAULT_PREFIX: &str = "/gtd";
+/// How many revisions a push keeps (the new one included).
+pub const DEFAULT_KEEP: u64 = 10;
+/// How long connecting to etcd may take before a command gives up on it (a node keeps
+/// retrying with backoff).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound of one request to etcd.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One published revision of the fleet's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revision {
+    /// Its number: 1, 2, 3... (a rollback is a new number with an old revision's text).
+    pub revision: u64,
+    /// When it was published, ms since the Unix epoch.
+    pub pushed_at_ms: u64,
+    /// Who published it (`user@host`).
+    pub pushed_by: String,
+    /// The name of the config file it was pushed from (its errors and relative paths are
+    /// read as if the file had this name in a node's working directory).
+    pub config_name: String,
+    /// The config's text.
+    pub config: String,
+    /// The name of the catalogue file.
+    pub catalog_name: String,
+    /// The region catalogue's text.
+    pub catalog: String,
+    /// The revision whose text this one republished (`gtd push --rollback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of: Option<u64>,
+}
+
+impl Revision {
+    /// The file name errors in its config carry: `config.toml@7`. It has no directory, so
+    /// relative paths in the config (certificates, the GeoIP database, the access log) are
+    /// resolved against the working directory of whoever validates it: the node's.
+    pub fn config_file(&self) -> PathBuf {
+        PathBuf::from(format!("{}@{}", self.config_name, self.revision))
+    }
+
+    /// Validates the revision's config with its catalogue, as a node would load it: the
+    /// files it names are read (relative to the working directory).
+    pub fn validate(&self) -> Result<Config, ConfigErrors> {
+        let catalog_file = PathBuf::from(format!("{}@{}", self.catalog_name, self.revision));
+        let catalog = config::parse_catalog(&self.catalog, &catalog_file)?;
+        let mut cfg = config::parse(&self.config, &self.config_file(), &catalog)?;
+        cfg.catalog_file = Some(catalog_file);
+        Ok(cfg)
+    }
+
+    /// Whether `other` carries the same config and catalogue text.
+    pub fn same_text(&self, other: &Revision) -> bool {
+        self.config == other.config && self.catalog == other.catalog
+    }
+}
+
+/// A connection to etcd under one prefix (cheap to clone: the channel is shared).
+#[derive(Clone)]
+pub struct Store {
+    client: Client,
+    prefix: String,
+}
+
+/// `PREFIX/revision` as read: the number, and the etcd revision it was last written at (what
+/// a push's transaction compares).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Current {
+    /// The current revision's number (0: nothing published yet).
+    pub number: u64,
+    /// etcd's `mod_revision` of the key (0 when absent).
+    pub mod_revision: i64,
+    /// etcd's store revision when it was read: a watch from `header + 1` misses nothing.
+    pub header: i64,
+}
+
+/// `--etcd` endpoints: `host:port` or `http://host:port`, comma separated or repeated.
+pub fn endpoints(urls: &[String]) -> Result<Vec<String>> {
+    let list: Vec<String> = urls
+        .iter()
+        .flat_map(|u| u.split(','))
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        bail!("--etcd: no endpoint given (host:port or http://host:port)");
+    }
+    for u in &list {
+        if u.starts_with("https://") {
+            bail!("--etcd {u}: TLS to etcd is not supported yet; use http:// on a trusted network");
+        }
+        let rest = u.strip_prefix("http://").unwrap_or(u);
+        if rest
+            .rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+        {
+            bail!("--etcd {u}: expected host:port or http://host:port");
+        }
+    }
+    Ok(list)
+}
+
+/// A prefix as keys use it: starts with `/`, no trailing `/`.
+pub fn normalise_prefix(prefix: &str) -> Result<String> {
+    let p = prefix.trim_end_matches('/');
+    if !p.starts_with('/') || p.contains("//") {
+        bail!("--prefix {prefix:?}: a key prefix starts with / (e.g. /gtd)");
+    }
+    Ok(p.to_owned())
+}
+
+impl Store {
+    /// Connects to the cluster (any member that answers).
+    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Store> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_require_leader(true);
+        let client = tokio::time::timeout(
+            CONNECT_TIMEOUT * 2,
+            Client::connect(endpoints, Some(options)),
+        )
+        .await
+        .map_err(|_| anyhow!("connecting to etcd at {} timed out", endpoints.join(",")))?
+        .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
+        Ok(Store {
+            client,
+            prefix: normalise_prefix(prefix)?,
+        })
+    }
+
+    /// The prefix keys live under.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The client, for watches and leases.
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// `PREFIX/revision`.
+    pub fn current_key(&self) -> String {
+        format!("{}/revision", self.prefix)
+    }
+
+    fn revision_key(&self, n: u64) -> String {
+        format!("{}/revisions/{n:012}", self.prefix)
+    }
+
+    /// `PREFIX/nodes/`.
+    pub fn nodes_key(&self) -> String {
+        format!("{}/nodes/", self.prefix)
+    }
+
+    /// The current revision's number, as read now.
+    pub async fn current(&mut self) -> Result<Current> {
+        let key = self.current_key();
+        let resp = self
+            .client
+            .get(key.as_str(), None)
+            .await
+            .context("reading the current revision")?;
+        let header = resp.header().map_or(0, |h| h.revision());
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(Current {
+                number: 0,
+                mod_revision: 0,
+                header,
+            });
+        };
+        let text = kv.value_str().unwrap_or_default();
+        let number = text
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("{key} holds {text:?}, not a revision number"))?;
+        Ok(Current {
+            number,
+            mod_revision: kv.mod_revision(),
+            header,
+        })
+    }
+
+    /// Revision `n`'s document, if it is still kept.
+    pub async fn revision(&mut self, n: u64) -> Result<Option<Revision>> {
+        let key = self.revision_key(n);
+        let resp = self
+            .client
+            .get(key.as_str(), None)
+            .await
+            .with_context(|| format!("reading revision {n}"))?;
+        resp.kvs()
+            .first()
+            .map(|kv| {
+                serde_json::from_slice(kv.value())
+                    .with_context(|| format!("{key} does not hold a gtd revision"))
+            })
+            .transpose()
+    }
+
+    /// The numbers of the kept revisions, oldest first.
+    pub async fn kept(&mut self) -> Result<Vec<u64>> {
+        let from = format!("{}/revisions/", self.prefix);
+        let resp = self
+            .client
+            .get(
+                from.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .context("listing revisions")?;
+        let mut numbers: Vec<u64> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok()?.strip_prefix(from.as_str())?.parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        Ok(numbers)
+    }
+
+    /// Publishes `draft` (its `revision` is set here) as the revision after `seen`, in one
+    /// transaction that fails if another push moved `PREFIX/revision` since `seen` was read;
+    /// revisions older than the last `keep` are deleted in the same transaction.
+    pub async fn publish(
+        &mut self,
+        seen: Current,
+        mut draft: Revision,
+        keep: u64,
+    ) -> Result<Revision> {
+        let next = seen.number + 1;
+        draft.revision = next;
+        let doc = serde_json::to_vec(&draft)?;
+        let current = self.current_key();
+        let guard = if seen.mod_revision == 0 {
+            Compare::version(current.as_str(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(current.as_str(), CompareOp::Equal, seen.mod_revision)
+        };
+        let mut ops = vec![
+            TxnOp::put(self.revision_key(next), doc, None),
+            TxnOp::put(current.as_str(), next.to_string(), None),
+        ];
+        let keep = keep.max(1);
+        if next > keep {
+            // [revisions/0, revisions/(next - keep + 1)): everything older than the kept ones.
+            let end = self.revision_key(next - keep + 1);
+            ops.push(TxnOp::delete(
+                self.revision_key(0),
+                Some(DeleteOptions::new().with_range(end)),
+            ));
+        }
+        let txn = Txn::new().when([guard]).and_then(ops);
+        let resp = self
+            .client
+            .txn(txn)
+            .await
+            .context("publishing the revision")?;
+        if !resp.succeeded() {
+            bail!(
+                "another push published a revision after {} was read; nothing was published (push again)",
+                seen.number
+            );
+        }
+        Ok(draft)
+    }
+
+    /// Every node's registry entry, by id.
+    pub async fn nodes(&mut self) -> Result<Vec<registry::Entry>> {
+        let from = self.nodes_key();
+        let resp = self
+            .client
+            .get(from.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .context("reading the node registry")?;
+        let mut entries: Vec<registry::Entry> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+            .collect();
+        entries.sort_by(|a, b| (&a.region, &a.id).cmp(&(&b.region, &b.id)));
+        Ok(entries)
+    }
+}
+
+/// `user@host` for a revision's `pushed_by`.
+pub fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
+    format!("{user}@{}", hostname())
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A revision to publish from a config validated on this machine.
+pub fn draft(config: &Config) -> Result<Revision> {
+    let read = |path: &Path| -> Result<String> {
+        let bytes = crate::files::read(path, crate::files::MAX_CONFIG_BYTES)
+            .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
+        String::from_utf8(bytes).map_err(|_| anyhow!("{} is not UTF-8 text", path.display()))
+    };
+    let name = |path: &Path| {
+        path.file_name().map_or_else(
+            || "config.toml".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let catalog_file = config
+        .catalog_file
+        .as_deref()
+        .ok_or_else(|| anyhow!("the config's catalogue was not read from a file"))?;
+    Ok(Revision {
+        revision: 0,
+        pushed_at_ms: now_ms(),
+        pushed_by: who(),
+        config_name: name(&config.source),
+        config: read(&config.source)?,
+        catalog_name: name(catalog_file),
+        catalog: read(catalog_file)?,
+        rollback_of: None,
+    })
+}

@@ -1,0 +1,246 @@
+//! `gtd fleet`: the live nodes, the revision each serves, and where their views of group health
+//! disagree (a table, or JSON: the document `GET /fleet` serves); `gtd fleet diff A B`.
+
+use anyhow::{Result, anyhow};
+use serde_json::{Value, json};
+
+use super::push::{Materialised, sim_compare, text_diff};
+use super::registry::{Entry, disagreements};
+use super::{Revision, Store};
+
+/// The fleet as read now: the latest revision and every registered node.
+pub struct Fleet {
+    /// Key prefix.
+    pub prefix: String,
+    /// The current revision (`None` before the first push).
+    pub latest: Option<Revision>,
+    /// Live nodes, by region and id.
+    pub nodes: Vec<Entry>,
+}
+
+impl Fleet {
+    /// Reads the current revision and the registry.
+    pub async fn read(store: &mut Store) -> Result<Fleet> {
+        let seen = store.current().await?;
+        let latest = super::push::running(store, seen).await?;
+        let nodes = store.nodes().await?;
+        Ok(Fleet {
+            prefix: store.prefix().to_owned(),
+            latest,
+            nodes,
+        })
+    }
+
+    /// Whether every node serves the latest revision.
+    pub fn all_latest(&self) -> bool {
+        let latest = self.latest.as_ref().map(|r| r.revision);
+        self.nodes.iter().all(|n| n.applied == latest)
+    }
+
+    /// The JSON document (`gtd fleet --json`, `GET /fleet`).
+    pub fn json(&self) -> Value {
+        json!({
+            "prefix": self.prefix,
+            "latest": self.latest.as_ref().map(|r| json!({
+                "revision": r.revision, "pushed_at_ms": r.pushed_at_ms, "pushed_by": r.pushed_by,
+                "rollback_of": r.rollback_of,
+            })),
+            "all_latest": self.all_latest(),
+            "nodes": self.nodes,
+            "disagreements": disagreements(&self.nodes),
+        })
+    }
+
+    /// The table an operator reads.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        match &self.latest {
+            Some(r) => out.push_str(&format!(
+                "fleet {} · latest revision {} (pushed {} by {}{})\n",
+                self.prefix,
+                r.revision,
+                utc(r.pushed_at_ms),
+                r.pushed_by,
+                r.rollback_of.map_or(String::new(), |n| format!(
+                    ", rollback to revision {n}'s config"
+                ))
+            )),
+            None => out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix)),
+        }
+        let latest = self.latest.as_ref().map(|r| r.revision);
+        let behind = self.nodes.iter().filter(|n| n.applied != latest).count();
+        out.push_str(&match (self.nodes.len(), behind) {
+            (0, _) => "no node is registered\n".to_owned(),
+            (n, 0) => format!("{n} node{} · all serve the latest revision\n", plural(n)),
+            (n, b) => format!("{n} node{} · {b} not on the latest revision\n", plural(n)),
+        });
+        if self.nodes.is_empty() {
+            return out;
+        }
+        let id_w = self
+            .nodes
+            .iter()
+            .map(|n| n.id.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let region_w = self
+            .nodes
+            .iter()
+            .map(|n| n.region.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        out.push_str(&format!(
+            "\n{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  listeners (mode: group share %, unhealthy marked !)\n",
+            "node", "region", "revision", "uptime"
+        ));
+        for n in &self.nodes {
+            let rev = match n.applied {
+                Some(a) if Some(a) == latest => a.to_string(),
+                Some(a) => format!("{a} (old)"),
+                None => "file".to_owned(),
+            };
+            let rev = if n.source == "cache" {
+                format!("{rev} cached")
+            } else {
+                rev
+            };
+            let listeners: Vec<String> = n
+                .listeners
+                .iter()
+                .map(|l| {
+                    let groups: Vec<String> = l
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            let bad = if g.health == "healthy" { "" } else { "!" };
+                            format!("{}{bad} {}", g.name, trim(g.share))
+                        })
+                        .collect();
+                    format!("{} {}: {}", l.name, l.mode, groups.join(", "))
+                })
+                .collect();
+            out.push_str(&format!(
+                "{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  {}\n",
+                n.id,
+                n.region,
+                rev,
+                duration(n.uptime_s),
+                listeners.join(" · ")
+            ));
+            if let Some(r) = &n.refused {
+                let first = r.reason.lines().next().unwrap_or_default();
+                let more = r.reason.lines().count().saturating_sub(1);
+                out.push_str(&format!(
+                    "{:<id_w$}  refused revision {}: {first}{}\n",
+                    "",
+                    r.revision,
+                    if more > 0 {
+                        format!(" (+{more} more)")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        let disagree = disagreements(&self.nodes);
+        if disagree.is_empty() {
+            out.push_str("\nthe nodes agree on every group's health\n");
+        } else {
+            out.push_str("\nthe nodes disagree on group health:\n");
+            for d in &disagree {
+                out.push_str(&format!(
+                    "  {}/{}: healthy on {}; unhealthy on {}\n",
+                    d.listener,
+                    d.group,
+                    d.healthy.join(", "),
+                    d.unhealthy.join(", ")
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// `gtd fleet diff A B`: the text difference of two kept revisions and its effect on shares.
+pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String> {
+    let mut get = async |n: u64| {
+        store
+            .revision(n)
+            .await?
+            .ok_or_else(|| anyhow!("revision {n} is not kept under {}", store.prefix()))
+    };
+    let old = get(a).await?;
+    let new = get(b).await?;
+    let mut out = text_diff(&old, &new, &format!("revision {b} {}", new.config_name));
+    out.push('\n');
+    let before = Materialised::write(&old)?;
+    let after = Materialised::write(&new)?;
+    out.push_str(&sim_compare(&after.config, &before.config, &after.catalog)?);
+    Ok(out)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// A share without trailing zeros: 62.5, 100, 33.33.
+fn trim(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+fn duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// `2026-12-01 18:40:02 UTC`.
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_796_149_202_000), "2026-12-01 18:20:02 UTC");
+    }
+
+    #[test]
+    fn shares_and_durations_read_short() {
+        assert_eq!(trim(62.5), "62.5");
+        assert_eq!(trim(100.0), "100");
+        assert_eq!(trim(33.333), "33.33");
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(130), "2m10s");
+        assert_eq!(duration(7300), "2h01m");
+    }
+}
