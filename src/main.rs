@@ -311,7 +311,7 @@ fn fleet_command(
             Ok(ExitCode::from(o.code))
         }
         Err(e) => {
-            eprintln!("gtd: {e:#}");
+            eprintln!("gtd: {}", gtd::fleet::describe(&e));
             Ok(ExitCode::FAILURE)
         }
     }

@@ -91,6 +91,31 @@ impl Revision {
 pub struct Store {
     client: Client,
     prefix: String,
+    endpoint: String,
+}
+
+/// An error in a few words: its context, then for an etcd client error the gRPC status's
+/// message or, for a transport failure, its innermost cause ("Connection refused"), not
+/// tonic's nested debug output.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        if let Some(etcd) = cause.downcast_ref::<etcd_client::Error>() {
+            let mut words = match etcd {
+                etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
+                other => other.to_string(),
+            };
+            let mut source = std::error::Error::source(etcd);
+            while let Some(s) = source {
+                words = s.to_string();
+                source = s.source();
+            }
+            parts.push(words);
+            break;
+        }
+        parts.push(cause.to_string());
+    }
+    parts.join(": ")
 }
 
 /// `PREFIX/revision` as read: the number, and the etcd revision it was last written at (what
@@ -142,24 +167,59 @@ pub fn normalise_prefix(prefix: &str) -> Result<String> {
 }
 
 impl Store {
-    /// Connects to the cluster (any member that answers).
+    /// Connects to the first member, in turn from a random one, that answers and knows a
+    /// leader. One member at a time, rather than one channel balanced over all: a balanced
+    /// channel keeps sending a share of requests to a dead member (each failing with a
+    /// connect error), while a connection to one member fails as a whole and the caller
+    /// moves on to the next.
     pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Store> {
+        let prefix = normalise_prefix(prefix)?;
+        // Spread over the members: nodes started together do not all pick the first.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| {
+                d.subsec_nanos() as usize / 1000 + std::process::id() as usize
+            });
+        let mut errors = Vec::new();
+        for i in 0..endpoints.len() {
+            let endpoint = &endpoints[(start + i) % endpoints.len()];
+            match Store::connect_one(endpoint).await {
+                Ok(client) => {
+                    return Ok(Store {
+                        client,
+                        prefix,
+                        endpoint: endpoint.clone(),
+                    });
+                }
+                Err(e) => errors.push(format!("{endpoint}: {e:#}")),
+            }
+        }
+        bail!("no etcd member answered ({})", errors.join("; "))
+    }
+
+    async fn connect_one(endpoint: &str) -> Result<Client> {
         let options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
             .with_require_leader(true);
-        let client = tokio::time::timeout(
-            CONNECT_TIMEOUT * 2,
-            Client::connect(endpoints, Some(options)),
-        )
-        .await
-        .map_err(|_| anyhow!("connecting to etcd at {} timed out", endpoints.join(",")))?
-        .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
-        Ok(Store {
-            client,
-            prefix: normalise_prefix(prefix)?,
-        })
+        let work = async {
+            let mut client: Client = Client::connect([endpoint], Some(options)).await?;
+            let status = client.status().await?;
+            if status.leader() == 0 {
+                bail!("the member knows no leader");
+            }
+            Ok(client)
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT * 2, work)
+            .await
+            .map_err(|_| anyhow!("timed out"))?
+            .map_err(|e| anyhow!(describe(&e)))
+    }
+
+    /// The member this connection talks to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
     }
 
     /// The prefix keys live under.

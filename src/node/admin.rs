@@ -238,7 +238,7 @@ async fn fleet(node: &Inner) -> Response<Body> {
         Ok(Ok(f)) => json_reply(StatusCode::OK, &f.json()),
         Ok(Err(e)) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"error": format!("etcd: {e:#}")}),
+            &json!({"error": format!("etcd: {}", crate::fleet::describe(&e))}),
         ),
         Err(_) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -167,10 +167,11 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
         (Err(e), Ok(c)) => Ok(Initial {
             first: (Arc::new(c), Source::Cache),
             fallback: None,
-            etcd_error: Some(format!("{e:#}")),
+            etcd_error: Some(crate::fleet::describe(&e)),
         }),
         (Err(e), Err(c)) => Err(anyhow!(
-            "{e:#}; and no cached revision to start from: {c:#}"
+            "{}; and no cached revision to start from: {c:#}",
+            crate::fleet::describe(&e)
         )),
     }
 }
@@ -221,7 +222,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
         match result {
             Ok(()) => return,
             Err(e) => {
-                let e = format!("{e:#}");
+                let e = crate::fleet::describe(&e);
                 let was = fleet.error.lock().expect("fleet state").clone();
                 if was.as_deref() != Some(&e) {
                     tracing::warn!(error = %e, "etcd: unreachable; serving revision {} and retrying", fleet.applied().revision);

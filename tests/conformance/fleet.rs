@@ -365,6 +365,8 @@ pub(crate) struct NodeProc {
     pub(crate) admin: SocketAddr,
     pub(crate) child: Child,
     log: PathBuf,
+    /// The arguments that say where its config comes from (`--config F`, `--etcd ...`).
+    source: Vec<String>,
 }
 
 impl NodeProc {
@@ -419,6 +421,22 @@ impl Fleet {
     /// endpoints), then one node per region of `cfg`, and waits until every node answers
     /// `/healthz`.
     pub(crate) fn start(cfg: &Cfg, backends: &[Cfg]) -> Fleet {
+        Fleet::start_with(
+            cfg,
+            backends,
+            |_| {},
+            |config, _, _| vec!["--config".to_owned(), config.display().to_string()],
+        )
+    }
+
+    /// [`Fleet::start`] with `before_nodes` called once the config file is written and the
+    /// backends answer, and each node's config source given by `source(config, dir, region)`.
+    pub(crate) fn start_with(
+        cfg: &Cfg,
+        backends: &[Cfg],
+        before_nodes: impl FnOnce(&Path),
+        source: impl Fn(&Path, &Path, &str) -> Vec<String>,
+    ) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.toml");
         cfg.write(&config);
@@ -428,29 +446,21 @@ impl Fleet {
             b.write(&path);
             procs.push(start_backends(&path, dir.path(), i));
         }
+        before_nodes(&config);
         let mut nodes = Vec::new();
         for (i, region) in cfg.regions().into_iter().enumerate() {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + i as u8));
             let admin = SocketAddr::new(ip, free_port(false));
             let log = dir.path().join(format!("node-{region}.log"));
-            let child = gtd()
-                .args(["run", "--config"])
-                .arg(&config)
-                .args(["--region", &region])
-                .args(["--bind", &ip.to_string(), "--source-ip", &ip.to_string()])
-                .args(["--admin", &admin.to_string()])
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("start gtd run");
+            let source = source(&config, dir.path(), &region);
+            let child = start_node(&region, ip, admin, &source, &log);
             nodes.push(NodeProc {
                 region,
                 ip,
                 admin,
-                child: Child(child),
+                child,
                 log,
+                source,
             });
         }
         let fleet = Fleet {
@@ -484,6 +494,25 @@ impl Fleet {
 
     pub(crate) fn node(&self, region: &str) -> &NodeProc {
         self.nodes.iter().find(|n| n.region == region).unwrap()
+    }
+
+    /// Kills a node (SIGKILL: no drain, no goodbye) and reaps it.
+    pub(crate) fn kill_node(&mut self, region: &str) {
+        let n = self.nodes.iter_mut().find(|n| n.region == region).unwrap();
+        let _ = n.child.0.kill();
+        let _ = n.child.0.wait();
+    }
+
+    /// Starts a killed node again with the same arguments (its log appended to) and waits
+    /// until it answers `/healthz`.
+    pub(crate) fn restart_node(&mut self, region: &str) {
+        let n = self.nodes.iter_mut().find(|n| n.region == region).unwrap();
+        n.child = start_node(&n.region, n.ip, n.admin, &n.source, &n.log);
+        let n = self.node(region);
+        wait(&format!("{region} /healthz again"), || {
+            n.assert_running();
+            matches!(http(n.admin, "GET", "/healthz"), Some((200, _)))
+        });
     }
 
     /// Rewrites the nodes' config file (the operator's edit).
@@ -599,6 +628,28 @@ impl Fleet {
             );
         }
     }
+}
+
+/// `gtd run` for `region` on `ip`, its log appended to `log`.
+fn start_node(region: &str, ip: IpAddr, admin: SocketAddr, source: &[String], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = gtd()
+        .arg("run")
+        .args(source)
+        .args(["--region", region])
+        .args(["--bind", &ip.to_string(), "--source-ip", &ip.to_string()])
+        .args(["--admin", &admin.to_string()])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start gtd run");
+    Child(child)
 }
 
 fn start_backends(config: &Path, dir: &Path, i: usize) -> BackendsProc {

@@ -28,6 +28,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod etcd;
 mod fleet;
 mod load;
 mod split;
@@ -35,6 +36,7 @@ mod split;
 mod failover;
 mod ranking;
 mod reload;
+mod revisions;
 mod routes;
 mod scenarios;
 mod shipped;
