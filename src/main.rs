@@ -296,15 +296,18 @@ fn node_fleet_options(
     })
 }
 
-/// Runs a fleet command on a small runtime, printing its outcome.
-fn fleet_command(
-    work: impl std::future::Future<Output = anyhow::Result<gtd::fleet::push::Outcome>>,
-) -> anyhow::Result<ExitCode> {
+/// Runs a fleet command on a small runtime (again while etcd fails transiently: an election),
+/// printing its outcome.
+fn fleet_command<F, Fut>(work: F) -> anyhow::Result<ExitCode>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<gtd::fleet::push::Outcome>>,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    match runtime.block_on(work) {
+    match runtime.block_on(gtd::fleet::retrying(work)) {
         Ok(o) => {
             std::io::stderr().write_all(o.err.as_bytes())?;
             std::io::stdout().write_all(o.out.as_bytes())?;
@@ -318,16 +321,18 @@ fn fleet_command(
 }
 
 fn push(opts: gtd::fleet::push::Options) -> anyhow::Result<ExitCode> {
-    fleet_command(async move { gtd::fleet::push::run(&opts).await })
+    fleet_command(|| gtd::fleet::push::run(&opts))
 }
 
 fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<ExitCode> {
     let endpoints = gtd::fleet::endpoints(&etcd.etcd)?;
     let prefix = gtd::fleet::normalise_prefix(&etcd.prefix)?;
-    fleet_command(async move {
+    fleet_command(|| async {
         let mut store = gtd::fleet::Store::connect(&endpoints, &prefix).await?;
-        let out = match what {
-            Some(FleetCommand::Diff { a, b }) => gtd::fleet::report::diff(&mut store, a, b).await?,
+        let out = match &what {
+            Some(FleetCommand::Diff { a, b }) => {
+                gtd::fleet::report::diff(&mut store, *a, *b).await?
+            }
             None => {
                 let f = gtd::fleet::report::Fleet::read(&mut store).await?;
                 if json {

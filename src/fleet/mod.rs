@@ -194,7 +194,7 @@ impl Store {
                 Err(e) => errors.push(format!("{endpoint}: {e:#}")),
             }
         }
-        bail!("no etcd member answered ({})", errors.join("; "))
+        Err(Unreachable(errors.join("; ")).into())
     }
 
     async fn connect_one(endpoint: &str) -> Result<Client> {
@@ -375,12 +375,63 @@ impl Store {
     }
 }
 
+/// Whether `e` came from etcd itself (a leader election under way, a member gone, a timeout):
+/// worth trying again, unlike a refusal of gtd's own.
+pub fn transient(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<etcd_client::Error>().is_some()
+            || c.downcast_ref::<Unreachable>().is_some()
+    })
+}
+
+/// No member answered with a leader (each member's reason).
+#[derive(Debug, thiserror::Error)]
+#[error("no etcd member answered with a leader ({0})")]
+pub struct Unreachable(String);
+
+/// Runs `work` again while it fails with a [`transient`] error, for up to 15 s, pausing 0.25 s
+/// then twice as long each time: a command run during a leader election (a few seconds after
+/// a member died) waits for the new leader rather than failing. Every step of `gtd push`
+/// before its transaction only reads, and the transaction is guarded by the revision read, so
+/// running it all again is safe: after a transaction that did commit but whose answer was
+/// lost, the next attempt finds the config already published and says so.
+pub async fn retrying<T, F, Fut>(mut work: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut pause = Duration::from_millis(250);
+    loop {
+        match work().await {
+            Err(e) if transient(&e) && std::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// `user@host` for a revision's `pushed_by`.
 pub fn who() -> String {
+    let uid = rustix::process::getuid().as_raw();
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
+        .ok()
+        .or_else(|| user_name(uid))
+        .unwrap_or_else(|| format!("uid {uid}"));
     format!("{user}@{}", hostname())
+}
+
+/// The name `/etc/passwd` gives `uid` (a service or container often has no `$USER`).
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+    })
 }
 
 /// This machine's host name.

@@ -36,8 +36,10 @@ pub struct Options {
 
 /// How often a node rewrites its registry entry.
 const REFRESH: Duration = Duration::from_secs(2);
-/// The longest wait between two attempts to reach etcd.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest wait between two attempts to reach etcd: short, so that a node serves the
+/// current revision within seconds of the cluster's return (an attempt costs etcd one
+/// connection and a status call).
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where the served revision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,9 +236,17 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
         if began.elapsed() > MAX_BACKOFF {
             backoff = Duration::from_millis(500);
         }
+        // Up to a fifth more, so that nodes that lost etcd together do not return in step.
+        let jitter = backoff.mul_f64(
+            f64::from(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos() % 1000),
+            ) / 5000.0,
+        );
         tokio::select! {
             _ = inner.stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff + jitter) => {}
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
