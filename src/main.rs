@@ -185,8 +185,20 @@ enum FleetCommand {
     },
 }
 
-fn main() -> anyhow::Result<ExitCode> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    // A bad argument (`--etcd https://...`, `--lease-ttl 1s`) in one line, as clap prints its
+    // own, rather than anyhow's debug form with a backtrace.
+    match command(Cli::parse().command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gtd: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn command(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Demo {
             config,
             regions,
