@@ -12,10 +12,7 @@ use gtd::split::{GroupFacts, Plan, Policy, Share, split_into};
 
 fn facts(n: usize) -> Vec<GroupFacts> {
     (0..n)
-        .map(|i| GroupFacts {
-            ratio: 50.0 + i as f64,
-            healthy: i != 1,
-        })
+        .map(|i| GroupFacts::new(50.0 + i as f64, i != 1))
         .collect()
 }
 
@@ -26,7 +23,7 @@ fn bench_split(c: &mut Criterion) {
         let mut out = vec![Share::default(); n];
         let policy = Policy {
             failover: FailoverMode::Recompute,
-            fail_open: false,
+            ..Policy::default()
         };
         group.bench_function(format!("cascade/{n}-groups"), |b| {
             b.iter(|| split_into(black_box(&f), policy, black_box(&mut out)))

@@ -250,6 +250,9 @@ pub enum FailoverMode {
     NextPriority,
     /// Drop unhealthy groups and run the cascade over the rest.
     Recompute,
+    /// A partly healthy group keeps `min(1, overprovisioning × healthy fraction)` of what
+    /// reaches it and passes the rest down the priority order (docs/design.md §3.3).
+    Graceful,
 }
 
 impl FailoverMode {
@@ -258,6 +261,7 @@ impl FailoverMode {
         match self {
             FailoverMode::NextPriority => "next-priority",
             FailoverMode::Recompute => "recompute",
+            FailoverMode::Graceful => "graceful",
         }
     }
 }
@@ -285,6 +289,10 @@ pub struct Listener {
     pub regions: Vec<String>,
     /// Failover rule.
     pub failover: FailoverMode,
+    /// `failover = "graceful"`: how much more than its share a whole group can carry (>= 1).
+    pub overprovisioning: f64,
+    /// `sim` with demand: utilisation above this percent of a capacity is flagged (0 < h <= 100).
+    pub headroom: f64,
     /// When every group is down, route as if all were healthy.
     pub fail_open: bool,
     /// Group choice per decision.
@@ -354,6 +362,10 @@ impl Listener {
     pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(10);
     /// `udp_max_flows` (UDP).
     pub const DEFAULT_UDP_MAX_FLOWS: usize = 65_536;
+    /// `overprovisioning` (`failover = "graceful"`): Envoy's default overprovisioning factor.
+    pub const DEFAULT_OVERPROVISIONING: f64 = 1.4;
+    /// `headroom`, percent of capacity.
+    pub const DEFAULT_HEADROOM: f64 = 80.0;
 }
 
 /// PROXY protocol version sent to endpoints.
@@ -458,6 +470,9 @@ pub struct Group {
     pub balance: Balance,
     /// The group is healthy while at least this many endpoints are usable.
     pub min_healthy: u32,
+    /// What the group can carry, in the unit of `sim`'s `[demand]`: the config's `capacity`,
+    /// else the sum of its endpoints' when every endpoint sets one, else unknown.
+    pub capacity: Option<f64>,
     /// Active health check, if configured.
     pub health_check: Option<HealthCheck>,
     /// HTTP: prepended to the upstream path.
@@ -842,6 +857,8 @@ pub struct Endpoint {
     pub max_fails: u32,
     /// Window for counting failures and time it stays marked.
     pub fail_timeout: Duration,
+    /// What the endpoint can carry, in the unit of `sim`'s `[demand]` (> 0); planning only.
+    pub capacity: Option<f64>,
 }
 
 /// The defaults of an endpoint's keys when unset (docs/design.md §4, nginx's).
