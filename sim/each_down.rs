@@ -10,8 +10,8 @@ use gtd::config::Config;
 use gtd::split::Mode;
 use serde_json::{Value, json};
 
-use crate::capacity::{self, Status};
-use crate::engine::{self, Asks, Total};
+use crate::capacity::{self, Status, Total};
+use crate::engine::{self, Asks};
 use crate::scenario::RawWhatIf;
 
 /// Which failures to replay.
@@ -260,7 +260,7 @@ fn case(
                 .any(|&li| config.listeners[li].name == l.name)
         })
         .collect();
-    let totals = engine::totals(config, &reports, &what_if.demand);
+    let totals = capacity::totals(config, &reports, &what_if.demand);
     let unserved = reports
         .iter()
         .flat_map(|l| {

@@ -155,20 +155,6 @@ pub(crate) struct EndpointRow {
     pub(crate) observed: Option<f64>,
 }
 
-/// Demand-weighted load of a group (endpoint `None`) or an endpoint, summed over regions.
-#[derive(Debug, Clone)]
-pub(crate) struct Total {
-    pub(crate) listener: String,
-    pub(crate) group: String,
-    pub(crate) endpoint: Option<String>,
-    /// `None` when an endpoint's share is load-dependent.
-    pub(crate) load: Option<f64>,
-    /// The group's or endpoint's `capacity`, when known (see `capacity.rs`).
-    pub(crate) capacity: Option<f64>,
-    /// The listener's `headroom`, percent.
-    pub(crate) headroom: f64,
-}
-
 /// Options that add columns.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Asks {
@@ -741,52 +727,4 @@ pub(crate) fn attach_before(after: &mut [ListenerReport], before: &[ListenerRepo
             }
         }
     }
-}
-
-/// Demand-weighted totals over regions, listener by listener, groups in config order.
-pub(crate) fn totals(
-    config: &Config,
-    reports: &[ListenerReport],
-    demand: &std::collections::BTreeMap<String, f64>,
-) -> Vec<Total> {
-    let mut out = Vec::new();
-    for l in reports {
-        let Some(listener) = config.listeners.iter().find(|x| x.name == l.name) else {
-            continue;
-        };
-        for g in &listener.groups {
-            let rows = l.regions.iter().filter_map(|r| {
-                let amount = demand.get(&r.region).copied().unwrap_or(0.0);
-                r.groups
-                    .iter()
-                    .find(|x| x.name == g.name)
-                    .map(|row| (amount, row))
-            });
-            let rows: Vec<(f64, &GroupRow)> = rows.collect();
-            let load = rows.iter().map(|(a, row)| a * row.share / 100.0).sum();
-            out.push(Total {
-                listener: l.name.clone(),
-                group: g.name.clone(),
-                endpoint: None,
-                load: Some(load),
-                capacity: g.capacity,
-                headroom: listener.headroom,
-            });
-            for (ei, e) in g.endpoints.iter().enumerate() {
-                let load = rows
-                    .iter()
-                    .map(|(a, row)| row.endpoints[ei].share.map(|s| a * s / 100.0))
-                    .try_fold(0.0, |acc, x| x.map(|v| acc + v));
-                out.push(Total {
-                    listener: l.name.clone(),
-                    group: g.name.clone(),
-                    endpoint: Some(e.address.text.clone()),
-                    load,
-                    capacity: e.capacity,
-                    headroom: listener.headroom,
-                });
-            }
-        }
-    }
-    out
 }

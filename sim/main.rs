@@ -236,7 +236,7 @@ fn run(args: &Args) -> Result<(String, bool)> {
     }
 
     let totals =
-        (!what_if.demand.is_empty()).then(|| engine::totals(&config, &reports, &what_if.demand));
+        (!what_if.demand.is_empty()).then(|| capacity::totals(&config, &reports, &what_if.demand));
     let unrouted = reports.iter().flat_map(|l| &l.regions).any(|r| {
         r.mode == gtd::split::Mode::NoRoute
             && what_if.demand.get(&r.region).is_some_and(|&d| d > 0.0)

@@ -6,8 +6,9 @@ use gtd::split::rules::Match;
 use gtd::split::{Mode, RttSource};
 use serde_json::{Value, json};
 
+use crate::capacity::Total;
 use crate::capacity::{self, Status};
-use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route, Total};
+use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route};
 
 /// Everything one run prints.
 pub(crate) struct Output<'a> {
