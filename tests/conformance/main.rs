@@ -33,6 +33,7 @@ mod load;
 mod split;
 
 mod failover;
+mod graceful;
 mod ranking;
 mod reload;
 mod routes;
