@@ -9,6 +9,8 @@
 //!   50, Shanghai 100: with 2 of 3 up Beijing keeps 0.933 of its share; with 1 it is below
 //!   `min_healthy`, unhealthy, and its whole share goes to Shanghai (mode failover).
 
+use serde_json::Value;
+
 use crate::fleet::*;
 
 const GRACEFUL: &str = r#"
@@ -108,6 +110,33 @@ fn endpoints(cfg: &Cfg, listener: &str, group: &str) -> Vec<String> {
         .collect()
 }
 
+/// Listener `api`'s group `beijing` in `/status` (`listeners[].groups`) or in `sim`'s JSON
+/// (`listeners[].regions[].groups`, the region `region` picks).
+fn beijing_group(listeners: &Value, region: impl Fn(&Value) -> bool) -> Value {
+    let l = listeners
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "api" || l["listener"] == "api")
+        .unwrap();
+    let groups = match l.get("groups") {
+        Some(g) => g,
+        None => &l["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| region(r))
+            .unwrap()["groups"],
+    };
+    groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "beijing")
+        .unwrap()
+        .clone()
+}
+
 /// Disables or enables an endpoint on every node through the admin API.
 fn toggle(fleet: &Fleet, listener: &str, group: &str, address: &str, on: bool) {
     let verb = if on { "enable" } else { "disable" };
@@ -147,6 +176,15 @@ fn graceful_splits_follow_endpoints_taken_down_one_by_one() {
             "step {step}: api beijing {bj} vs {want}"
         );
         fleet.conforms(&expected);
+        // /status says what the share was graded by, as sim does.
+        let node = beijing_group(&fleet.node("cn-beijing").status()["listeners"], |_| true);
+        let sim = beijing_group(&expected["listeners"], |r| r["region"] == "cn-beijing");
+        for key in ["usable", "keep", "spill"] {
+            assert_eq!(
+                node[key], sim[key],
+                "step {step}: /status {key} {node} vs sim {sim}"
+            );
+        }
     }
     // web with one of three up is below min_healthy: failover, Shanghai takes all.
     let last = fleet.sim(
