@@ -67,6 +67,8 @@ pub(crate) struct Unserved {
 pub(crate) struct Case {
     /// What failed: `LISTENER/GROUP` names (empty for the baseline).
     pub(crate) down: Vec<String>,
+    /// Under `--each-down region`, the region that failed.
+    pub(crate) region: Option<String>,
     /// Load, capacity and utilisation of every group and endpoint of the listeners planned.
     pub(crate) totals: Vec<Total>,
     pub(crate) unserved: Vec<Unserved>,
@@ -101,10 +103,10 @@ impl Case {
     }
 
     fn name(&self) -> String {
-        if self.down.is_empty() {
-            "nothing (baseline)".to_owned()
-        } else {
-            self.down.join(" + ")
+        match (&self.region, self.down.is_empty()) {
+            (_, true) => "nothing (baseline)".to_owned(),
+            (Some(r), false) => format!("region {r} ({})", self.down.join(" + ")),
+            (None, false) => self.down.join(" + "),
         }
     }
 }
@@ -154,10 +156,10 @@ pub(crate) fn run(
     if sets.is_empty() {
         bail!("--each-down {failures:?}: no listener has that many groups");
     }
-    let baseline = case(config, raw, region, &planned, Vec::new())?;
+    let baseline = case(config, raw, region, &planned, Vec::new(), None)?;
     let mut cases = sets
         .into_iter()
-        .map(|down| case(config, raw, region, &planned, down))
+        .map(|(down, failed)| case(config, raw, region, &planned, down, failed))
         .collect::<Result<Vec<Case>>>()?;
     // Stable: equal cases keep the config's order.
     cases.sort_by(|a, b| b.key().partial_cmp(&a.key()).expect("finite"));
@@ -168,8 +170,12 @@ pub(crate) fn run(
     })
 }
 
-/// The `LISTENER/GROUP` sets to fail, in config order.
-fn failure_sets(config: &Config, planned: &[usize], failures: Failures) -> Vec<Vec<String>> {
+/// The `LISTENER/GROUP` sets to fail, in config order, with the region each fails (`region`).
+fn failure_sets(
+    config: &Config,
+    planned: &[usize],
+    failures: Failures,
+) -> Vec<(Vec<String>, Option<String>)> {
     let name = |li: usize, gi: usize| {
         let l = &config.listeners[li];
         format!("{}/{}", l.name, l.groups[gi].name)
@@ -180,7 +186,7 @@ fn failure_sets(config: &Config, planned: &[usize], failures: Failures) -> Vec<V
             for &li in planned {
                 let count = config.listeners[li].groups.len();
                 for set in combinations(count, n) {
-                    out.push(set.into_iter().map(|gi| name(li, gi)).collect());
+                    out.push((set.into_iter().map(|gi| name(li, gi)).collect(), None));
                 }
             }
             out
@@ -197,7 +203,7 @@ fn failure_sets(config: &Config, planned: &[usize], failures: Failures) -> Vec<V
             regions
                 .into_iter()
                 .map(|r| {
-                    planned
+                    let down = planned
                         .iter()
                         .flat_map(|&li| {
                             config.listeners[li]
@@ -207,7 +213,8 @@ fn failure_sets(config: &Config, planned: &[usize], failures: Failures) -> Vec<V
                                 .filter(move |(_, g)| g.region == r)
                                 .map(move |(gi, _)| name(li, gi))
                         })
-                        .collect()
+                        .collect();
+                    (down, Some(r.to_owned()))
                 })
                 .collect()
         }
@@ -241,6 +248,7 @@ fn case(
     region: Option<&str>,
     planned: &[usize],
     down: Vec<String>,
+    failed: Option<String>,
 ) -> Result<Case> {
     let mut what = raw.clone();
     what.down.extend(down.iter().cloned());
@@ -279,6 +287,7 @@ fn case(
         .collect();
     Ok(Case {
         down,
+        region: failed,
         totals,
         unserved,
     })
@@ -326,7 +335,9 @@ pub(crate) fn table(r: &Report) -> String {
 
 /// `down …: worst NAME U % (load of capacity)`.
 fn case_line(c: &Case) -> String {
+    let unserved: f64 = c.unserved.iter().map(|u| u.demand).sum();
     let worst = match c.worst() {
+        _ if unserved > 0.0 => format!("{unserved:.2} of demand has no route"),
         Some(t) => format!(
             "worst {} {:.2} % ({:.2} of {})",
             t.name(),
@@ -404,6 +415,7 @@ fn case_json(c: &Case) -> Value {
     };
     json!({
         "down": c.down,
+        "region": c.region,
         "overflows": c.overflows(),
         "worst": c.worst().map(total_json),
         "over": with(Status::Over),

@@ -252,6 +252,18 @@ fn each_down_ranks_singles_pairs_and_regions_worst_first() {
         [true, true, false]
     );
     // A region at once: one group each here, so the singles again.
+    let text = sim(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--each-down",
+        "region",
+    ]);
+    assert!(
+        text.contains("1. down region r-a (l/ga): worst l/gb 83.33 %"),
+        "{text}"
+    );
     let regions = cases(&config, &scenario, "region");
     assert_eq!(
         regions.iter().map(|c| c.0.clone()).collect::<Vec<_>>(),
