@@ -28,6 +28,27 @@ fn bench_split(c: &mut Criterion) {
         group.bench_function(format!("cascade/{n}-groups"), |b| {
             b.iter(|| split_into(black_box(&f), policy, black_box(&mut out)))
         });
+        // failover = "graceful" with every other group at 60 % of its weight: the cascade,
+        // then one more walk (done when a plan is built, never per decision).
+        let graded: Vec<GroupFacts> = f
+            .iter()
+            .enumerate()
+            .map(|(i, g)| GroupFacts {
+                fraction: if g.healthy && i % 2 == 0 {
+                    0.6
+                } else {
+                    g.fraction
+                },
+                ..*g
+            })
+            .collect();
+        let graceful = Policy {
+            failover: FailoverMode::Graceful,
+            ..Policy::default()
+        };
+        group.bench_function(format!("graceful/{n}-groups"), |b| {
+            b.iter(|| split_into(black_box(&graded), graceful, black_box(&mut out)))
+        });
     }
     group.finish();
 }

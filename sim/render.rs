@@ -388,7 +388,11 @@ pub(crate) fn table(o: &Output<'_>) -> String {
     if measured {
         out.push_str("     a group passes one ranked above it in the catalogue's order only when faster by more than max(5 ms, 20 % of that one's time), as on a warmed-up node (docs/design.md §3.1)\n");
     }
-    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
+    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)");
+    if o.reports.iter().any(|l| l.failover == "graceful") {
+        out.push_str("; graceful listeners grade it as their note says");
+    }
+    out.push('\n');
     out
 }
 
