@@ -14,7 +14,8 @@ pub(crate) struct Total {
     pub(crate) endpoint: Option<String>,
     /// `None` when an endpoint's share is load-dependent.
     pub(crate) load: Option<f64>,
-    /// The group's or endpoint's `capacity`, when known.
+    /// The endpoint's `capacity`, or what the group carries with its usable endpoints
+    /// (`Group::capacity_when`), when known.
     pub(crate) capacity: Option<f64>,
     /// The listener's `headroom`, percent.
     pub(crate) headroom: f64,
@@ -44,9 +45,18 @@ impl Status {
 
 impl Total {
     /// `load / capacity`, percent; `None` when either is unknown (no capacity, or a
-    /// load-dependent endpoint share).
+    /// load-dependent endpoint share). No load is 0 % whatever the capacity (a group whose
+    /// endpoints are all out carries nothing and is asked nothing); load on no capacity is
+    /// infinite (JSON `null`, status `over`).
     pub(crate) fn utilisation(&self) -> Option<f64> {
-        Some(self.load? * 100.0 / self.capacity?)
+        let (load, capacity) = (self.load?, self.capacity?);
+        Some(if load <= 0.0 {
+            0.0
+        } else if capacity <= 0.0 {
+            f64::INFINITY
+        } else {
+            load * 100.0 / capacity
+        })
     }
 
     /// Over 100 %, above the listener's headroom, or fine; `None` when the utilisation is
@@ -121,12 +131,18 @@ pub(crate) fn totals(
             });
             let rows: Vec<(f64, &GroupRow)> = rows.collect();
             let load = rows.iter().map(|(a, row)| a * row.share / 100.0).sum();
+            // What the group carries with the what-if's endpoints out (they are out on every
+            // node alike): only its usable endpoints count.
+            let usable = |ei: usize| {
+                rows.first()
+                    .is_none_or(|(_, row)| matches!(row.endpoints[ei].state, "up" | "backup"))
+            };
             out.push(Total {
                 listener: l.name.clone(),
                 group: g.name.clone(),
                 endpoint: None,
                 load: Some(load),
-                capacity: g.capacity,
+                capacity: g.capacity_when(usable),
                 headroom: listener.headroom,
             });
             for (ei, e) in g.endpoints.iter().enumerate() {

@@ -142,7 +142,7 @@ pub(crate) fn run(
         .filter(|(_, l)| {
             l.groups
                 .iter()
-                .any(|g| g.capacity.is_some() || g.endpoints.iter().any(|e| e.capacity.is_some()))
+                .any(|g| g.has_capacity() || g.endpoints.iter().any(|e| e.capacity.is_some()))
         })
         .map(|(i, _)| i)
         .collect();

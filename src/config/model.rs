@@ -470,8 +470,8 @@ pub struct Group {
     pub balance: Balance,
     /// The group is healthy while at least this many endpoints are usable.
     pub min_healthy: u32,
-    /// What the group can carry, in the unit of `sim`'s `[demand]`: the config's `capacity`,
-    /// else the sum of its endpoints' when every endpoint sets one, else unknown.
+    /// `capacity` as configured on the group (in the unit of `sim`'s `[demand]`); what the group
+    /// carries with some endpoints out is [`Group::capacity_when`].
     pub capacity: Option<f64>,
     /// Active health check, if configured.
     pub health_check: Option<HealthCheck>,
@@ -493,6 +493,38 @@ impl Group {
     pub const DEFAULT_MIN_HEALTHY: u32 = 1;
     /// `keepalive` (HTTP).
     pub const DEFAULT_KEEPALIVE: u32 = 32;
+}
+
+impl Group {
+    /// What the group can carry (planning, docs/design.md §8) when only the endpoints
+    /// `usable(i)` says are usable serve: the sum of their `capacity` when every endpoint sets
+    /// one (at most the group's own `capacity` when that is set too); else the group's own
+    /// `capacity` times the usable part of its weight; else unknown.
+    pub fn capacity_when(&self, usable: impl Fn(usize) -> bool) -> Option<f64> {
+        let up = |i: &usize| usable(*i);
+        let each: Option<Vec<f64>> = self.endpoints.iter().map(|e| e.capacity).collect();
+        match (each, self.capacity) {
+            (Some(each), own) if !each.is_empty() => {
+                // fold from +0: an empty f64 sum is -0.
+                let sum = (0..each.len()).filter(up).fold(0.0, |acc, i| acc + each[i]);
+                Some(own.map_or(sum, |c| c.min(sum)))
+            }
+            (_, Some(own)) => {
+                let weight = |i: usize| f64::from(self.endpoints[i].weight);
+                let all: f64 = (0..self.endpoints.len()).map(weight).sum();
+                let usable = (0..self.endpoints.len())
+                    .filter(up)
+                    .fold(0.0, |acc, i| acc + weight(i));
+                Some(if all > 0.0 { own * usable / all } else { 0.0 })
+            }
+            _ => None,
+        }
+    }
+
+    /// True when the group has a capacity: its own, or one on every endpoint.
+    pub fn has_capacity(&self) -> bool {
+        self.capacity_when(|_| true).is_some()
+    }
 }
 
 /// Balancing method of a group, with its parameters (docs/design.md §4).

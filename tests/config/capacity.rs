@@ -19,7 +19,8 @@ fn graceful_capacity_and_headroom_are_read_with_their_defaults() {
     assert_eq!(l.failover, FailoverMode::Graceful);
     assert_eq!((l.overprovisioning, l.headroom), (1.25, 70.0));
     // The group's capacity is its endpoints' sum when every one sets one.
-    assert_eq!(l.groups[0].capacity, Some(400.0));
+    assert_eq!(l.groups[0].capacity, None);
+    assert_eq!(l.groups[0].capacity_when(|_| true), Some(400.0));
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 
     let c = valid(&one_group(
@@ -37,7 +38,36 @@ fn a_group_of_unknown_parts_has_an_unknown_capacity() {
         "{}\n    [[listener.group.endpoint]]\n    address = \"10.0.0.2:80\"\n",
         one_group(WEB, "", "    capacity = 400\n")
     );
-    assert_eq!(valid(&text).listeners[0].groups[0].capacity, None);
+    let g = &valid(&text).listeners[0].groups[0];
+    assert_eq!(g.capacity_when(|_| true), None);
+    assert!(!g.has_capacity());
+}
+
+#[test]
+fn what_a_group_carries_with_endpoints_out() {
+    let two = |group: &str, a: &str, b: &str| {
+        format!(
+            "{}    weight = 3\n{a}    [[listener.group.endpoint]]\n    address = \"10.0.0.2:80\"\n{b}",
+            one_group(WEB, group, "")
+        )
+    };
+    // Every endpoint has one: the usable ones' sum, at most the group's own.
+    let g = &valid(&two("", "    capacity = 300\n", "    capacity = 100\n")).listeners[0].groups[0];
+    assert_eq!(g.capacity_when(|_| true), Some(400.0));
+    assert_eq!(g.capacity_when(|i| i == 1), Some(100.0));
+    let g = &valid(&two(
+        "  capacity = 350\n",
+        "    capacity = 300\n",
+        "    capacity = 100\n",
+    ))
+    .listeners[0]
+        .groups[0];
+    assert_eq!(g.capacity_when(|_| true), Some(350.0));
+    assert_eq!(g.capacity_when(|i| i == 0), Some(300.0));
+    // Only the group's: scaled by the usable part of the weight (3 of 4).
+    let g = &valid(&two("  capacity = 1000\n", "", "")).listeners[0].groups[0];
+    assert_eq!(g.capacity_when(|i| i == 0), Some(750.0));
+    assert_eq!(g.capacity_when(|_| false), Some(0.0));
 }
 
 #[test]

@@ -62,6 +62,25 @@ fn utilisation_of_the_shipped_config() {
         game["capacity"].is_null() && game["utilisation"].is_null() && game["status"].is_null()
     );
 
+    // 9001 (16000 of beijing's 24000) failing: next-priority keeps beijing's share whole, so
+    // 9002 alone carries all 10500 of it: 8000 left, 131.25 %, 2500 over.
+    let mut args = vec![
+        "--scenario",
+        N_PLUS_ONE,
+        "--down",
+        "web/beijing/127.0.0.1:9001",
+    ];
+    let doc = json(&args);
+    let bj = total(&doc, "web", "beijing", None);
+    assert_eq!(bj["capacity"].as_f64(), Some(8000.0));
+    assert!(close(bj["utilisation"].as_f64().unwrap(), 131.25));
+    assert_eq!(bj["status"], "over");
+    let (code, _, _) = run(&{
+        args.push("--fail-on-overflow");
+        args
+    });
+    assert_eq!(code, Some(2));
+
     let table = sim(&["--scenario", N_PLUS_ONE]);
     assert!(table.contains("capacity  use %"), "{table}");
     let row = table

@@ -230,15 +230,8 @@ fn group<'t>(
         None => Group::DEFAULT_MIN_HEALTHY,
     };
 
-    // Unset: the endpoints' sum when every endpoint sets one (a group of unknown parts has an
-    // unknown whole).
-    let capacity = capacity(ctx, &t).or_else(|| {
-        endpoints
-            .iter()
-            .map(|e| e.capacity)
-            .sum::<Option<f64>>()
-            .filter(|_| !endpoints.is_empty())
-    });
+    // Unset, the endpoints' sum stands in (`Group::capacity_when`).
+    let capacity = capacity(ctx, &t);
 
     GroupRead {
         name_at: name.map(|n| n.at),

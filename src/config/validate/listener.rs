@@ -291,7 +291,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         ctx.error(at, &t.path, msg);
     }
     if let Some(at) = t.key_at("headroom")
-        && !groups.iter().any(|g| g.group.capacity.is_some())
+        && !groups.iter().any(|g| g.group.has_capacity())
     {
         let msg = "headroom has no effect: no group of this listener has a capacity (set \
                    capacity on its groups or on all of a group's endpoints)";
