@@ -34,6 +34,7 @@ fn endpoints(n: usize) -> Vec<Endpoint> {
                 slow_start: None,
                 max_fails: Endpoint::DEFAULT_MAX_FAILS,
                 fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
+                capacity: None,
             }
         })
         .collect()
@@ -47,6 +48,7 @@ fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         priority: None,
         balance,
         min_healthy: Group::DEFAULT_MIN_HEALTHY,
+        capacity: None,
         health_check: None,
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,

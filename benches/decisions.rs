@@ -12,10 +12,7 @@ use gtd::split::{GroupFacts, Plan, Policy, Share, split_into};
 
 fn facts(n: usize) -> Vec<GroupFacts> {
     (0..n)
-        .map(|i| GroupFacts {
-            ratio: 50.0 + i as f64,
-            healthy: i != 1,
-        })
+        .map(|i| GroupFacts::new(50.0 + i as f64, i != 1))
         .collect()
 }
 
@@ -26,10 +23,31 @@ fn bench_split(c: &mut Criterion) {
         let mut out = vec![Share::default(); n];
         let policy = Policy {
             failover: FailoverMode::Recompute,
-            fail_open: false,
+            ..Policy::default()
         };
         group.bench_function(format!("cascade/{n}-groups"), |b| {
             b.iter(|| split_into(black_box(&f), policy, black_box(&mut out)))
+        });
+        // failover = "graceful" with every other group at 60 % of its weight: the cascade,
+        // then one more walk (done when a plan is built, never per decision).
+        let graded: Vec<GroupFacts> = f
+            .iter()
+            .enumerate()
+            .map(|(i, g)| GroupFacts {
+                fraction: if g.healthy && i % 2 == 0 {
+                    0.6
+                } else {
+                    g.fraction
+                },
+                ..*g
+            })
+            .collect();
+        let graceful = Policy {
+            failover: FailoverMode::Graceful,
+            ..Policy::default()
+        };
+        group.bench_function(format!("graceful/{n}-groups"), |b| {
+            b.iter(|| split_into(black_box(&graded), graceful, black_box(&mut out)))
         });
     }
     group.finish();

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use gtd::balance::{GroupBalancer, RequestKey};
-use gtd::config::{Affinity, Balance, Config, Listener, PriorityBy};
+use gtd::config::{Affinity, Balance, Config, FailoverMode, Listener, PriorityBy};
 use gtd::geoip::Place;
 use gtd::health::{Rules as CheckRules, Verdict};
 use gtd::split::rules::{Match, Parts, Rules, describe};
@@ -21,6 +21,8 @@ pub(crate) struct ListenerReport {
     pub(crate) protocol: &'static str,
     pub(crate) port: u16,
     pub(crate) failover: &'static str,
+    /// `failover = "graceful"`'s factor.
+    pub(crate) overprovisioning: f64,
     pub(crate) fail_open: bool,
     pub(crate) affinity: &'static str,
     /// `node` or `client-location`.
@@ -121,10 +123,24 @@ pub(crate) struct GroupRow {
     pub(crate) first_pass: f64,
     pub(crate) leftover: f64,
     pub(crate) share: f64,
+    /// `failover = "graceful"`: the usable part of the group's weight, what it keeps of what
+    /// reaches it, and what groups above passed down to it (docs/design.md §3.3).
+    pub(crate) graded: Option<Graded>,
     pub(crate) method: &'static str,
     pub(crate) observed: Option<f64>,
     pub(crate) share_before: Option<f64>,
     pub(crate) endpoints: Vec<EndpointRow>,
+}
+
+/// A group's grading under `failover = "graceful"`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Graded {
+    /// Weight of the usable endpoints over the weight of all, 0..=1.
+    pub(crate) usable: f64,
+    /// `min(1, overprovisioning × usable)`; 0 when unhealthy.
+    pub(crate) keep: f64,
+    /// Percent passed down to it by the groups above.
+    pub(crate) spill: f64,
 }
 
 /// One endpoint's line.
@@ -137,16 +153,6 @@ pub(crate) struct EndpointRow {
     /// Percent of the region's traffic; `None` when load-dependent.
     pub(crate) share: Option<f64>,
     pub(crate) observed: Option<f64>,
-}
-
-/// Demand-weighted load of a group (endpoint `None`) or an endpoint, summed over regions.
-#[derive(Debug, Clone)]
-pub(crate) struct Total {
-    pub(crate) listener: String,
-    pub(crate) group: String,
-    pub(crate) endpoint: Option<String>,
-    /// `None` when an endpoint's share is load-dependent.
-    pub(crate) load: Option<f64>,
 }
 
 /// Options that add columns.
@@ -207,6 +213,7 @@ pub(crate) fn evaluate(
             protocol: listener.protocol.as_str(),
             port: listener.port,
             failover: listener.failover.as_str(),
+            overprovisioning: listener.overprovisioning,
             fail_open: listener.fail_open,
             affinity: match listener.affinity {
                 Affinity::None => "none",
@@ -349,6 +356,11 @@ fn evaluate_region(
                 first_pass: share.first_pass,
                 leftover: share.leftover,
                 share: share.total,
+                graded: (listener.failover == FailoverMode::Graceful).then(|| Graded {
+                    usable: plan.facts[gi].fraction,
+                    keep: share.keep,
+                    spill: share.spill,
+                }),
                 method: g.balance.name(),
                 observed: None,
                 share_before: None,
@@ -715,48 +727,4 @@ pub(crate) fn attach_before(after: &mut [ListenerReport], before: &[ListenerRepo
             }
         }
     }
-}
-
-/// Demand-weighted totals over regions, listener by listener, groups in config order.
-pub(crate) fn totals(
-    config: &Config,
-    reports: &[ListenerReport],
-    demand: &std::collections::BTreeMap<String, f64>,
-) -> Vec<Total> {
-    let mut out = Vec::new();
-    for l in reports {
-        let Some(listener) = config.listeners.iter().find(|x| x.name == l.name) else {
-            continue;
-        };
-        for g in &listener.groups {
-            let rows = l.regions.iter().filter_map(|r| {
-                let amount = demand.get(&r.region).copied().unwrap_or(0.0);
-                r.groups
-                    .iter()
-                    .find(|x| x.name == g.name)
-                    .map(|row| (amount, row))
-            });
-            let rows: Vec<(f64, &GroupRow)> = rows.collect();
-            let load = rows.iter().map(|(a, row)| a * row.share / 100.0).sum();
-            out.push(Total {
-                listener: l.name.clone(),
-                group: g.name.clone(),
-                endpoint: None,
-                load: Some(load),
-            });
-            for (ei, e) in g.endpoints.iter().enumerate() {
-                let load = rows
-                    .iter()
-                    .map(|(a, row)| row.endpoints[ei].share.map(|s| a * s / 100.0))
-                    .try_fold(0.0, |acc, x| x.map(|v| acc + v));
-                out.push(Total {
-                    listener: l.name.clone(),
-                    group: g.name.clone(),
-                    endpoint: Some(e.address.text.clone()),
-                    load,
-                });
-            }
-        }
-    }
-    out
 }

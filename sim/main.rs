@@ -4,6 +4,8 @@
 //! ratio changes, client demand) and asks the library's decision code — the same code the node
 //! runs — what each acceleration region's node would do.
 
+mod capacity;
+mod each_down;
 mod engine;
 mod render;
 mod scenario;
@@ -15,6 +17,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 
+use crate::each_down::Failures;
 use crate::engine::Asks;
 use crate::render::Output;
 use crate::scenario::{RawWhatIf, parse_assignment, parse_checks};
@@ -74,6 +77,16 @@ struct Args {
     /// With --client: a request header, for rules that match one (repeatable).
     #[arg(long, value_name = "NAME:VALUE", requires = "client", value_parser = parse_header)]
     header: Vec<(String, String)>,
+    /// The N+1 check: replay every failure of N groups of a listener (default 1; 2: every
+    /// pair) or of every group in one region (`region`) against [demand] and capacity, worst
+    /// first.
+    #[arg(long, value_name = "N|region", num_args = 0..=1, default_missing_value = "1",
+          value_parser = Failures::parse)]
+    each_down: Option<Failures>,
+    /// Exit with status 2 when a group or endpoint is over its capacity or demand has no route
+    /// (in the plain run with [demand], or in any --each-down case).
+    #[arg(long)]
+    fail_on_overflow: bool,
 }
 
 /// `NAME:VALUE` of `--header`.
@@ -118,8 +131,14 @@ enum Format {
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
-        Ok(text) => {
+        Ok((text, overflow)) => {
             print!("{text}");
+            if overflow && args.fail_on_overflow {
+                eprintln!(
+                    "sim: overflow (--fail-on-overflow): a capacity is exceeded or demand has no route"
+                );
+                return ExitCode::from(2);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -144,7 +163,8 @@ fn load(path: &std::path::Path, regions: Option<&std::path::Path>) -> Result<gtd
     Ok(config)
 }
 
-fn run(args: &Args) -> Result<String> {
+/// The output, and whether a capacity is exceeded or demand has no route.
+fn run(args: &Args) -> Result<(String, bool)> {
     let config = load(&args.config, args.regions.as_deref())?;
     let mut raw = match &args.scenario {
         Some(path) => RawWhatIf::from_file(path)?,
@@ -158,6 +178,31 @@ fn run(args: &Args) -> Result<String> {
         demand: Vec::new(),
     });
     let what_if = raw.resolve(&config)?;
+    if args.fail_on_overflow && what_if.demand.is_empty() {
+        anyhow::bail!(
+            "--fail-on-overflow needs client demand: a scenario with [demand] (region = amount)"
+        );
+    }
+    if let Some(failures) = args.each_down {
+        for (given, flag) in [
+            (args.verify.is_some(), "--verify"),
+            (args.compare.is_some(), "--compare"),
+            (args.client.is_some(), "--client"),
+        ] {
+            if given {
+                anyhow::bail!(
+                    "--each-down prints the failure cases only; {flag} has no place in it"
+                );
+            }
+        }
+        let report = each_down::run(&config, &raw, args.region.as_deref(), failures)?;
+        let text = match args.format {
+            Format::Table => each_down::table(&report),
+            Format::Json => each_down::json(&report),
+            Format::Csv => each_down::csv(&report),
+        };
+        return Ok((text, report.overflows()));
+    }
     let asks = Asks {
         region: args.region.clone(),
         verify: args.verify,
@@ -191,7 +236,12 @@ fn run(args: &Args) -> Result<String> {
     }
 
     let totals =
-        (!what_if.demand.is_empty()).then(|| engine::totals(&config, &reports, &what_if.demand));
+        (!what_if.demand.is_empty()).then(|| capacity::totals(&config, &reports, &what_if.demand));
+    let unrouted = reports.iter().flat_map(|l| &l.regions).any(|r| {
+        r.mode == gtd::split::Mode::NoRoute
+            && what_if.demand.get(&r.region).is_some_and(|&d| d > 0.0)
+    });
+    let overflow = unrouted || totals.as_deref().is_some_and(capacity::any_over);
     let output = Output {
         reports: &reports,
         totals: totals.as_deref(),
@@ -200,9 +250,10 @@ fn run(args: &Args) -> Result<String> {
         compare: args.compare.is_some(),
         request: args.host.is_some() || args.path.is_some() || !args.header.is_empty(),
     };
-    Ok(match args.format {
+    let text = match args.format {
         Format::Table => render::table(&output),
         Format::Json => render::json(&output),
         Format::Csv => render::csv(&output),
-    })
+    };
+    Ok((text, overflow))
 }

@@ -6,7 +6,9 @@ use gtd::split::rules::Match;
 use gtd::split::{Mode, RttSource};
 use serde_json::{Value, json};
 
-use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route, Total};
+use crate::capacity::Total;
+use crate::capacity::{self, Status};
+use crate::engine::{ClientGroup, GroupRow, ListenerReport, RegionReport, Route};
 
 /// Everything one run prints.
 pub(crate) struct Output<'a> {
@@ -116,6 +118,8 @@ fn mode_line(r: &RegionReport, failover: &str) -> String {
                     "{} takes all traffic, ratios ignored (next-priority)",
                     taker.unwrap_or("?")
                 )
+            } else if failover == "graceful" {
+                "its share spills down the priority order (graceful)".to_owned()
             } else {
                 "the cascade runs over the healthy groups (recompute)".to_owned()
             }
@@ -161,6 +165,7 @@ pub(crate) fn table(o: &Output<'_>) -> String {
         }
         for r in &l.regions {
             let _ = writeln!(out, "\n  node {} · {}", r.region, mode_line(r, l.failover));
+            let graded = l.failover == "graceful";
             let mut header = vec![
                 ("#", Align::Right),
                 ("group", Align::Left),
@@ -174,6 +179,18 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                 ("", Align::Left),
                 ("share %", Align::Right),
             ];
+            if graded {
+                header.splice(6..6, [("usable", Align::Right)]);
+                header.splice(
+                    11..11,
+                    [
+                        ("spill", Align::Right),
+                        ("", Align::Left),
+                        ("keeps", Align::Right),
+                        ("", Align::Left),
+                    ],
+                );
+            }
             if verify {
                 header.push(("observed", Align::Right));
             }
@@ -186,6 +203,7 @@ pub(crate) fn table(o: &Output<'_>) -> String {
             for g in &r.groups {
                 t.push(group_cells(g, verify, o.compare));
                 for e in &g.endpoints {
+                    let blank = if graded { 5 } else { 0 };
                     let mut row = vec![
                         String::new(),
                         format!("  {}", e.address),
@@ -197,8 +215,9 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                         String::new(),
                         String::new(),
                         String::new(),
-                        e.share.map_or_else(|| "load-dependent".to_owned(), pct),
                     ];
+                    row.extend(std::iter::repeat_n(String::new(), blank));
+                    row.push(e.share.map_or_else(|| "load-dependent".to_owned(), pct));
                     if verify {
                         row.push(e.observed.map(pct).unwrap_or_default());
                     }
@@ -211,6 +230,14 @@ pub(crate) fn table(o: &Output<'_>) -> String {
                 }
             }
             t.render("  ", &mut out);
+            if graded {
+                let _ = writeln!(
+                    out,
+                    "  graceful: share = (first pass + leftover + spill) × keeps, keeps = min(1, {} × usable); \
+                     what passes the last group is shared back in proportion (docs/design.md §3.3)",
+                    capacity::number(l.overprovisioning)
+                );
+            }
             if let Some((n, max)) = r.verify {
                 let _ = writeln!(
                     out,
@@ -306,21 +333,39 @@ pub(crate) fn table(o: &Output<'_>) -> String {
     }
     if let Some(totals) = o.totals {
         out.push_str("\ndemand-weighted load, summed over regions (scenario [demand])\n");
-        let mut t = Table::new(&[
+        let planned = totals.iter().any(|t| t.capacity.is_some());
+        let mut header = vec![
             ("listener", Align::Left),
             ("group", Align::Left),
             ("endpoint", Align::Left),
             ("load", Align::Right),
-        ]);
+        ];
+        if planned {
+            header.extend([
+                ("capacity", Align::Right),
+                ("use %", Align::Right),
+                ("", Align::Left),
+            ]);
+        }
+        let mut t = Table::new(&header);
         for row in totals {
-            t.push(vec![
+            let mut cells = vec![
                 row.listener.clone(),
                 row.group.clone(),
                 row.endpoint.clone().unwrap_or_default(),
                 row.load.map_or_else(|| "load-dependent".to_owned(), pct),
-            ]);
+            ];
+            if planned {
+                cells.push(row.capacity.map(pct).unwrap_or_default());
+                cells.push(row.utilisation().map(pct).unwrap_or_default());
+                cells.push(capacity::flag(row));
+            }
+            t.push(cells);
         }
         t.render("  ", &mut out);
+        if planned {
+            out.push_str("  use % = load / capacity; flagged above each listener's headroom and above 100 %\n");
+        }
     }
     if o.request
         && o.reports
@@ -343,7 +388,11 @@ pub(crate) fn table(o: &Output<'_>) -> String {
     if measured {
         out.push_str("     a group passes one ranked above it in the catalogue's order only when faster by more than max(5 ms, 20 % of that one's time), as on a warmed-up node (docs/design.md §3.1)\n");
     }
-    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)\n");
+    out.push_str("\nshares are percent of the traffic entering each node: share = first pass + leftover (docs/design.md §3.2)");
+    if o.reports.iter().any(|l| l.failover == "graceful") {
+        out.push_str("; graceful listeners grade it as their note says");
+    }
+    out.push('\n');
     out
 }
 
@@ -497,6 +546,19 @@ fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
         "=".to_owned(),
         pct(g.share),
     ];
+    if let Some(d) = g.graded {
+        row.splice(6..6, [format!("{:.0} %", d.usable * 100.0)]);
+        row.splice(
+            10..11,
+            [
+                "+".to_owned(),
+                pct(d.spill),
+                "×".to_owned(),
+                format!("{:.3}", d.keep),
+                "=".to_owned(),
+            ],
+        );
+    }
     if verify {
         row.push(g.observed.map(pct).unwrap_or_default());
     }
@@ -536,7 +598,9 @@ pub(crate) fn json(o: &Output<'_>) -> String {
     if let Some(totals) = o.totals {
         doc["totals"] = totals
             .iter()
-            .map(|t| json!({"listener": t.listener, "group": t.group, "endpoint": t.endpoint, "load": t.load}))
+            .map(|t| json!({"listener": t.listener, "group": t.group, "endpoint": t.endpoint, "load": t.load,
+                            "capacity": t.capacity, "utilisation": t.utilisation(),
+                            "status": t.status().map(Status::as_str)}))
             .collect();
     }
     let mut s = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
@@ -568,6 +632,11 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
             });
             if let Some(obs) = g.observed {
                 v["observed"] = json!(obs);
+            }
+            if let Some(d) = g.graded {
+                v["usable"] = json!(d.usable);
+                v["keep"] = json!(d.keep);
+                v["spill"] = json!(d.spill);
             }
             if compare {
                 let before = g.share_before.unwrap_or(0.0);
@@ -635,7 +704,7 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
 /// One row per group and per endpoint (`kind`), plus `total` rows for demand.
 pub(crate) fn csv(o: &Output<'_>) -> String {
     let mut out = String::from(
-        "kind,listener,region,mode,priority,group,group_region,rtt_ms,rtt_source,ratio,healthy,first_pass,leftover,share,endpoint,weight,state,observed,share_before,delta,load\n",
+        "kind,listener,region,mode,priority,group,group_region,rtt_ms,rtt_source,ratio,healthy,first_pass,leftover,share,endpoint,weight,state,observed,share_before,delta,load,usable,keep,spill,capacity,utilisation,status\n",
     );
     let f = |x: f64| format!("{x:.6}");
     let opt = |x: Option<f64>| x.map(f).unwrap_or_default();
@@ -648,9 +717,13 @@ pub(crate) fn csv(o: &Output<'_>) -> String {
                 } else {
                     (String::new(), String::new())
                 };
+                let graded = g.graded.map_or_else(
+                    || ",,".to_owned(),
+                    |d| format!("{},{},{}", f(d.usable), f(d.keep), f(d.spill)),
+                );
                 let _ = writeln!(
                     out,
-                    "group,{},{},{},{},{},{},{},{},{},{},{},{},{},,,,{},{},{},",
+                    "group,{},{},{},{},{},{},{},{},{},{},{},{},{},,,,{},{},{},,{graded},,,",
                     l.name,
                     r.region,
                     r.mode.as_str(),
@@ -671,7 +744,7 @@ pub(crate) fn csv(o: &Output<'_>) -> String {
                 for e in &g.endpoints {
                     let _ = writeln!(
                         out,
-                        "endpoint,{},{},{},{},{},{},,,,,,,{},{},{},{},{},,,",
+                        "endpoint,{},{},{},{},{},{},,,,,,,{},{},{},{},{},,,,,,,,,",
                         l.name,
                         r.region,
                         r.mode.as_str(),
@@ -692,11 +765,14 @@ pub(crate) fn csv(o: &Output<'_>) -> String {
         for t in totals {
             let _ = writeln!(
                 out,
-                "total,{},,,,{},,,,,,,,,{},,,,,,{}",
+                "total,{},,,,{},,,,,,,,,{},,,,,,{},,,,{},{},{}",
                 t.listener,
                 t.group,
                 t.endpoint.as_deref().map(csv_field).unwrap_or_default(),
-                opt(t.load)
+                opt(t.load),
+                opt(t.capacity),
+                opt(t.utilisation()),
+                t.status().map(Status::as_str).unwrap_or_default()
             );
         }
     }
@@ -704,7 +780,7 @@ pub(crate) fn csv(o: &Output<'_>) -> String {
 }
 
 /// Quotes a field that contains a comma or a quote.
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

@@ -16,25 +16,62 @@ fn ratio() -> impl Strategy<Value = f64> {
     ]
 }
 
+/// The usable part of a group's weight: whole, gone, or anything between (as weights 1..=1000
+/// of up to 10 endpoints give).
+fn fraction() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(1.0),
+        Just(0.0),
+        (1_u32..=100).prop_map(|x| f64::from(x) / 100.0),
+        (1_u32..=10, 1_u32..=10).prop_map(|(a, b)| f64::from(a.min(b)) / f64::from(a.max(b))),
+    ]
+}
+
+/// One group's facts as a node builds them: healthy when usable endpoints reach min_healthy,
+/// which a fraction of 0 never does (a group may be unhealthy with some weight usable).
+fn group() -> impl Strategy<Value = GroupFacts> {
+    (ratio(), any::<bool>(), fraction()).prop_map(|(ratio, healthy, fraction)| GroupFacts {
+        ratio,
+        healthy: healthy && fraction > 0.0,
+        fraction,
+    })
+}
+
 fn facts() -> impl Strategy<Value = Vec<GroupFacts>> {
-    prop::collection::vec(
-        (ratio(), any::<bool>()).prop_map(|(ratio, healthy)| GroupFacts { ratio, healthy }),
-        1..6,
-    )
+    prop::collection::vec(group(), 1..6)
+}
+
+fn overprovisioning() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(1.4),
+        Just(1.0),
+        (100_u32..=400).prop_map(|x| f64::from(x) / 100.0)
+    ]
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
     (
         prop_oneof![
             Just(FailoverMode::NextPriority),
-            Just(FailoverMode::Recompute)
+            Just(FailoverMode::Recompute),
+            Just(FailoverMode::Graceful)
         ],
         any::<bool>(),
+        overprovisioning(),
     )
-        .prop_map(|(failover, fail_open)| Policy {
+        .prop_map(|(failover, fail_open, overprovisioning)| Policy {
             failover,
             fail_open,
+            overprovisioning,
         })
+}
+
+fn graceful() -> impl Strategy<Value = Policy> {
+    (any::<bool>(), overprovisioning()).prop_map(|(fail_open, overprovisioning)| Policy {
+        failover: FailoverMode::Graceful,
+        fail_open,
+        overprovisioning,
+    })
 }
 
 proptest! {
@@ -48,7 +85,61 @@ proptest! {
             prop_assert!((sum - 100.0).abs() < 1e-9, "sum {} mode {:?}", sum, mode);
         }
         for s in &shares {
-            prop_assert!(s.total >= 0.0 && (s.first_pass + s.leftover - s.total).abs() < 1e-12);
+            prop_assert!(s.total >= 0.0);
+            if p.failover != FailoverMode::Graceful || mode == Mode::FailOpen {
+                prop_assert!((s.first_pass + s.leftover - s.total).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn graceful_with_every_group_whole_is_exactly_the_cascade(
+        groups in facts(), p in graceful(), other in prop_oneof![Just(FailoverMode::NextPriority), Just(FailoverMode::Recompute)]
+    ) {
+        // Every group healthy and whole: the cascade, to the last digit, whatever the ratios.
+        let all: Vec<GroupFacts> = groups.iter().map(|g| GroupFacts { healthy: true, fraction: 1.0, ..*g }).collect();
+        let (m1, a) = split(&all, p);
+        let (m2, b) = split(&all, Policy { failover: other, ..p });
+        prop_assert_eq!(m1, m2);
+        for (x, y) in a.iter().zip(&b) {
+            prop_assert_eq!(x.total, y.total);
+            prop_assert_eq!((x.first_pass, x.leftover), (y.first_pass, y.leftover));
+        }
+    }
+
+    #[test]
+    fn graceful_is_monotone_in_health(
+        groups in facts(), p in graceful(), pick in any::<prop::sample::Index>(), better in fraction()
+    ) {
+        // Raising one group's usable part (and so perhaps making it healthy) never lowers its
+        // share and never raises another's, as long as some group takes traffic before and after.
+        let i = pick.index(groups.len());
+        let mut raised = groups.clone();
+        raised[i].fraction = raised[i].fraction.max(better);
+        raised[i].healthy = raised[i].healthy || (better > groups[i].fraction && better > 0.0);
+        let (m0, before) = split(&groups, p);
+        let (m1, after) = split(&raised, p);
+        prop_assume!(m0 != Mode::NoRoute && m0 != Mode::FailOpen && m1 != Mode::FailOpen);
+        prop_assert!(after[i].total >= before[i].total - 1e-9,
+            "group {} {:?} -> {:?}: share {} -> {}", i, groups[i], raised[i], before[i].total, after[i].total);
+        for j in (0..groups.len()).filter(|&j| j != i) {
+            prop_assert!(after[j].total <= before[j].total + 1e-9,
+                "group {} rose from {} to {} when group {} improved", j, before[j].total, after[j].total, i);
+        }
+    }
+
+    #[test]
+    fn graceful_never_gives_a_group_more_than_it_keeps(groups in facts(), p in graceful()) {
+        // Each group's share is what it kept (its keep × what reached it), scaled only by
+        // 100 / Σ kept, which is 1 unless something passed the last group.
+        let (mode, shares) = split(&groups, p);
+        prop_assume!(mode != Mode::NoRoute && mode != Mode::FailOpen);
+        for (g, s) in groups.iter().zip(&shares) {
+            let k = if g.healthy && g.ratio > 0.0 { (p.overprovisioning * g.fraction).min(1.0) } else { 0.0 };
+            prop_assert!((s.keep - k).abs() < 1e-12);
+            if k == 0.0 {
+                prop_assert_eq!(s.total, 0.0);
+            }
         }
     }
 

@@ -559,6 +559,7 @@ mod tests {
             slow_start,
             max_fails,
             fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
+            capacity: None,
         }
     }
 

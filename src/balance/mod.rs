@@ -588,6 +588,26 @@ impl GroupBalancer {
         self.endpoints.iter().filter(|e| e.available(t)).count()
     }
 
+    /// The usable part of the group, 0..=1: the configured weight of its usable endpoints over
+    /// the weight of all of them (backups included, as in [`Self::usable_count`]). What
+    /// `failover = "graceful"` grades a group by (docs/design.md §3.3).
+    pub fn usable_fraction(&self, now: Instant) -> f64 {
+        let t = self.full.hub.nanos(now);
+        let (mut up, mut all) = (0_u64, 0_u64);
+        for e in &self.endpoints {
+            let w = u64::from(e.config().weight);
+            all += w;
+            if e.available(t) {
+                up += w;
+            }
+        }
+        if all == 0 {
+            0.0
+        } else {
+            up as f64 / all as f64
+        }
+    }
+
     /// The group's health (docs/design.md §3.3): at least `min_healthy` usable endpoints, whether or not
     /// health checks are configured. The node and the simulator both ask this.
     pub fn is_healthy(&self, min_healthy: u32, now: Instant) -> bool {

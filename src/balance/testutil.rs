@@ -21,6 +21,7 @@ pub(crate) fn ep(port: u16, weight: u32) -> Endpoint {
         slow_start: None,
         max_fails: Endpoint::DEFAULT_MAX_FAILS,
         fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
+        capacity: None,
     }
 }
 
@@ -33,6 +34,7 @@ pub(crate) fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         priority: None,
         balance,
         min_healthy: Group::DEFAULT_MIN_HEALTHY,
+        capacity: None,
         health_check: None,
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,

@@ -253,6 +253,9 @@ pub enum FailoverMode {
     NextPriority,
     /// Drop unhealthy groups and run the cascade over the rest.
     Recompute,
+    /// A partly healthy group keeps `min(1, overprovisioning × healthy fraction)` of what
+    /// reaches it and passes the rest down the priority order (docs/design.md §3.3).
+    Graceful,
 }
 
 impl FailoverMode {
@@ -261,6 +264,7 @@ impl FailoverMode {
         match self {
             FailoverMode::NextPriority => "next-priority",
             FailoverMode::Recompute => "recompute",
+            FailoverMode::Graceful => "graceful",
         }
     }
 }
@@ -288,6 +292,10 @@ pub struct Listener {
     pub regions: Vec<String>,
     /// Failover rule.
     pub failover: FailoverMode,
+    /// `failover = "graceful"`: how much more than its share a whole group can carry (>= 1).
+    pub overprovisioning: f64,
+    /// `sim` with demand: utilisation above this percent of a capacity is flagged (0 < h <= 100).
+    pub headroom: f64,
     /// When every group is down, route as if all were healthy.
     pub fail_open: bool,
     /// Group choice per decision.
@@ -357,6 +365,10 @@ impl Listener {
     pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(10);
     /// `udp_max_flows` (UDP).
     pub const DEFAULT_UDP_MAX_FLOWS: usize = 65_536;
+    /// `overprovisioning` (`failover = "graceful"`): Envoy's default overprovisioning factor.
+    pub const DEFAULT_OVERPROVISIONING: f64 = 1.4;
+    /// `headroom`, percent of capacity.
+    pub const DEFAULT_HEADROOM: f64 = 80.0;
 }
 
 /// PROXY protocol version sent to endpoints.
@@ -461,6 +473,9 @@ pub struct Group {
     pub balance: Balance,
     /// The group is healthy while at least this many endpoints are usable.
     pub min_healthy: u32,
+    /// `capacity` as configured on the group (in the unit of `sim`'s `[demand]`); what the group
+    /// carries with some endpoints out is [`Group::capacity_when`].
+    pub capacity: Option<f64>,
     /// Active health check, if configured.
     pub health_check: Option<HealthCheck>,
     /// HTTP: prepended to the upstream path.
@@ -481,6 +496,38 @@ impl Group {
     pub const DEFAULT_MIN_HEALTHY: u32 = 1;
     /// `keepalive` (HTTP).
     pub const DEFAULT_KEEPALIVE: u32 = 32;
+}
+
+impl Group {
+    /// What the group can carry (planning, docs/design.md §8) when only the endpoints
+    /// `usable(i)` says are usable serve: the sum of their `capacity` when every endpoint sets
+    /// one (at most the group's own `capacity` when that is set too); else the group's own
+    /// `capacity` times the usable part of its weight; else unknown.
+    pub fn capacity_when(&self, usable: impl Fn(usize) -> bool) -> Option<f64> {
+        let up = |i: &usize| usable(*i);
+        let each: Option<Vec<f64>> = self.endpoints.iter().map(|e| e.capacity).collect();
+        match (each, self.capacity) {
+            (Some(each), own) if !each.is_empty() => {
+                // fold from +0: an empty f64 sum is -0.
+                let sum = (0..each.len()).filter(up).fold(0.0, |acc, i| acc + each[i]);
+                Some(own.map_or(sum, |c| c.min(sum)))
+            }
+            (_, Some(own)) => {
+                let weight = |i: usize| f64::from(self.endpoints[i].weight);
+                let all: f64 = (0..self.endpoints.len()).map(weight).sum();
+                let usable = (0..self.endpoints.len())
+                    .filter(up)
+                    .fold(0.0, |acc, i| acc + weight(i));
+                Some(if all > 0.0 { own * usable / all } else { 0.0 })
+            }
+            _ => None,
+        }
+    }
+
+    /// True when the group has a capacity: its own, or one on every endpoint.
+    pub fn has_capacity(&self) -> bool {
+        self.capacity_when(|_| true).is_some()
+    }
 }
 
 /// Balancing method of a group, with its parameters (docs/design.md §4).
@@ -845,6 +892,8 @@ pub struct Endpoint {
     pub max_fails: u32,
     /// Window for counting failures and time it stays marked.
     pub fail_timeout: Duration,
+    /// What the endpoint can carry, in the unit of `sim`'s `[demand]` (> 0); planning only.
+    pub capacity: Option<f64>,
 }
 
 /// The defaults of an endpoint's keys when unset (docs/design.md §4, nginx's).

@@ -307,13 +307,20 @@ pub(crate) fn status(node: &Inner) -> Value {
                             v
                         })
                         .collect();
-                    json!({
+                    let mut v = json!({
                         "name": g.name, "region": cfg.region, "priority": pos + 1,
                         "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
                         "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
                         "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
                         "method": cfg.balance.name(), "endpoints": endpoints,
-                    })
+                    });
+                    // failover = "graceful": what the share was graded by, as `sim` prints it.
+                    if l.cfg.failover == crate::config::FailoverMode::Graceful {
+                        v["usable"] = json!(planned.facts[gi].fraction);
+                        v["keep"] = json!(share.keep);
+                        v["spill"] = json!(share.spill);
+                    }
+                    v
                 })
                 .collect();
             let mut v = json!({

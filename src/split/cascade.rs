@@ -4,6 +4,7 @@
 //! group's share of the node's traffic (percent), split into the first pass and the leftover, and
 //! the mode the listener is in. The arithmetic is `remaining * ratio / 100` in f64, exactly as
 //! docs/design.md §3.2 writes it, so that `sim`, `/status` and every node print the same digits.
+//! `failover = "graceful"` grades partly healthy groups on top of it ([`super::graceful`]).
 
 use crate::config::FailoverMode;
 
@@ -14,15 +15,43 @@ pub struct GroupFacts {
     pub ratio: f64,
     /// The group has at least `min_healthy` usable endpoints.
     pub healthy: bool,
+    /// The usable part of the group, 0..=1: the weight of its usable endpoints over the weight
+    /// of all of them. Only `failover = "graceful"` reads it; for the other modes it is 1, so
+    /// that an endpoint's change that cannot move the split does not rebuild the plan.
+    pub fraction: f64,
+}
+
+impl GroupFacts {
+    /// A group with `ratio` that is healthy (every endpoint usable) or not.
+    pub fn new(ratio: f64, healthy: bool) -> GroupFacts {
+        GroupFacts {
+            ratio,
+            healthy,
+            fraction: if healthy { 1.0 } else { 0.0 },
+        }
+    }
 }
 
 /// The listener-wide rules that shape the split.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Policy {
     /// What to do when the top group is unhealthy.
     pub failover: FailoverMode,
     /// Route as if all groups were healthy when none is.
     pub fail_open: bool,
+    /// `failover = "graceful"`: a group keeps `min(1, overprovisioning × fraction)` of the
+    /// traffic that reaches it (>= 1; [`crate::config::Listener::DEFAULT_OVERPROVISIONING`]).
+    pub overprovisioning: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            failover: FailoverMode::default(),
+            fail_open: false,
+            overprovisioning: crate::config::Listener::DEFAULT_OVERPROVISIONING,
+        }
+    }
 }
 
 /// The state a listener's split is in.
@@ -57,7 +86,13 @@ pub struct Share {
     pub first_pass: f64,
     /// Its equal part of what the walk left over.
     pub leftover: f64,
-    /// `first_pass + leftover`.
+    /// `failover = "graceful"`: what the groups above passed down to this one (0 otherwise).
+    pub spill: f64,
+    /// `failover = "graceful"`: the part of `first_pass + leftover + spill` the group keeps,
+    /// `min(1, overprovisioning × fraction)`, 0 when unhealthy (0 in the other modes).
+    pub keep: f64,
+    /// The group's share: `first_pass + leftover`; under graceful, what it keeps, scaled up
+    /// when the last groups passed some down past the end (docs/design.md §3.3).
     pub total: f64,
 }
 
@@ -70,6 +105,8 @@ pub struct Share {
 /// - if the highest-priority group with ratio > 0 is unhealthy, the mode is `Failover`: under
 ///   `next-priority` the highest-priority healthy group with ratio > 0 takes 100 (ratios ignored);
 ///   under `recompute` the cascade runs over the healthy rest;
+///   under `graceful` partly healthy groups keep part of their cascade share and pass the
+///   rest down ([`super::graceful`]); it is `Failover` only when the top group is unhealthy;
 /// - if no group is eligible: `FailOpen` (cascade as if every ratio > 0 group were healthy) when
 ///   `fail_open`, else `NoRoute` with all zeros.
 ///
@@ -90,6 +127,20 @@ pub fn split_into(groups: &[GroupFacts], policy: Policy, out: &mut [Share]) -> M
         }
         return Mode::NoRoute;
     }
+    if policy.failover == FailoverMode::Graceful {
+        // The cascade as if every group were whole, then each group keeps what its health
+        // allows and passes the rest down.
+        cascade(groups, |g| g.ratio > 0.0, out);
+        if !super::graceful::grade(groups, policy.overprovisioning, out) {
+            out.fill(Share::default());
+            return Mode::NoRoute;
+        }
+        return if groups[top].healthy {
+            Mode::Cascade
+        } else {
+            Mode::Failover
+        };
+    }
     if groups[top].healthy {
         cascade(groups, |g| g.ratio > 0.0 && g.healthy, out);
         return Mode::Cascade;
@@ -102,11 +153,12 @@ pub fn split_into(groups: &[GroupFacts], policy: Policy, out: &mut [Share]) -> M
                 .expect("an eligible group exists");
             out[taker] = Share {
                 first_pass: 100.0,
-                leftover: 0.0,
                 total: 100.0,
+                ..Share::default()
             };
         }
         FailoverMode::Recompute => cascade(groups, |g| g.ratio > 0.0 && g.healthy, out),
+        FailoverMode::Graceful => unreachable!("graded above"),
     }
     Mode::Failover
 }
@@ -149,7 +201,7 @@ mod tests {
     use super::*;
 
     fn g(ratio: f64, healthy: bool) -> GroupFacts {
-        GroupFacts { ratio, healthy }
+        GroupFacts::new(ratio, healthy)
     }
 
     fn totals(groups: &[GroupFacts], policy: Policy) -> (Mode, Vec<f64>) {
@@ -204,7 +256,7 @@ mod tests {
     fn next_priority_failover_ignores_ratios() {
         let p = Policy {
             failover: FailoverMode::NextPriority,
-            fail_open: false,
+            ..Policy::default()
         };
         let (mode, s) = split(&[g(50.0, false), g(30.0, true), g(50.0, true)], p);
         assert_eq!(mode, Mode::Failover);
@@ -212,8 +264,8 @@ mod tests {
             s[1],
             Share {
                 first_pass: 100.0,
-                leftover: 0.0,
-                total: 100.0
+                total: 100.0,
+                ..Share::default()
             }
         );
         assert_eq!(s[0].total + s[2].total, 0.0);
@@ -223,7 +275,7 @@ mod tests {
     fn recompute_failover_cascades_over_the_rest() {
         let p = Policy {
             failover: FailoverMode::Recompute,
-            fail_open: false,
+            ..Policy::default()
         };
         let (mode, s) = totals(&[g(50.0, false), g(30.0, true), g(50.0, true)], p);
         assert_eq!(mode, Mode::Failover);

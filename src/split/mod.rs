@@ -11,6 +11,7 @@
 //!   (health, RTT order, ratios) and read lock-free by every decision.
 
 pub mod cascade;
+pub mod graceful;
 pub mod location;
 pub mod plan;
 pub mod priority;
@@ -163,6 +164,7 @@ impl Plan {
         let policy = Policy {
             failover: listener.failover,
             fail_open: listener.fail_open,
+            overprovisioning: listener.overprovisioning,
         };
         Plan::new(
             order,

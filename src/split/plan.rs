@@ -15,13 +15,14 @@
 use std::time::Instant;
 
 use crate::balance::GroupBalancer;
-use crate::config::{Affinity, Listener};
+use crate::config::{Affinity, FailoverMode, Listener};
 
 use super::rendezvous;
 use super::{GroupFacts, Plan, Ranking};
 
-/// Each group's facts (config order): its ratio (`ratio(i)`, the config's or a what-if's) and
-/// whether it is healthy now: at least `min_healthy` of its endpoints usable in `balancers`.
+/// Each group's facts (config order): its ratio (`ratio(i)`, the config's or a what-if's),
+/// whether it is healthy now (at least `min_healthy` of its endpoints usable in `balancers`)
+/// and, on a `failover = "graceful"` listener, the usable part of its weight (1 otherwise).
 pub fn facts<'a>(
     listener: &Listener,
     ratio: impl Fn(usize) -> f64,
@@ -36,6 +37,11 @@ pub fn facts<'a>(
         .map(|(i, (g, b))| GroupFacts {
             ratio: ratio(i),
             healthy: b.is_healthy(g.min_healthy, now),
+            fraction: if listener.failover == FailoverMode::Graceful {
+                b.usable_fraction(now)
+            } else {
+                1.0
+            },
         })
         .collect()
 }
@@ -78,7 +84,7 @@ impl ListenerPlan {
                         } else {
                             0.0
                         },
-                        healthy: f.healthy,
+                        ..*f
                     })
                     .collect();
                 Plan::for_listener(listener, &ranking.order, &only, affinity)
@@ -232,10 +238,7 @@ sticky = { cookie = "gtd" }
     fn each_route_plans_over_its_own_groups_only() {
         let (cfg, ranking) = listener(ROUTED);
         let l = &cfg.listeners[0];
-        let healthy = |b: bool| GroupFacts {
-            ratio: 50.0,
-            healthy: b,
-        };
+        let healthy = |b: bool| GroupFacts::new(50.0, b);
         let p = ListenerPlan::build(
             l,
             ranking.clone(),
@@ -272,16 +275,7 @@ sticky = { cookie = "gtd" }
         let f = facts(l, |i| [70.0, 30.0][i], &balancers, now);
         assert_eq!(
             f,
-            [
-                GroupFacts {
-                    ratio: 70.0,
-                    healthy: true
-                },
-                GroupFacts {
-                    ratio: 30.0,
-                    healthy: true
-                }
-            ]
+            [GroupFacts::new(70.0, true), GroupFacts::new(30.0, true)]
         );
         for e in balancers[1].endpoints() {
             e.set_active_healthy(false, now);

@@ -37,6 +37,7 @@ pub fn named(text: &str, weight: u32) -> Endpoint {
         slow_start: None,
         max_fails: Endpoint::DEFAULT_MAX_FAILS,
         fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
+        capacity: None,
     }
 }
 
@@ -58,6 +59,7 @@ pub fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         priority: None,
         balance,
         min_healthy: Group::DEFAULT_MIN_HEALTHY,
+        capacity: None,
         health_check: None,
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,

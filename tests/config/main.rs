@@ -18,6 +18,7 @@ use gtd::regions::Catalog;
 mod common;
 
 mod balance;
+mod capacity;
 mod catalogue;
 mod check;
 mod geoip;

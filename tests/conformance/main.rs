@@ -34,6 +34,7 @@ mod load;
 mod split;
 
 mod failover;
+mod graceful;
 mod ranking;
 mod reload;
 mod revisions;

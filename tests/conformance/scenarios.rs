@@ -98,7 +98,7 @@ fn every_scenario_is_run_or_skipped_for_a_reason() {
     }
     assert_eq!(
         seen,
-        RUN.len() + 3,
-        "10 run, 2 latency and 1 demand scenario"
+        RUN.len() + 4,
+        "10 run, 2 latency and 2 demand scenarios"
     );
 }

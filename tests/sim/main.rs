@@ -5,7 +5,9 @@
 //! - [`shipped`]: the shipped config — worked examples, golden files, recipes, check replays;
 //! - [`what_if`]: configs written by the tests and every what-if flag (`--down`, `--set`,
 //!   `--latency`, `--verify`, `--compare`, demand, CSV);
-//! - [`clients`]: `--client` and forwarding rules, against the node's own decisions.
+//! - [`clients`]: `--client` and forwarding rules, against the node's own decisions;
+//! - [`capacity`]: utilisation against `capacity`, the N+1 check (`--each-down`), graceful
+//!   shares as endpoints fail one by one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -84,6 +86,7 @@ pub(crate) fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
     pairs.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect()
 }
 
+mod capacity;
 mod clients;
 mod geoip;
 mod shipped;

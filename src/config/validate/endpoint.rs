@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::balance::Method;
-use super::fields::{item_path, peek_str, required_tables};
+use super::fields::{capacity, item_path, peek_str, required_tables};
 use crate::config::document::{Ctx, Table, quote};
 use crate::config::error::position;
 use crate::config::model::*;
@@ -21,6 +21,7 @@ const ENDPOINT_KEYS: &[&str] = &[
     "slow_start",
     "max_fails",
     "fail_timeout",
+    "capacity",
 ];
 
 pub(super) fn endpoints(
@@ -118,6 +119,7 @@ fn endpoint(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, method: Option<Method>) -> Opt
     let fail_timeout = t
         .positive_duration(ctx, "fail_timeout")
         .map_or(Endpoint::DEFAULT_FAIL_TIMEOUT, |d| d.v);
+    let capacity = capacity(ctx, t);
     Some(Endpoint {
         address: address?,
         weight,
@@ -129,5 +131,6 @@ fn endpoint(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, method: Option<Method>) -> Opt
         slow_start,
         max_fails,
         fail_timeout,
+        capacity,
     })
 }

@@ -90,6 +90,21 @@ pub(super) fn only_for(
     }
 }
 
+/// `capacity`: a number above 0 (requests/s, connections: the unit of `sim`'s `[demand]`).
+pub(super) fn capacity(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<f64> {
+    let n = t.number(ctx, "capacity")?;
+    let (x, written) = n.v;
+    if x.is_finite() && x > 0.0 {
+        Some(x)
+    } else {
+        let msg = format!(
+            "capacity {written} must be a number above 0 (in the unit of sim's [demand], e.g. requests/s)"
+        );
+        ctx.error(n.at, &t.path, msg);
+        None
+    }
+}
+
 /// A list of status codes and ranges (`[200, "300-399"]`).
 pub(super) fn status_set(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str) -> Option<StatusSet> {
     let items = t.array(ctx, key)?;

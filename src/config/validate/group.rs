@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use super::Env;
 use super::balance::balance;
 use super::endpoint::endpoints;
-use super::fields::{HTTP, check_name, item_path, only_for, peek_str, required_tables, slash_path};
+use super::fields::{
+    HTTP, capacity, check_name, item_path, only_for, peek_str, required_tables, slash_path,
+};
 use super::health_check::health_check;
 use super::tls::upstream_tls;
 use crate::config::document::{At, Ctx, Table, as_int, describe, did_you_mean, quote};
@@ -27,6 +29,7 @@ const GROUP_KEYS: &[&str] = &[
     "feedback_header",
     "inverse",
     "min_healthy",
+    "capacity",
     "health_check",
     "path_prefix",
     "keepalive",
@@ -227,6 +230,9 @@ fn group<'t>(
         None => Group::DEFAULT_MIN_HEALTHY,
     };
 
+    // Unset, the endpoints' sum stands in (`Group::capacity_when`).
+    let capacity = capacity(ctx, &t);
+
     GroupRead {
         name_at: name.map(|n| n.at),
         ranks,
@@ -237,6 +243,7 @@ fn group<'t>(
             priority,
             balance: balance.map_or(Balance::RoundRobin, |b| b.0),
             min_healthy,
+            capacity,
             health_check,
             path_prefix,
             keepalive,

@@ -20,6 +20,8 @@ const LISTENER_KEYS: &[&str] = &[
     "port",
     "regions",
     "failover",
+    "overprovisioning",
+    "headroom",
     "fail_open",
     "affinity",
     "priority_by",
@@ -132,9 +134,12 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         &[
             ("next-priority", FailoverMode::NextPriority),
             ("recompute", FailoverMode::Recompute),
+            ("graceful", FailoverMode::Graceful),
         ],
     )
     .map_or(FailoverMode::default(), |f| f.v);
+    let overprovisioning = overprovisioning(ctx, t, failover);
+    let headroom = headroom(ctx, t);
     let fail_open = t.bool(ctx, "fail_open").unwrap_or(false);
     let affinity = choice(
         ctx,
@@ -285,6 +290,13 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
                    to them, but the groups set a static priority: remove one or the other";
         ctx.error(at, &t.path, msg);
     }
+    if let Some(at) = t.key_at("headroom")
+        && !groups.iter().any(|g| g.group.has_capacity())
+    {
+        let msg = "headroom has no effect: no group of this listener has a capacity (set \
+                   capacity on its groups or on all of a group's endpoints)";
+        ctx.warn(at, &t.path, msg);
+    }
     let mut routes = Vec::new();
     if only_for(ctx, t, "route", http, HTTP) {
         routes = self::routes(ctx, t, &groups);
@@ -296,6 +308,8 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         port: port?,
         regions: regions.iter().map(|r| r.v.to_owned()).collect(),
         failover,
+        overprovisioning,
+        headroom,
         fail_open,
         affinity,
         priority_by,
@@ -318,6 +332,49 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         routes,
         groups: groups.into_iter().map(|g| g.group).collect(),
     })
+}
+
+/// `overprovisioning`: a number >= 1, a parameter of `failover = "graceful"` only.
+fn overprovisioning(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, failover: FailoverMode) -> f64 {
+    let default = Listener::DEFAULT_OVERPROVISIONING;
+    let Some(n) = t.number(ctx, "overprovisioning") else {
+        return default;
+    };
+    let (x, written) = n.v;
+    if failover != FailoverMode::Graceful {
+        let msg = format!(
+            "overprovisioning is a parameter of failover = \"graceful\"; this listener's failover is {}",
+            quote(failover.as_str())
+        );
+        ctx.error(n.at, &t.path, msg);
+        return default;
+    }
+    if x.is_finite() && x >= 1.0 {
+        x
+    } else {
+        let msg = format!(
+            "overprovisioning {written} must be at least 1 (1.4: a whole group carries 1.4 × its share)"
+        );
+        ctx.error(n.at, &t.path, msg);
+        default
+    }
+}
+
+/// `headroom`: percent of capacity, above 0 and at most 100.
+fn headroom(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> f64 {
+    let Some(n) = t.number(ctx, "headroom") else {
+        return Listener::DEFAULT_HEADROOM;
+    };
+    let (x, written) = n.v;
+    if x > 0.0 && x <= 100.0 {
+        x
+    } else {
+        let msg = format!(
+            "headroom {written} is out of range: a percent of capacity, above 0 and at most 100"
+        );
+        ctx.error(n.at, &t.path, msg);
+        Listener::DEFAULT_HEADROOM
+    }
 }
 
 /// `regions = [...]`: non-empty, unique, each in the catalogue.
