@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::telemetry::served;
 use super::{Inner, dns};
 use crate::config::Host;
 use crate::split::rules::describe;
@@ -227,6 +228,7 @@ pub(crate) fn status(node: &Inner) -> Value {
         .listeners
         .iter()
         .map(|l| {
+            let http = l.cfg.protocol.is_http();
             let planned = l.planned.load();
             let ranked = l.ranked.load();
             let groups: Vec<Value> = planned
@@ -238,6 +240,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                     let g = &l.groups[gi];
                     let cfg = &l.cfg.groups[gi];
                     let share = planned.plan.shares[gi];
+                    let mut group_served = 0;
                     let endpoints: Vec<Value> = g
                         .balancer
                         .endpoints()
@@ -263,6 +266,9 @@ pub(crate) fn status(node: &Inner) -> Value {
                                 "check": check, "rtt_ms": w.rtt.value().map(micros),
                                 "backup": e.backup, "down": e.down, "drain": e.drain,
                             });
+                            let n = served(&node.registry, http, &[&l.cfg.name, &g.name, &e.address.id()]);
+                            group_served += n;
+                            v["served"] = json!(n);
                             // A name's address, or the name with none (and why).
                             match &e.address.host {
                                 Host::Resolved { ip, .. } => {
@@ -283,13 +289,14 @@ pub(crate) fn status(node: &Inner) -> Value {
                         "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
                         "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
                         "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
-                        "method": cfg.balance.name(), "endpoints": endpoints,
+                        "method": cfg.balance.name(), "served": group_served, "endpoints": endpoints,
                     })
                 })
                 .collect();
             let mut v = json!({
                 "name": l.cfg.name, "protocol": l.cfg.protocol.as_str(), "port": l.cfg.port,
-                "mode": planned.plan.mode.as_str(), "groups": groups,
+                "mode": planned.plan.mode.as_str(), "failover": l.cfg.failover.as_str(),
+                "fail_open": l.cfg.fail_open, "groups": groups,
             });
             // Each forwarding rule's split, as `sim` prints it.
             if !l.cfg.routes.is_empty() {
