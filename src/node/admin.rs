@@ -1,5 +1,6 @@
-//! The admin server (docs/design.md §7): `/status`, `/metrics`, `/healthz`, endpoint enable/disable and
-//! `/reload`. Mutating calls need `Authorization: Bearer TOKEN` when `[admin] token` is set.
+//! The admin server (docs/design.md §7): the dashboard (`/`, [`super::dashboard`]), `/status`,
+//! `/metrics`, `/healthz`, endpoint enable/disable and `/reload`. Mutating calls need
+//! `Authorization: Bearer TOKEN` when `[admin] token` is set.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::dashboard::{self, Asset};
 use super::telemetry::served;
 use super::{Inner, dns};
 use crate::config::Host;
@@ -93,6 +95,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// `POST` carries the token is asked afterwards, of every route but the `GET` ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /` and the dashboard's script and style sheet.
+    Dashboard(Asset),
     /// `GET /healthz`.
     Healthz,
     /// `GET /metrics`.
@@ -130,6 +134,9 @@ impl Route {
             .collect();
         let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
         match (method, seg.as_slice()) {
+            (&Method::GET, [name]) if Asset::of(name).is_some() => {
+                Route::Dashboard(Asset::of(name).expect("just matched"))
+            }
             (&Method::GET, ["healthz"]) => Route::Healthz,
             (&Method::GET, ["metrics"]) => Route::Metrics,
             (&Method::GET, ["status"]) => Route::Status,
@@ -164,6 +171,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
             reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
         }
         Route::Healthz => reply(StatusCode::OK, "text/plain", "ok\n"),
+        Route::Dashboard(asset) => dashboard::reply(asset),
         Route::Metrics => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -356,7 +364,7 @@ fn dns_status(names: &dns::Table) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{Method, Route, percent_decode};
+    use super::{Asset, Method, Route, percent_decode};
 
     #[test]
     fn routes_follow_method_and_decoded_path() {
@@ -369,7 +377,14 @@ mod tests {
             Route::MethodNotAllowed
         );
         assert_eq!(Route::of(&Method::POST, "/reload/x"), Route::NotFound);
-        assert_eq!(Route::of(&Method::GET, "/"), Route::NotFound);
+        assert_eq!(Route::of(&Method::GET, "/"), Route::Dashboard(Asset::Page));
+        assert_eq!(
+            Route::of(&Method::GET, "/dashboard.js"),
+            Route::Dashboard(Asset::Script)
+        );
+        // Only GET serves the page; other methods on `/` stay 404, as before it existed.
+        assert_eq!(Route::of(&Method::POST, "/"), Route::NotFound);
+        assert_eq!(Route::of(&Method::GET, "/index.html"), Route::NotFound);
         assert_eq!(
             Route::of(
                 &Method::POST,
