@@ -54,11 +54,14 @@
   }
   const endpointId = (e) => e.id || e.address;
 
+  let noticeTimer = null;
   function notice(text, error) {
     const n = $("notice");
     n.hidden = !text;
     n.textContent = text || "";
     n.className = "notice" + (error ? " error" : "");
+    clearTimeout(noticeTimer);
+    if (text) noticeTimer = setTimeout(() => notice(""), error ? 20000 : 8000);
   }
 
   // ------------------------------------------------------------------ observed share
