@@ -7,6 +7,7 @@
 mod engine;
 mod render;
 mod scenario;
+mod svg;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -49,9 +50,12 @@ struct Args {
     /// Ratio override: GROUP=RATIO or LISTENER/GROUP=RATIO (repeatable).
     #[arg(long, value_name = "LISTENER/GROUP=RATIO", value_parser = parse_assignment)]
     set: Vec<(String, f64)>,
-    /// Output format.
+    /// Output format (svg: stacked bars of each region's split, docs/design.md §8).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Write the output to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     /// Drive the real selectors N times per region and print observed beside expected.
     #[arg(long, value_name = "N")]
     verify: Option<u64>,
@@ -113,15 +117,25 @@ enum Format {
     Table,
     Json,
     Csv,
+    Svg,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => match &args.out {
+            None => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Some(path) => match std::fs::write(path, text) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sim: --out {}: {e}", path.display());
+                    ExitCode::FAILURE
+                }
+            },
+        },
         Err(e) => {
             eprintln!("sim: {e:#}");
             ExitCode::FAILURE
@@ -169,6 +183,7 @@ fn run(args: &Args) -> Result<String> {
     };
     let mut reports = engine::evaluate(&config, &what_if, &asks)?;
 
+    let mut before = None;
     if let Some(old_path) = &args.compare {
         let old = load(old_path, args.regions.as_deref()).context("--compare")?;
         // The same what-ifs, minus ratio overrides (a name may not exist in the old config).
@@ -179,7 +194,7 @@ fn run(args: &Args) -> Result<String> {
         }
         .resolve(&old)
         .context("--compare")?;
-        let before = engine::evaluate(
+        let old_reports = engine::evaluate(
             &old,
             &old_what_if,
             &Asks {
@@ -187,7 +202,8 @@ fn run(args: &Args) -> Result<String> {
                 ..Asks::default()
             },
         )?;
-        engine::attach_before(&mut reports, &before);
+        engine::attach_before(&mut reports, &old_reports);
+        before = Some(old_reports);
     }
 
     let totals =
@@ -204,5 +220,10 @@ fn run(args: &Args) -> Result<String> {
         Format::Table => render::table(&output),
         Format::Json => render::json(&output),
         Format::Csv => render::csv(&output),
+        Format::Svg => {
+            let old = args.compare.as_ref().map(|p| p.display().to_string());
+            let before = old.as_deref().zip(before.as_deref());
+            svg::svg(&output, &args.config.display().to_string(), before)
+        }
     })
 }
