@@ -5,7 +5,8 @@
 //! - [`shipped`]: the shipped config — worked examples, golden files, recipes, check replays;
 //! - [`what_if`]: configs written by the tests and every what-if flag (`--down`, `--set`,
 //!   `--latency`, `--verify`, `--compare`, demand, CSV);
-//! - [`clients`]: `--client` and forwarding rules, against the node's own decisions.
+//! - [`clients`]: `--client` and forwarding rules, against the node's own decisions;
+//! - [`pictures`]: `--format svg`, parsed, its numbers against JSON, and its golden files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,5 +87,6 @@ pub(crate) fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
 
 mod clients;
 mod geoip;
+mod pictures;
 mod shipped;
 mod what_if;
