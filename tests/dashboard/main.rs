@@ -319,14 +319,7 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
         ),
         json!([TOKEN, 0, ""])
     );
-    let png = page.screenshot();
-    assert!(png.starts_with(b"\x89PNG"), "a PNG");
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("dashboard.png");
-    std::fs::write(&shot, png).unwrap();
-    println!("screenshot: {}", shot.display());
+    screenshot(&mut page, "dashboard.png");
 
     // Enable it again: the tab remembers the token, so one click fails back.
     page.click(&toggle);
@@ -355,8 +348,21 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
     assert!(page.problems.is_empty(), "{:#?}", page.problems);
 }
 
+/// Writes the page as `target/NAME`, for people to look at.
+fn screenshot(page: &mut Page, name: &str) {
+    let png = page.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join(name);
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+}
+
 /// A server of the dashboard's own files and an older node's `/status` (fewer keys: no
-/// served counts, RTTs, checks or failover), until dropped.
+/// served counts, RTTs, checks or failover), and `/fleet` when given one, until dropped.
+/// Test-only: the node itself has no `/fleet` on this branch.
 struct OldNode {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -364,7 +370,7 @@ struct OldNode {
 }
 
 impl OldNode {
-    fn start() -> OldNode {
+    fn start(fleet: Option<String>) -> OldNode {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -394,6 +400,9 @@ impl OldNode {
                 let path = line.split(' ').nth(1).unwrap_or("");
                 let (code, ctype, body) = match path {
                     "/status" => ("200 OK", "application/json", status.as_str()),
+                    "/fleet" if fleet.is_some() => {
+                        ("200 OK", "application/json", fleet.as_deref().unwrap())
+                    }
                     "/" => ("200 OK", Asset::Page.content_type(), Asset::Page.body()),
                     "/dashboard.js" => {
                         ("200 OK", Asset::Script.content_type(), Asset::Script.body())
@@ -437,7 +446,7 @@ fn page_draws_an_older_status_without_its_missing_keys() {
     let Some(exe) = chromium_or_skip("page_draws_an_older_status_without_its_missing_keys") else {
         return;
     };
-    let old = OldNode::start();
+    let old = OldNode::start(None);
     let browser = Browser::start(&exe);
     let mut page = browser.page();
     page.navigate(&format!("http://{}/", old.addr));
@@ -513,4 +522,64 @@ async fn assets_are_served_with_their_types_and_policy() {
     assert_eq!((post_root, post_reload, status.0), (404, 401, 200));
     assert!(serde_json::from_str::<Value>(&status.1).is_ok());
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
+/// The fleet tab against the document issue 19's `GET /fleet` promises (a stub serves it: the
+/// real one needs etcd): it appears, and shows the nodes, who is behind the latest revision,
+/// a refusal with its reason, and the disagreement.
+#[test]
+fn fleet_tab_draws_the_fleet_document() {
+    let Some(exe) = chromium_or_skip("fleet_tab_draws_the_fleet_document") else {
+        return;
+    };
+    let node = |id: &str, applied: u64, refused: Value| {
+        json!({"id": id, "region": "cn-beijing", "admin": "127.0.0.2:9100", "version": "0.1.0",
+               "applied": applied, "refused": refused, "uptime_s": 120, "updated_at_ms": 1764612000000_u64,
+               "listeners": [{"name": "web", "mode": "cascade", "reason": null, "groups": [
+                   {"name": "beijing", "share": 62.5, "health": "healthy"},
+                   {"name": "shanghai", "share": 37.5, "health": "healthy"}]}]})
+    };
+    let fleet = json!({
+        "prefix": "/gtd", "latest": {"revision": 8, "pushed_at_ms": 1764612000000_u64},
+        "all_latest": false,
+        "nodes": [
+            node("cn-beijing@127.0.0.2:9100", 8, Value::Null),
+            node("cn-shanghai@127.0.0.3:9100", 7, json!({"revision": 8, "reason": "ratio 150 is out of range"})),
+        ],
+        "disagreements": [{"listener": "web", "group": "beijing",
+                           "healthy": ["cn-beijing@127.0.0.2:9100"], "unhealthy": ["cn-shanghai@127.0.0.3:9100"]}],
+    });
+    let old = OldNode::start(Some(fleet.to_string()));
+    let browser = Browser::start(&exe);
+    let mut page = browser.page();
+    page.navigate(&format!("http://{}/", old.addr));
+    page.wait_for("the fleet tab", "!document.getElementById('tabs').hidden");
+    page.click("#tab-fleet");
+    page.wait_for("the fleet", "!document.getElementById('fleet').hidden");
+    let rows = page.eval(
+        "[...document.querySelectorAll('#fleet tr[data-node]')].map(r => [...r.children].map(c => c.textContent))",
+    );
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][2], "8");
+    assert_eq!(rows[1][2], "7 (latest 8)");
+    assert_eq!(rows[1][3], "refused revision 8: ratio 150 is out of range");
+    assert!(
+        rows[0][5].as_str().unwrap().contains("beijing 62.50 %"),
+        "{rows:?}"
+    );
+    let text = page.eval("document.getElementById('fleet').textContent");
+    let text = text.as_str().unwrap();
+    assert!(text.contains("not every node runs it"), "{text}");
+    assert!(
+        text.contains("web/beijingcn-beijing@127.0.0.2:9100cn-shanghai@127.0.0.3:9100"),
+        "{text}"
+    );
+    screenshot(&mut page, "dashboard-fleet.png");
+    page.click("#tab-listeners");
+    page.wait_for(
+        "the listeners again",
+        "document.getElementById('fleet').hidden",
+    );
+    assert!(page.problems.is_empty(), "{:#?}", page.problems);
 }
