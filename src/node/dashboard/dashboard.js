@@ -148,7 +148,8 @@
     if (e.healthy === true) return [e.backup ? "backup" : "up", "up", ""];
     if (e.healthy === undefined) return ["?", "off", ""];
     if (e.dns_error) return ["unresolved", "down", e.dns_error];
-    if (e.passive_down) return ["failing", "down", "passive: " + (e.fails || 0) + " failed attempts"];
+    if (e.passive_down)
+      return ["failing", "down", "out after " + (e.fails || 0) + " failed attempts (max_fails), tried again after fail_timeout"];
     if (e.check && e.check.healthy === false) return ["failing", "down", "its health checks fail"];
     return ["unusable", "down", ""];
   }
@@ -160,7 +161,8 @@
     let t = "last check " + c.result;
     if (c.reason && c.reason !== c.result) t += " (" + c.reason + ")";
     if (num(c.at_unix_ms) !== null) t += " · " + ago(c.at_unix_ms);
-    if (num(c.passes_needed) && c.passes_needed > 0) t += " · " + c.passes_needed + " more passes to be healthy";
+    // `passes_needed` is the run of passes (threshold × flap damping) that turns it healthy.
+    if (c.healthy === false && num(c.passes_needed)) t += " · healthy again after " + c.passes_needed + " passes in a row";
     return t;
   }
 
