@@ -9,6 +9,7 @@ mod each_down;
 mod engine;
 mod render;
 mod scenario;
+mod svg;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -52,9 +53,12 @@ struct Args {
     /// Ratio override: GROUP=RATIO or LISTENER/GROUP=RATIO (repeatable).
     #[arg(long, value_name = "LISTENER/GROUP=RATIO", value_parser = parse_assignment)]
     set: Vec<(String, f64)>,
-    /// Output format.
+    /// Output format (svg: stacked bars of each region's split, docs/design.md §8).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Write the output to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     /// Drive the real selectors N times per region and print observed beside expected.
     #[arg(long, value_name = "N")]
     verify: Option<u64>,
@@ -126,13 +130,22 @@ enum Format {
     Table,
     Json,
     Csv,
+    Svg,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
         Ok((text, overflow)) => {
-            print!("{text}");
+            match &args.out {
+                None => print!("{text}"),
+                Some(path) => {
+                    if let Err(e) = std::fs::write(path, text) {
+                        eprintln!("sim: --out {}: {e}", path.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             if overflow && args.fail_on_overflow {
                 eprintln!(
                     "sim: overflow (--fail-on-overflow): a capacity is exceeded or demand has no route"
@@ -200,6 +213,9 @@ fn run(args: &Args) -> Result<(String, bool)> {
             Format::Table => each_down::table(&report),
             Format::Json => each_down::json(&report),
             Format::Csv => each_down::csv(&report),
+            Format::Svg => anyhow::bail!(
+                "--each-down prints its cases as a table, json or csv; --format svg draws one split"
+            ),
         };
         return Ok((text, report.overflows()));
     }
@@ -214,6 +230,7 @@ fn run(args: &Args) -> Result<(String, bool)> {
     };
     let mut reports = engine::evaluate(&config, &what_if, &asks)?;
 
+    let mut before = None;
     if let Some(old_path) = &args.compare {
         let old = load(old_path, args.regions.as_deref()).context("--compare")?;
         // The same what-ifs, minus ratio overrides (a name may not exist in the old config).
@@ -224,7 +241,7 @@ fn run(args: &Args) -> Result<(String, bool)> {
         }
         .resolve(&old)
         .context("--compare")?;
-        let before = engine::evaluate(
+        let old_reports = engine::evaluate(
             &old,
             &old_what_if,
             &Asks {
@@ -232,7 +249,8 @@ fn run(args: &Args) -> Result<(String, bool)> {
                 ..Asks::default()
             },
         )?;
-        engine::attach_before(&mut reports, &before);
+        engine::attach_before(&mut reports, &old_reports);
+        before = Some(old_reports);
     }
 
     let totals =
@@ -254,6 +272,11 @@ fn run(args: &Args) -> Result<(String, bool)> {
         Format::Table => render::table(&output),
         Format::Json => render::json(&output),
         Format::Csv => render::csv(&output),
+        Format::Svg => {
+            let old = args.compare.as_ref().map(|p| p.display().to_string());
+            let before = old.as_deref().zip(before.as_deref());
+            svg::svg(&output, &args.config.display().to_string(), before)
+        }
     };
     Ok((text, overflow))
 }

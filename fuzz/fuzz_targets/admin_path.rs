@@ -1,7 +1,7 @@
 //! The admin API's routing (`src/node/admin.rs` `Route::of`): any method and request target
 //! (path and query, as hyper parses them into a URI) gives a route without panicking, and:
-//! - only `GET` reads (`/healthz`, `/metrics`, `/status`) and only `POST` changes (`/reload`,
-//!   `/endpoints/...`);
+//! - only `GET` reads (the dashboard, `/healthz`, `/metrics`, `/status`) and only `POST`
+//!   changes (`/reload`, `/endpoints/...`);
 //! - slashes around the path do not change the route, nor does the query;
 //! - an endpoint's listener, group and address, whatever characters they hold, percent-encoded
 //!   into `/endpoints/{listener}/{group}/{address}/enable|disable` come back exactly.
@@ -49,7 +49,9 @@ fuzz_target!(|input: Input| {
         let path = uri.path();
         let route = Route::of(&method, path);
         match &route {
-            Route::Healthz | Route::Metrics | Route::Status => assert_eq!(method, Method::GET),
+            Route::Dashboard(_) | Route::Healthz | Route::Metrics | Route::Status => {
+                assert_eq!(method, Method::GET)
+            }
             Route::Reload | Route::SetEnabled { .. } => assert_eq!(method, Method::POST),
             Route::MethodNotAllowed | Route::NotFound => {}
         }

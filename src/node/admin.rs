@@ -1,5 +1,6 @@
-//! The admin server (docs/design.md §7): `/status`, `/metrics`, `/healthz`, endpoint enable/disable and
-//! `/reload`. Mutating calls need `Authorization: Bearer TOKEN` when `[admin] token` is set.
+//! The admin server (docs/design.md §7): the dashboard (`/`, [`super::dashboard`]), `/status`,
+//! `/metrics`, `/healthz`, endpoint enable/disable and `/reload`. Mutating calls need
+//! `Authorization: Bearer TOKEN` when `[admin] token` is set.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::dashboard::{self, Asset};
+use super::telemetry::served;
 use super::{Inner, dns};
 use crate::config::Host;
 use crate::split::rules::describe;
@@ -92,6 +95,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// `POST` carries the token is asked afterwards, of every route but the `GET` ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /` and the dashboard's script and style sheet.
+    Dashboard(Asset),
     /// `GET /healthz`.
     Healthz,
     /// `GET /metrics`.
@@ -131,6 +136,9 @@ impl Route {
             .collect();
         let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
         match (method, seg.as_slice()) {
+            (&Method::GET, [name]) if Asset::of(name).is_some() => {
+                Route::Dashboard(Asset::of(name).expect("just matched"))
+            }
             (&Method::GET, ["healthz"]) => Route::Healthz,
             (&Method::GET, ["metrics"]) => Route::Metrics,
             (&Method::GET, ["status"]) => Route::Status,
@@ -165,6 +173,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
             reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
         }
         Route::Healthz => reply(StatusCode::OK, "text/plain", "ok\n"),
+        Route::Dashboard(asset) => dashboard::reply(asset),
         Route::Metrics => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -256,6 +265,7 @@ pub(crate) fn status(node: &Inner) -> Value {
         .listeners
         .iter()
         .map(|l| {
+            let http = l.cfg.protocol.is_http();
             let planned = l.planned.load();
             let ranked = l.ranked.load();
             let groups: Vec<Value> = planned
@@ -267,6 +277,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                     let g = &l.groups[gi];
                     let cfg = &l.cfg.groups[gi];
                     let share = planned.plan.shares[gi];
+                    let mut group_served = 0;
                     let endpoints: Vec<Value> = g
                         .balancer
                         .endpoints()
@@ -292,6 +303,9 @@ pub(crate) fn status(node: &Inner) -> Value {
                                 "check": check, "rtt_ms": w.rtt.value().map(micros),
                                 "backup": e.backup, "down": e.down, "drain": e.drain,
                             });
+                            let n = served(&node.registry, http, &[&l.cfg.name, &g.name, &e.address.id()]);
+                            group_served += n;
+                            v["served"] = json!(n);
                             // A name's address, or the name with none (and why).
                             match &e.address.host {
                                 Host::Resolved { ip, .. } => {
@@ -312,7 +326,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                         "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
                         "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
                         "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
-                        "method": cfg.balance.name(), "endpoints": endpoints,
+                        "method": cfg.balance.name(), "served": group_served, "endpoints": endpoints,
                     });
                     // failover = "graceful": what the share was graded by, as `sim` prints it.
                     if l.cfg.failover == crate::config::FailoverMode::Graceful {
@@ -325,7 +339,8 @@ pub(crate) fn status(node: &Inner) -> Value {
                 .collect();
             let mut v = json!({
                 "name": l.cfg.name, "protocol": l.cfg.protocol.as_str(), "port": l.cfg.port,
-                "mode": planned.plan.mode.as_str(), "groups": groups,
+                "mode": planned.plan.mode.as_str(), "failover": l.cfg.failover.as_str(),
+                "fail_open": l.cfg.fail_open, "groups": groups,
             });
             // Each forwarding rule's split, as `sim` prints it.
             if !l.cfg.routes.is_empty() {
@@ -389,7 +404,7 @@ fn dns_status(names: &dns::Table) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{Method, Route, percent_decode};
+    use super::{Asset, Method, Route, percent_decode};
 
     #[test]
     fn routes_follow_method_and_decoded_path() {
@@ -402,7 +417,14 @@ mod tests {
             Route::MethodNotAllowed
         );
         assert_eq!(Route::of(&Method::POST, "/reload/x"), Route::NotFound);
-        assert_eq!(Route::of(&Method::GET, "/"), Route::NotFound);
+        assert_eq!(Route::of(&Method::GET, "/"), Route::Dashboard(Asset::Page));
+        assert_eq!(
+            Route::of(&Method::GET, "/dashboard.js"),
+            Route::Dashboard(Asset::Script)
+        );
+        // Only GET serves the page; other methods on `/` stay 404, as before it existed.
+        assert_eq!(Route::of(&Method::POST, "/"), Route::NotFound);
+        assert_eq!(Route::of(&Method::GET, "/index.html"), Route::NotFound);
         assert_eq!(
             Route::of(
                 &Method::POST,

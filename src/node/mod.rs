@@ -18,6 +18,7 @@ pub mod admin;
 pub mod attempt;
 pub(crate) mod checks;
 pub mod connect;
+pub mod dashboard;
 pub(crate) mod dns;
 pub mod fleet;
 pub mod http;

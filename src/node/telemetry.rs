@@ -355,6 +355,23 @@ impl Registry {
             .get_or_create_counter(&self.key(def, values), |c| Counter::from_arc(c.clone()))
     }
 
+    /// The value of counter `def` with these label values, read without registering it: 0
+    /// when no such series exists (never registered, or ended by a reload). For `/status`,
+    /// which reports the same counts the exposition does.
+    pub fn counter_value(&self, def: &Def, values: &[&str]) -> u64 {
+        debug_assert_eq!(def.kind, Kind::Counter);
+        let labels: Vec<Label> = def
+            .labels
+            .iter()
+            .zip(values)
+            .map(|(k, v)| Label::new(*k, (*v).to_owned()))
+            .collect();
+        self.shared
+            .series
+            .get_counter(&Key::from_parts(def.name, labels))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
     /// The gauge `def` with these label values.
     pub fn gauge(&self, def: &Def, values: &[&str]) -> Gauge {
         debug_assert_eq!(def.kind, Kind::Gauge);
@@ -505,9 +522,48 @@ pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter;
         .map(|class| registry.counter(&REQUESTS_TOTAL, &[labels[0], labels[1], labels[2], class]))
 }
 
+/// What an endpoint has served since its series began, by the counters `/metrics` exports:
+/// HTTP responses it gave (`gtd_requests_total`, every class; retried attempts included) on
+/// an HTTP listener, else connections and UDP flows established to it
+/// (`gtd_connections_total`). `/status` reports it; the dashboard's observed share is its
+/// growth between two polls.
+pub(crate) fn served(registry: &Registry, http: bool, labels: &[&str; 3]) -> u64 {
+    if http {
+        ["1xx", "2xx", "3xx", "4xx", "5xx"]
+            .iter()
+            .map(|class| {
+                registry.counter_value(&REQUESTS_TOTAL, &[labels[0], labels[1], labels[2], class])
+            })
+            .sum()
+    } else {
+        registry.counter_value(&CONNECTIONS_TOTAL, labels)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counter_values_are_read_without_registering() {
+        let r = Registry::new();
+        let scope = r.scope();
+        assert_eq!(served(&scope, false, &["l", "g", "e"]), 0);
+        scope
+            .counter(&CONNECTIONS_TOTAL, &["l", "g", "e"])
+            .increment(3);
+        for (class, n) in [("2xx", 5), ("5xx", 2)] {
+            scope
+                .counter(&REQUESTS_TOTAL, &["h", "g", "e", class])
+                .increment(n);
+        }
+        assert_eq!(served(&scope, false, &["l", "g", "e"]), 3);
+        assert_eq!(served(&scope, true, &["h", "g", "e"]), 7);
+        // Reading registered nothing: a reload's retain keeps exactly what was registered.
+        let before = scope.registered().0.len();
+        let _ = served(&scope, true, &["h", "g", "other"]);
+        assert_eq!(scope.registered().0.len(), before);
+    }
 
     #[test]
     fn floats_are_spelled_as_the_text_format_wants() {

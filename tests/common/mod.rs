@@ -184,6 +184,35 @@ pub(crate) fn metric_lines(node: &Node, fragments: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// `/status`'s `served` counts of one listener: (group → served, endpoint address → served).
+pub(crate) fn served_in_status(
+    node: &Node,
+    listener: &str,
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let (_, body) = admin(node, "GET", "/status", None);
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let l = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == listener)
+        .expect("listener in /status");
+    let (mut groups, mut endpoints) = (BTreeMap::new(), BTreeMap::new());
+    for g in l["groups"].as_array().unwrap() {
+        groups.insert(
+            g["name"].as_str().unwrap().to_owned(),
+            g["served"].as_u64().unwrap(),
+        );
+        for e in g["endpoints"].as_array().unwrap() {
+            endpoints.insert(
+                e["address"].as_str().unwrap().to_owned(),
+                e["served"].as_u64().unwrap(),
+            );
+        }
+    }
+    (groups, endpoints)
+}
+
 /// Waits (bounded: 60 s) until `cond` holds.
 pub(crate) async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);

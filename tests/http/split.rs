@@ -102,6 +102,14 @@ async fn http_split_across_groups_and_endpoints_matches_sim() {
     assert!(opened >= names.len() as f64, "{opened} connections opened");
     assert_eq!(opened, timed);
     assert!(!body.contains("gtd_udp_flows"), "{body}");
+    // `/status` says what each endpoint served: on HTTP, each response it gave.
+    let n2 = node.clone();
+    let (_, endpoints) = tokio::task::spawn_blocking(move || served_in_status(&n2, "web"))
+        .await
+        .unwrap();
+    for (a, name) in &names {
+        assert_eq!(endpoints[&a.to_string()], counts[*name], "{name}");
+    }
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
 

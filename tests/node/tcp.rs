@@ -75,6 +75,14 @@ async fn tcp_split_across_groups_and_endpoints_matches_sim() {
         metric(&node, "gtd_connections_total", &["group=\"beijing\""]) as usize,
         counts["bj-1"] + counts["bj-2"]
     );
+    // `/status` says what each endpoint served, the count the dashboard's observed share
+    // grows from: here each connection it took.
+    let (groups, endpoints) = served_in_status(&node, "t");
+    for (addr, name) in &names {
+        assert_eq!(endpoints[&addr.to_string()], counts[*name] as u64, "{name}");
+    }
+    assert_eq!(groups["beijing"], (counts["bj-1"] + counts["bj-2"]) as u64);
+    assert_eq!(groups["shanghai"], (counts["sh-1"] + counts["sh-2"]) as u64);
     node.shutdown().await;
 }
 

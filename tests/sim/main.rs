@@ -8,6 +8,7 @@
 //! - [`clients`]: `--client` and forwarding rules, against the node's own decisions;
 //! - [`capacity`]: utilisation against `capacity`, the N+1 check (`--each-down`), graceful
 //!   shares as endpoints fail one by one.
+//! - [`pictures`]: `--format svg`, parsed, its numbers against JSON, and its golden files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -89,5 +90,6 @@ pub(crate) fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
 mod capacity;
 mod clients;
 mod geoip;
+mod pictures;
 mod shipped;
 mod what_if;

@@ -1,0 +1,388 @@
+// gtd dashboard (docs/design.md §7). Plain JS, no framework: polls this node's /status about
+// once a second and /fleet every few seconds, and draws them. Everything shown comes from the
+// node; text from it goes into the page as text (never as HTML).
+"use strict";
+
+(function () {
+  const POLL_MS = 1000;
+  const FLEET_MS = 5000;
+  // Observed share: the growth of each endpoint's `served` counter between the newest poll
+  // and the oldest one kept, at most this long ago (a few polls: one second of light traffic
+  // is too few decisions to read a split from).
+  const WINDOW_MS = 5000;
+  const TOKEN_KEY = "gtd-admin-token";
+
+  const $ = (id) => document.getElementById(id);
+  // Samples of the served counters: {t, counts: Map("listener/group" -> n, "listener/group/id" -> n)}.
+  let samples = [];
+  let pendingToggle = null;
+  let lastOk = 0;
+  let fleetShown = false;
+
+  // ------------------------------------------------------------------ small helpers
+
+  function h(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === undefined || c === null || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  const num = (x) => (typeof x === "number" && isFinite(x) ? x : null);
+  const arr = (x) => (Array.isArray(x) ? x : []);
+  const pct = (x) => (num(x) === null ? "—" : x.toFixed(2) + " %");
+  const clamp = (x) => Math.max(0, Math.min(100, num(x) || 0));
+  function ago(ms) {
+    if (num(ms) === null) return "";
+    const s = Math.round((Date.now() - ms) / 1000);
+    if (s < 0 || s > 3600) return new Date(ms).toLocaleTimeString();
+    return s + " s ago";
+  }
+  function uptime(s) {
+    if (num(s) === null) return "";
+    if (s < 120) return s + " s";
+    if (s < 7200) return Math.floor(s / 60) + " min";
+    return Math.floor(s / 3600) + " h";
+  }
+  const endpointId = (e) => e.id || e.address;
+
+  let noticeTimer = null;
+  function notice(text, error) {
+    const n = $("notice");
+    n.hidden = !text;
+    n.textContent = text || "";
+    n.className = "notice" + (error ? " error" : "");
+    clearTimeout(noticeTimer);
+    if (text) noticeTimer = setTimeout(() => notice(""), error ? 20000 : 8000);
+  }
+
+  // ------------------------------------------------------------------ observed share
+
+  function counts(status) {
+    const m = new Map();
+    for (const l of arr(status.listeners)) {
+      for (const g of arr(l.groups)) {
+        if (num(g.served) !== null) m.set(l.name + "/" + g.name, g.served);
+        for (const e of arr(g.endpoints)) {
+          if (num(e.served) !== null) m.set(l.name + "/" + g.name + "/" + endpointId(e), e.served);
+        }
+      }
+    }
+    return m;
+  }
+
+  function remember(status) {
+    const now = Date.now();
+    const c = counts(status);
+    const prev = samples[samples.length - 1];
+    // A counter that went down was started again (a reload removed and re-added its group, or
+    // the node restarted): what came before says nothing about now.
+    if (prev && [...c].some(([k, v]) => prev.counts.has(k) && v < prev.counts.get(k))) samples = [];
+    samples.push({ t: now, counts: c });
+    while (samples.length > 2 && now - samples[1].t >= WINDOW_MS) samples.shift();
+  }
+
+  // {groups: Map(name -> % or null), endpoints: Map("group/id" -> %), n, seconds} for a listener;
+  // null when the node does not report `served` (an older node) or there is one sample only.
+  function observed(l) {
+    if (samples.length < 2) return null;
+    const a = samples[0], b = samples[samples.length - 1];
+    const delta = (k) => (b.counts.has(k) ? b.counts.get(k) - (a.counts.get(k) || 0) : null);
+    const groups = new Map();
+    const endpoints = new Map();
+    let total = 0;
+    for (const g of arr(l.groups)) {
+      const d = delta(l.name + "/" + g.name);
+      if (d === null) return null;
+      groups.set(g.name, d);
+      total += d;
+      for (const e of arr(g.endpoints)) {
+        const de = delta(l.name + "/" + g.name + "/" + endpointId(e));
+        if (de !== null) endpoints.set(g.name + "/" + endpointId(e), de);
+      }
+    }
+    const share = (d) => (total > 0 ? (100 * d) / total : null);
+    for (const [k, d] of groups) groups.set(k, share(d));
+    for (const [k, d] of endpoints) endpoints.set(k, share(d));
+    return { groups, endpoints, n: total, seconds: (b.t - a.t) / 1000 };
+  }
+
+  // ------------------------------------------------------------------ listeners
+
+  function modeReason(l) {
+    const groups = arr(l.groups);
+    const top = groups.find((g) => num(g.ratio) !== 0);
+    const taker = groups.find((g) => (num(g.share) || 0) > 0);
+    switch (l.mode) {
+      case "cascade":
+        return "ratios apply: each group takes its ratio of what the ones above left; the leftover is split equally";
+      case "failover": {
+        const who = top && top.healthy === false ? top.name : "the top group";
+        if (l.failover === "recompute") return who + " is unhealthy; the cascade runs over the healthy groups (recompute)";
+        if (l.failover === "next-priority" && taker)
+          return who + " is unhealthy; " + taker.name + " takes all traffic, ratios ignored (next-priority)";
+        return who + " is unhealthy";
+      }
+      case "fail-open":
+        return "no group is healthy; routing as if all were (fail_open = true), never to disabled, down or draining endpoints";
+      case "no-route":
+        if (groups.length && groups.every((g) => num(g.ratio) === 0)) return "every group has ratio 0";
+        return "no group can take traffic: TCP connections closed, UDP dropped, HTTP answered 503";
+      default:
+        return "";
+    }
+  }
+
+  function endpointState(e) {
+    if (e.enabled === false) return ["disabled", "off", "disabled through the admin API"];
+    if (e.down) return ["down", "off", "down = true in the config"];
+    if (e.drain) return ["draining", "off", "drain = true: no new traffic"];
+    if (e.healthy === true) return [e.backup ? "backup" : "up", "up", ""];
+    if (e.healthy === undefined) return ["?", "off", ""];
+    if (e.dns_error) return ["unresolved", "down", e.dns_error];
+    if (e.passive_down)
+      return ["failing", "down", "out after " + (e.fails || 0) + " failed attempts (max_fails), tried again after fail_timeout"];
+    if (e.check && e.check.healthy === false) return ["failing", "down", "its health checks fail"];
+    return ["unusable", "down", ""];
+  }
+
+  function checkText(e) {
+    const c = e.check;
+    if (!c) return e.check === null ? "no active check" : "";
+    if (!c.result) return "not checked yet";
+    let t = "last check " + c.result;
+    if (c.reason && c.reason !== c.result) t += " (" + c.reason + ")";
+    if (num(c.at_unix_ms) !== null) t += " · " + ago(c.at_unix_ms);
+    // `passes_needed` is the run of passes (threshold × flap damping) that turns it healthy.
+    if (c.healthy === false && num(c.passes_needed)) t += " · healthy again after " + c.passes_needed + " passes in a row";
+    return t;
+  }
+
+  function bar(parts) {
+    return h("div", { class: "track" }, parts.map(([cls, w, title]) =>
+      h("div", { class: "seg " + cls, style: null, title, "data-w": w.toFixed(4) })));
+  }
+
+  function group(l, g, obs) {
+    const ghealthy = g.healthy !== false;
+    const o = obs ? obs.groups.get(g.name) : null;
+    const expected = bar([
+      ["first", clamp(g.first_pass), "first pass " + pct(g.first_pass)],
+      ["leftover", clamp(g.leftover), "leftover " + pct(g.leftover)],
+    ]);
+    const seen = bar([["observed", clamp(o), "observed " + pct(o)]]);
+    const rtt = num(g.rtt_ms) === null ? "—" : g.rtt_ms.toFixed(2) + " ms";
+    const eps = arr(g.endpoints).map((e) => {
+      const [state, cls, why] = endpointState(e);
+      const eo = obs ? obs.endpoints.get(g.name + "/" + endpointId(e)) : undefined;
+      const enabled = e.enabled !== false;
+      const action = enabled ? "disable" : "enable";
+      const nums = ["active " + (num(e.active) ?? "—"), "w" + (num(e.weight) ?? "—")];
+      if (num(e.fails)) nums.push("fails " + e.fails);
+      if (num(eo) !== null) nums.push("observed " + pct(eo));
+      else if (num(e.share) !== null) nums.push("share " + pct(e.share));
+      return h("li", { class: "endpoint", "data-endpoint": e.address, "data-healthy": String(e.healthy === true), "data-enabled": String(enabled) },
+        h("span", { class: "addr", text: e.address + (e.resolved && e.resolved !== e.address ? " → " + e.resolved : "") }),
+        h("span", { class: "badge " + cls, title: why, text: state }),
+        h("span", { class: "check", text: checkText(e) + (why && state !== "up" ? (checkText(e) ? " · " : "") + why : "") }),
+        h("span", { class: "nums", text: nums.join(" · ") }),
+        e.address ? h("button", {
+          type: "button", class: "toggle " + action, "data-action": action, text: action,
+          title: action + " " + e.address + " (POST /endpoints/…/" + action + ")",
+          onclick: (ev) => toggle(ev.currentTarget, l.name, g.name, e.address, action),
+        }) : null);
+    });
+    const el = h("div", {
+      class: "group", "data-group": g.name, "data-healthy": String(ghealthy),
+      "data-share": num(g.share) === null ? "" : g.share.toFixed(6),
+      "data-observed": num(o) === null ? "" : o.toFixed(6),
+    },
+      h("div", { class: "ghead" },
+        h("span", { class: "rank", text: "#" + (g.priority ?? "") }),
+        h("span", { class: "gname", text: g.name }),
+        h("span", { class: "badge " + (ghealthy ? "up" : "down"), text: ghealthy ? "healthy" : "unhealthy" }),
+        h("span", { class: "facts", text: [g.region, "rtt " + rtt + (g.rtt_source ? " " + g.rtt_source : ""),
+          "ratio " + (num(g.ratio) ?? "—"), g.method].filter(Boolean).join(" · ") })),
+      h("div", { class: "bars" },
+        h("span", { class: "label", text: "expected" }), expected,
+        h("span", { class: "num expected", text: pct(g.share) }),
+        h("span", { class: "label", text: "observed" }), seen,
+        h("span", { class: "num observed", text: pct(o) })),
+      h("ul", { class: "endpoints" }, eps));
+    // Widths through the CSSOM (the policy forbids inline style attributes).
+    for (const s of el.querySelectorAll(".seg")) s.style.width = s.getAttribute("data-w") + "%";
+    return el;
+  }
+
+  function listener(l, obs) {
+    let why = "";
+    if (!obs) why = samples.length < 2 ? "observed: waiting for a second poll" : "observed: this node reports no served counts";
+    else if (obs.n === 0) why = "observed: nothing served in the last " + obs.seconds.toFixed(0) + " s";
+    else why = "observed over the last " + obs.seconds.toFixed(0) + " s: " + obs.n + " served";
+    const routes = arr(l.routes).map((r) => h("li", {
+      text: "rule " + r.rule + " (" + (r.matches || "") + ") " + (r.mode || "") + ": " +
+        arr(r.groups).map((g) => g.name + " " + pct(g.share)).join(", "),
+    }));
+    return h("section", { class: "card", "data-listener": l.name, "data-mode": l.mode || "" },
+      h("h2", {},
+        h("span", { text: l.name }),
+        h("span", { class: "proto", text: (l.protocol || "") + " :" + (l.port ?? "") +
+          (l.failover ? " · failover " + l.failover : "") + (l.fail_open ? " · fail_open" : "") }),
+        h("span", { class: "mode " + (l.mode || ""), text: l.mode || "?" })),
+      h("p", { class: "reason", text: modeReason(l) + " · " + why }),
+      arr(l.groups).map((g) => group(l, g, obs)),
+      routes.length ? h("ul", { class: "routes" }, routes) : null);
+  }
+
+  function render(status) {
+    const n = status.node || {};
+    $("node").textContent = [n.region, n.version && "v" + n.version, num(n.uptime_s) !== null && "up " + uptime(n.uptime_s)]
+      .filter(Boolean).join(" · ");
+    const main = $("listeners");
+    const cards = arr(status.listeners).map((l) => listener(l, observed(l)));
+    if (!cards.length) cards.push(h("p", { text: "This node serves no listener." }));
+    // Keep the pointer's target alive: a press on a toggle that the next poll redraws would
+    // lose its click, so the redraw waits while a button is held.
+    if (document.querySelector(".toggle:active")) return;
+    main.replaceChildren(...cards);
+  }
+
+  async function poll() {
+    try {
+      const r = await fetch("status", { cache: "no-store" });
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      const status = await r.json();
+      remember(status);
+      render(status);
+      lastOk = Date.now();
+      $("conn").textContent = "live · " + new Date(lastOk).toLocaleTimeString();
+      $("conn").className = "conn";
+    } catch (e) {
+      $("conn").textContent = "cannot read /status (" + e.message + ")" + (lastOk ? " · last " + ago(lastOk) : "");
+      $("conn").className = "conn stale";
+    }
+  }
+
+  // ------------------------------------------------------------------ toggles and the token
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY); } catch (e) { return null; }
+  }
+
+  async function toggle(button, l, g, address, action) {
+    button.disabled = true;
+    const path = ["endpoints", l, g, address, action].map(encodeURIComponent).join("/");
+    const headers = {};
+    const t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    try {
+      const r = await fetch(path, { method: "POST", headers, cache: "no-store" });
+      if (r.status === 401) {
+        pendingToggle = [l, g, address, action];
+        askToken(t ? "The node refused that token." : "This node needs its admin token to change endpoints.");
+        return;
+      }
+      const body = await r.json().catch(() => ({}));
+      if (!r.ok) notice(action + " " + address + ": " + (body.error || "HTTP " + r.status), true);
+      else notice(address + " (" + l + "/" + g + ") " + action + "d");
+    } catch (e) {
+      notice(action + " " + address + ": " + e.message, true);
+    } finally {
+      button.disabled = false;
+    }
+    poll();
+  }
+
+  function askToken(why) {
+    $("token-why").textContent = why;
+    $("token-form").hidden = false;
+    $("token").value = "";
+    $("token").focus();
+  }
+
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("token").value.trim();
+    $("token").value = "";
+    if (!t) return;
+    try { sessionStorage.setItem(TOKEN_KEY, t); } catch (e) { /* private mode: ask again next time */ }
+    $("token-form").hidden = true;
+    const p = pendingToggle;
+    pendingToggle = null;
+    if (p) toggle(h("button"), ...p);
+  });
+  $("token-cancel").addEventListener("click", () => {
+    pendingToggle = null;
+    $("token-form").hidden = true;
+  });
+
+  // ------------------------------------------------------------------ fleet (nodes on etcd)
+
+  function showTab(fleet) {
+    $("tab-fleet").classList.toggle("on", fleet);
+    $("tab-listeners").classList.toggle("on", !fleet);
+    $("fleet").hidden = !fleet;
+    $("listeners").hidden = fleet;
+  }
+  $("tab-listeners").addEventListener("click", () => showTab(false));
+  $("tab-fleet").addEventListener("click", () => showTab(true));
+
+  function renderFleet(f) {
+    const latest = (f.latest && num(f.latest.revision)) ?? null;
+    const nodes = arr(f.nodes).map((n) => {
+      const behind = latest !== null && n.applied !== latest;
+      const refused = n.refused ? "refused revision " + n.refused.revision + ": " + (n.refused.reason || "") : "";
+      const listeners = arr(n.listeners).map((l) => l.name + " " + (l.mode || "") +
+        (l.reason ? " (" + l.reason + ")" : "") + ": " +
+        arr(l.groups).map((g) => g.name + " " + pct(g.share) + (g.health && g.health !== "healthy" ? " " + g.health : "")).join(", "));
+      return h("tr", { "data-node": n.id },
+        h("td", {}, h("div", { text: n.id }), h("small", { text: [n.region, n.admin].filter(Boolean).join(" · ") })),
+        h("td", { text: n.version || "" }),
+        h("td", { class: behind ? "behind" : "", text: (n.applied ?? "—") + (behind ? " (latest " + latest + ")" : "") }),
+        h("td", { class: "refused", text: refused }),
+        h("td", { text: uptime(n.uptime_s) + (num(n.updated_at_ms) !== null ? " · seen " + ago(n.updated_at_ms) : "") }),
+        h("td", {}, listeners.map((t) => h("div", { text: t }))));
+    });
+    const dis = arr(f.disagreements).map((d) => h("tr", {},
+      h("td", { text: d.listener + "/" + d.group }),
+      h("td", { text: arr(d.healthy).join(", ") }),
+      h("td", { class: "refused", text: arr(d.unhealthy).join(", ") })));
+    $("fleet").replaceChildren(h("section", { class: "card" },
+      h("h2", {}, h("span", { text: "Fleet" }), h("span", { class: "proto", text: "etcd prefix " + (f.prefix || "") })),
+      h("p", { class: "reason", text: "latest revision " + (latest ?? "—") +
+        (f.latest && num(f.latest.pushed_at_ms) !== null ? ", pushed " + ago(f.latest.pushed_at_ms) : "") +
+        (f.all_latest === true ? " · every node runs it" : f.all_latest === false ? " · not every node runs it" : "") }),
+      h("div", { class: "scroll" }, h("table", {},
+        h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners"].map((t) => h("th", { text: t }))),
+        nodes)),
+      h("h2", {}, h("span", { text: "Health disagreements" })),
+      dis.length ? h("div", { class: "scroll" }, h("table", {},
+        h("tr", {}, ["group", "healthy on", "unhealthy on"].map((t) => h("th", { text: t }))), dis))
+        : h("p", { class: "reason", text: "every node sees the same health" })));
+  }
+
+  async function pollFleet() {
+    let f = null;
+    try {
+      const r = await fetch("fleet", { cache: "no-store" });
+      if (r.status === 200) f = await r.json();
+    } catch (e) { /* no fleet, or the node is away: the status line says which */ }
+    fleetShown = !!f;
+    $("tabs").hidden = !fleetShown;
+    if (f) renderFleet(f);
+    else showTab(false);
+  }
+
+  poll();
+  pollFleet();
+  setInterval(poll, POLL_MS);
+  setInterval(pollFleet, FLEET_MS);
+})();
