@@ -28,12 +28,17 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// The dashboard tests' DevTools client, for the fleet tab against a real fleet.
+#[path = "../dashboard/cdp.rs"]
+#[allow(dead_code)]
+mod cdp;
 mod etcd;
 mod fleet;
 mod load;
 mod split;
 
 mod failover;
+mod fleet_tab;
 mod graceful;
 mod ranking;
 mod reload;
