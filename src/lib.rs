@@ -36,6 +36,7 @@
 //! any decision. The rules themselves are stated in `docs/design.md`.
 
 pub mod balance;
+mod calendar;
 pub mod config;
 pub mod demo;
 pub mod files;

@@ -336,13 +336,7 @@ impl Registry {
 
     fn key(&self, def: &Def, values: &[&str]) -> Key {
         debug_assert_eq!(def.labels.len(), values.len(), "{}: label values", def.name);
-        let labels: Vec<Label> = def
-            .labels
-            .iter()
-            .zip(values)
-            .map(|(k, v)| Label::new(*k, (*v).to_owned()))
-            .collect();
-        let key = Key::from_parts(def.name, labels);
+        let key = series_key(def, values);
         lock(&self.registered).insert(key.clone());
         key
     }
@@ -360,15 +354,9 @@ impl Registry {
     /// which reports the same counts the exposition does.
     pub fn counter_value(&self, def: &Def, values: &[&str]) -> u64 {
         debug_assert_eq!(def.kind, Kind::Counter);
-        let labels: Vec<Label> = def
-            .labels
-            .iter()
-            .zip(values)
-            .map(|(k, v)| Label::new(*k, (*v).to_owned()))
-            .collect();
         self.shared
             .series
-            .get_counter(&Key::from_parts(def.name, labels))
+            .get_counter(&series_key(def, values))
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
@@ -538,6 +526,17 @@ pub(crate) fn served(registry: &Registry, http: bool, labels: &[&str; 3]) -> u64
     } else {
         registry.counter_value(&CONNECTIONS_TOTAL, labels)
     }
+}
+
+/// The series of metric `def` with these label values (same order as `def.labels`).
+fn series_key(def: &Def, values: &[&str]) -> Key {
+    let labels: Vec<Label> = def
+        .labels
+        .iter()
+        .zip(values)
+        .map(|(k, v)| Label::new(*k, (*v).to_owned()))
+        .collect();
+    Key::from_parts(def.name, labels)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! each started and stopped by this harness by its own PID, in a temp dir; and the `gtd push` /
 //! `gtd fleet` commands run against it as an operator runs them.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -207,4 +207,38 @@ pub(crate) fn wait_applied(fleet: &Fleet, n: u64) {
             f["applied"] == n && f["source"] == "etcd"
         });
     }
+}
+
+/// Moves listener `name` of `cfg` to a port that a socket now holds on `ip` only: a revision a
+/// node bound to `ip` cannot apply, and the others can. Dropping the socket frees the port.
+pub(crate) fn port_taken_on(cfg: &mut Cfg, name: &str, ip: IpAddr) -> (TcpListener, u16) {
+    let squatter = TcpListener::bind((ip, 0)).unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let listeners = cfg
+        .0
+        .get_mut("listener")
+        .and_then(|l| l.as_array_mut())
+        .unwrap();
+    for l in listeners {
+        if l["name"].as_str() == Some(name) {
+            l["port"] = toml::Value::Integer(i64::from(port));
+        }
+    }
+    (squatter, port)
+}
+
+/// `gtd push --etcd ... --config CONFIG`, which must be refused (exit status 1) without
+/// touching etcd; its stderr.
+pub(crate) fn push_refused(cluster: &Cluster, config: &Path) -> String {
+    let out = gtd(&[
+        "push",
+        "--etcd",
+        &cluster.endpoints(),
+        "--config",
+        &config.display().to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing was published"), "{err}");
+    err
 }

@@ -2,8 +2,6 @@
 //! `gtd run --etcd` nodes, a revision the Shanghai node refuses, and headless Chromium on the
 //! Beijing node's admin server reading the tab that `GET /fleet` feeds.
 
-use std::net::TcpListener;
-
 use crate::cdp::{Browser, chromium_or_skip};
 use crate::etcd::*;
 use crate::fleet::*;
@@ -18,18 +16,7 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
     let mut fleet = start_fleet(&cluster, &cfg, &[]);
 
     // Revision 2 moves the game listener to a port held on Shanghai's address only.
-    let squatter = TcpListener::bind((fleet.node("cn-shanghai").ip, 0)).unwrap();
-    let port = squatter.local_addr().unwrap().port();
-    let listeners = cfg
-        .0
-        .get_mut("listener")
-        .and_then(|l| l.as_array_mut())
-        .unwrap();
-    for l in listeners {
-        if l["name"].as_str() == Some("game") {
-            l["port"] = toml::Value::Integer(i64::from(port));
-        }
-    }
+    let (_squatter, port) = port_taken_on(&mut cfg, "game", fleet.node("cn-shanghai").ip);
     fleet.rewrite(&cfg);
     push(&cluster, &fleet.config);
     let beijing = fleet.node("cn-beijing");

@@ -4,8 +4,6 @@
 //! the nodes ride out a member's death and the whole cluster's, and a killed node leaves the
 //! registry with its lease.
 
-use std::net::TcpListener;
-
 use crate::etcd::*;
 use crate::fleet::*;
 
@@ -124,35 +122,18 @@ fn a_config_that_fails_validation_is_never_published() {
     let mut bad = cfg.clone();
     bad.set_ratio("web/beijing", 150.0);
     fleet.rewrite(&bad);
-    let out = gtd(&[
-        "push",
-        "--etcd",
-        &cluster.endpoints(),
-        "--config",
-        &fleet.config.display().to_string(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = push_refused(&cluster, &fleet.config);
     assert!(
         err.contains("config.toml:") && err.contains("ratio 150 is out of range"),
         "{err}"
     );
-    assert!(err.contains("nothing was published"), "{err}");
 
     let text = std::fs::read_to_string(&fleet.config).unwrap().replace(
         "ratio = 150",
         "ratio = 50\n  [listener.group.tls]\n  ca = \"/nonexistent/ca.pem\"",
     );
     std::fs::write(&fleet.config, text).unwrap();
-    let out = gtd(&[
-        "push",
-        "--etcd",
-        &cluster.endpoints(),
-        "--config",
-        &fleet.config.display().to_string(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = push_refused(&cluster, &fleet.config);
     assert!(err.contains("/nonexistent/ca.pem"), "{err}");
 
     let report = fleet_json(&cluster);
@@ -173,19 +154,8 @@ fn a_revision_one_node_cannot_apply_is_refused_there_and_the_others_apply_it() {
     // The game listener moves to a port that something else holds on Shanghai's address
     // only: Beijing applies the revision, Shanghai refuses it and keeps serving revision 1.
     let shanghai_ip = fleet.node("cn-shanghai").ip;
-    let squatter = TcpListener::bind((shanghai_ip, 0)).unwrap();
-    let port = squatter.local_addr().unwrap().port();
     let (_, old_port, _) = cfg.protocol("game");
-    let listeners = cfg
-        .0
-        .get_mut("listener")
-        .and_then(|l| l.as_array_mut())
-        .unwrap();
-    for l in listeners {
-        if l["name"].as_str() == Some("game") {
-            l["port"] = toml::Value::Integer(i64::from(port));
-        }
-    }
+    let (squatter, port) = port_taken_on(&mut cfg, "game", shanghai_ip);
     fleet.rewrite(&cfg);
     push(&cluster, &fleet.config);
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::Entry;
+use crate::calendar::civil;
 
 /// How the node writes its logs: `gtd run --log-format`. The access log follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -372,21 +373,6 @@ impl Serialize for Millis {
         // decimal (12.345, 0.5, 3.0).
         s.serialize_f64(self.micros() as f64 / 1000.0)
     }
-}
-
-/// The (year, month, day) of a day counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
