@@ -1,0 +1,506 @@
+//! The deployment units of `deploy/` (issue 19): the systemd unit and its settings file are
+//! parsed and their settings checked (reload by SIGHUP, a stop longer than the drain, non-root,
+//! hardened...), and every gtd command line in them goes through the real binary's argument
+//! parser.
+//!
+//! Two runs per command line, neither of which starts a node or reaches etcd:
+//! - `gtd ARGS --help`: clap reads the arguments in order and answers `--help` when it comes to
+//!   it, so exit status 0 with the help text means every flag before it exists, every value
+//!   parses (addresses, enums) and none is repeated. Conflicts and required flags are checked
+//!   only at the end, which `--help` skips: so also
+//! - `gtd ARGS`, changed only so that gtd stops right after clap accepted the whole line: in
+//!   fleet mode `--lease-ttl 1s`, which gtd refuses before any connection (the real lease value,
+//!   when there is one, is parsed here with the crate's own duration parser; the etcd
+//!   endpoints, with the crate's endpoint parser, and replaced by loopback's discard port
+//!   anyway); in file mode, run in an empty directory, with the line's `--config` (if any)
+//!   pointed at a file that does not exist. Clap's refusals exit with status 2, gtd's own with
+//!   1 and its message.
+//!
+//! `systemd-analyze verify` and `security --offline` check the unit where systemd-analyze is
+//! installed (required when CI=true: `.ci/run` installs it).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const GTD: &str = env!("CARGO_BIN_EXE_gtd");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn strings(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+// --- command lines -------------------------------------------------------------------------------
+
+/// The value of `--flag` in `args` (`--flag V` or `--flag=V`).
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let eq = format!("{name}=");
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == name {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            a.strip_prefix(&eq)
+        }
+    })
+}
+
+/// `args` with `--flag`'s value replaced, or `--flag value` appended when absent.
+fn with_flag(args: &[String], name: &str, value: &str) -> Vec<String> {
+    let eq = format!("{name}=");
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut replaced = false;
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == name {
+            out.extend([name.to_owned(), value.to_owned()]);
+            replaced = true;
+            i += 2;
+            continue;
+        }
+        if args[i].starts_with(&eq) {
+            out.push(format!("{eq}{value}"));
+            replaced = true;
+        } else {
+            out.push(args[i].clone());
+        }
+        i += 1;
+    }
+    if !replaced {
+        out.extend([name.to_owned(), value.to_owned()]);
+    }
+    out
+}
+
+/// `bin ARGS --help` exits 0 with the help of the subcommand: every flag known, every value
+/// valid, none repeated.
+fn parses_up_to_help(bin: &str, args: &[String], what: &str) {
+    let out = Command::new(bin)
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running {bin}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Usage:"),
+        "{what}: {bin} {args:?} is refused:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Checks one `gtd` command line of a unit, both ways (see the top of this file), each run in
+/// a fresh empty directory.
+fn gtd_accepts(args: &[String], what: &str) {
+    assert!(!args.is_empty(), "{what}: no gtd arguments");
+    parses_up_to_help(GTD, args, what);
+    if args[0] == "run" && flag(args, "--etcd").is_none() {
+        // Clap lets these through next to --config (see below), and gtd ignores them there.
+        for fleet_only in ["--prefix", "--cache", "--node-id", "--lease-ttl"] {
+            assert!(
+                flag(args, fleet_only).is_none(),
+                "{what}: {fleet_only} does nothing without --etcd"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (args, expect) = match args[0].as_str() {
+        "run" if flag(args, "--etcd").is_some() => {
+            let etcd = flag(args, "--etcd").unwrap_or_default();
+            gtd::fleet::endpoints(&[etcd.to_owned()])
+                .unwrap_or_else(|e| panic!("{what}: --etcd {etcd}: {e:#}"));
+            if let Some(prefix) = flag(args, "--prefix") {
+                gtd::fleet::normalise_prefix(prefix)
+                    .unwrap_or_else(|e| panic!("{what}: --prefix {prefix}: {e:#}"));
+            }
+            if let Some(ttl) = flag(args, "--lease-ttl") {
+                let d = gtd::config::parse_duration(ttl)
+                    .unwrap_or_else(|e| panic!("{what}: --lease-ttl {ttl}: {e}"));
+                assert!(d >= Duration::from_secs(2), "{what}: --lease-ttl {ttl}");
+            }
+            let args = with_flag(
+                &with_flag(args, "--etcd", "127.0.0.1:9"),
+                "--lease-ttl",
+                "1s",
+            );
+            (args, "--lease-ttl 1s: at least 2s".to_owned())
+        }
+        // The default config.toml is absent from the empty directory; a --config of the line is
+        // pointed at an absent file (only its value changes, so clap sees the same flags: with
+        // --config present clap waives the `requires = "etcd"` of --cache and the like).
+        "run" if flag(args, "--config").is_none() => (args.to_vec(), "config.toml".to_owned()),
+        "run" => {
+            let absent = dir.path().join("absent.toml");
+            let absent = absent.to_str().expect("UTF-8 temp path").to_owned();
+            (with_flag(args, "--config", &absent), absent)
+        }
+        other => panic!("{what}: gtd {other}: only `gtd run` lines are expected in a unit"),
+    };
+    let out = Command::new(GTD)
+        .args(&args)
+        .current_dir(dir.path())
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("STATE_DIRECTORY")
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running gtd: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: gtd {args:?} should pass clap and stop at gtd's own check:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&expect),
+        "{what}: gtd {args:?} stopped elsewhere than expected ({expect}):\n{stderr}"
+    );
+}
+
+#[test]
+fn the_command_line_checks_catch_what_they_claim_to() {
+    // Each half of `gtd_accepts` refuses what it is there for, so that a green run means the
+    // units' lines were really read.
+    let refused =
+        |args: &[&str]| std::panic::catch_unwind(|| gtd_accepts(&strings(args), "probe")).is_err();
+    assert!(refused(&["run", "--region", "r", "--bogus"]));
+    assert!(refused(&[
+        "run",
+        "--region",
+        "r",
+        "--bind",
+        "not-an-address"
+    ]));
+    assert!(refused(&["run", "--region", "r", "--log-format", "xml"]));
+    // Passes `--help`, fails the full parse: a conflict and a missing `requires`.
+    assert!(refused(&[
+        "run", "--region", "r", "--etcd", "e:1", "--config", "c.toml"
+    ]));
+    assert!(refused(&["run", "--region", "r", "--cache", "/tmp/c.json"]));
+    assert!(refused(&[
+        "run",
+        "--region",
+        "r",
+        "--config",
+        "c.toml",
+        "--node-id",
+        "n"
+    ]));
+    assert!(refused(&["run", "--etcd", "e:1"]));
+    assert!(refused(&["run", "--region", "r", "--etcd", "https://e:1"]));
+    // And accepts what it should.
+    gtd_accepts(&strings(&["run", "--region", "r"]), "file mode");
+    gtd_accepts(
+        &strings(&[
+            "run",
+            "--region",
+            "r",
+            "--etcd",
+            "e:1,e:2",
+            "--lease-ttl",
+            "5s",
+        ]),
+        "fleet mode",
+    );
+}
+
+// --- drains --------------------------------------------------------------------------------------
+
+/// The longest listener `drain_timeout` of a config (what SIGTERM waits for at most).
+fn longest_drain(config: &Path) -> Duration {
+    let cfg =
+        gtd::config::load(config, None).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    cfg.listeners
+        .iter()
+        .map(|l| l.drain_timeout)
+        .max()
+        .expect("a listener")
+}
+
+/// The drain a unit must outlast when it serves etcd's revisions: at least the default
+/// `drain_timeout` (docs/configuration.md), and the shipped config's.
+fn fleet_drain() -> Duration {
+    longest_drain(&root().join("config.toml")).max(Duration::from_secs(30))
+}
+
+// --- systemd -------------------------------------------------------------------------------------
+
+/// A unit file as (section, key, value), in order; continuation lines joined.
+fn ini(text: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with(';'))
+        {
+            continue;
+        }
+        if let Some(cont) = line.strip_suffix('\\') {
+            pending.push_str(cont);
+            pending.push(' ');
+            continue;
+        }
+        let full = std::mem::take(&mut pending) + line;
+        if let Some(name) = full.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            section = name.to_owned();
+            continue;
+        }
+        let (k, v) = full
+            .split_once('=')
+            .unwrap_or_else(|| panic!("not KEY=VALUE: {full}"));
+        out.push((section.clone(), k.trim().to_owned(), v.trim().to_owned()));
+    }
+    out
+}
+
+/// The last value of `key` in `section` (systemd: a later assignment wins).
+fn unit_value<'a>(unit: &'a [(String, String, String)], section: &str, key: &str) -> &'a str {
+    unit.iter()
+        .rev()
+        .find(|(s, k, _)| s == section && k == key)
+        .map(|(_, _, v)| v.as_str())
+        .unwrap_or_else(|| panic!("gtd.service: [{section}] {key}= missing"))
+}
+
+/// An EnvironmentFile: KEY=VALUE lines (comments and blank lines skipped, quotes removed).
+fn env_file(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
+        .map(|l| {
+            let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("gtd.env: {l}"));
+            let v = v.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            (k.trim().to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// A command line as systemd expands it: `${X}` is replaced inside its word, a word that is
+/// `$X` alone becomes the value's whitespace-separated words (none when it is empty).
+fn systemd_expand(line: &str, env: &BTreeMap<String, String>) -> Vec<String> {
+    let var = |name: &str| {
+        env.get(name)
+            .unwrap_or_else(|| panic!("${name} is not set in gtd.env"))
+            .clone()
+    };
+    let mut out = Vec::new();
+    for word in line.split_whitespace() {
+        assert!(
+            !word.contains('"') && !word.contains('\''),
+            "quoting in ExecStart is not expanded here: {word}"
+        );
+        if let Some(name) = word.strip_prefix('$').filter(|n| !n.starts_with('{')) {
+            out.extend(var(name).split_whitespace().map(str::to_owned));
+            continue;
+        }
+        let mut w = word.to_owned();
+        while let Some(start) = w.find("${") {
+            let end = w[start..].find('}').expect("unclosed ${") + start;
+            let value = var(&w[start + 2..end]);
+            w.replace_range(start..=end, &value);
+        }
+        out.push(w);
+    }
+    out
+}
+
+/// The gtd arguments of an `ExecStart=` value, after the binary.
+fn gtd_args(exec: &str, env: &BTreeMap<String, String>) -> Vec<String> {
+    let words = systemd_expand(exec, env);
+    assert_eq!(
+        words.first().map(String::as_str),
+        Some("/usr/local/bin/gtd"),
+        "ExecStart runs the installed binary: {exec}"
+    );
+    words[1..].to_vec()
+}
+
+fn seconds(v: &str, what: &str) -> Duration {
+    gtd::config::parse_duration(v).unwrap_or_else(|e| panic!("{what}={v}: {e}"))
+}
+
+#[test]
+fn systemd_unit_has_every_required_setting() {
+    let unit = ini(&read("deploy/systemd/gtd.service"));
+    let s = |k| unit_value(&unit, "Service", k);
+    assert!(matches!(s("Type"), "exec" | "simple"), "Type={}", s("Type"));
+    assert_eq!(s("EnvironmentFile"), "/etc/gtd/gtd.env");
+    assert!(
+        s("ExecStart").starts_with("/usr/local/bin/gtd run "),
+        "ExecStart={}",
+        s("ExecStart")
+    );
+    assert_eq!(s("ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert_eq!(s("KillSignal"), "SIGTERM");
+    // The drain is the stop: systemd must not SIGKILL it short.
+    let stop = seconds(s("TimeoutStopSec"), "TimeoutStopSec");
+    assert!(
+        stop > fleet_drain() + Duration::from_secs(5),
+        "TimeoutStopSec={stop:?} is not above the drain with a margin"
+    );
+    assert_eq!(s("Restart"), "on-failure");
+    let nofile: u64 = s("LimitNOFILE").parse().expect("LimitNOFILE is a number");
+    assert!(nofile >= 1 << 20, "LimitNOFILE={nofile}");
+    // The revision cache: gtd reads $STATE_DIRECTORY, which StateDirectory= sets.
+    assert_eq!(s("StateDirectory"), "gtd");
+    assert_eq!(s("WorkingDirectory"), "/etc/gtd");
+    // Not root, and able to bind ports below 1024 with nothing else.
+    let user = unit
+        .iter()
+        .rev()
+        .find(|(sec, k, _)| sec == "Service" && k == "User")
+        .map(|(_, _, v)| v.as_str());
+    assert!(
+        s("DynamicUser") == "yes" || user.is_some_and(|u| u != "root" && u != "0"),
+        "a non-root user"
+    );
+    assert_eq!(s("AmbientCapabilities"), "CAP_NET_BIND_SERVICE");
+    assert_eq!(s("CapabilityBoundingSet"), "CAP_NET_BIND_SERVICE");
+    for (k, v) in [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+    ] {
+        assert_eq!(s(k), v, "{k}");
+    }
+    assert_eq!(
+        unit_value(&unit, "Install", "WantedBy"),
+        "multi-user.target"
+    );
+}
+
+#[test]
+fn systemd_command_lines_parse() {
+    let text = read("deploy/systemd/gtd.service");
+    let env = env_file(&read("deploy/systemd/gtd.env"));
+    for key in ["GTD_ETCD", "GTD_REGION", "GTD_ADMIN", "GTD_OPTS"] {
+        assert!(env.contains_key(key), "gtd.env sets {key}");
+    }
+    let unit = ini(&text);
+    let exec = unit_value(&unit, "Service", "ExecStart");
+    let args = gtd_args(exec, &env);
+    assert!(
+        flag(&args, "--etcd").is_some(),
+        "the unit follows etcd: {args:?}"
+    );
+    assert_eq!(flag(&args, "--region"), Some(env["GTD_REGION"].as_str()));
+    gtd_accepts(&args, "gtd.service ExecStart with gtd.env");
+
+    // The file-mode drop-in in the unit's comment.
+    let commented: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .filter_map(|l| l.trim().strip_prefix("ExecStart=/usr/local/bin/gtd"))
+        .collect();
+    assert_eq!(commented.len(), 1, "one file-mode ExecStart in a comment");
+    let args = gtd_args(&format!("/usr/local/bin/gtd{}", commented[0]), &env);
+    assert_eq!(flag(&args, "--config"), Some("/etc/gtd/config.toml"));
+    gtd_accepts(&args, "gtd.service's file-mode ExecStart");
+
+    // Each flag the env file's comment suggests for GTD_OPTS, with its example value.
+    let env_text = read("deploy/systemd/gtd.env");
+    let mut suggested = 0;
+    for line in env_text.lines() {
+        let Some(rest) = line.strip_prefix("#   --") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let name = format!("--{}", words.next().expect("a flag"));
+        let value = words.next().expect("an example value");
+        let mut bare = env.clone();
+        bare.insert("GTD_OPTS".to_owned(), String::new());
+        let args = with_flag(&gtd_args(exec, &bare), &name, value);
+        gtd_accepts(&args, &format!("gtd.env's example {name} {value}"));
+        suggested += 1;
+    }
+    assert!(suggested >= 3, "gtd.env suggests flags for GTD_OPTS");
+}
+
+const SYSTEMD_ANALYZE: &str = "/usr/bin/systemd-analyze";
+
+/// The unit with its binary pointed at the one this test built, in a temp dir.
+fn unit_for_analysis(dir: &Path) -> PathBuf {
+    let text = read("deploy/systemd/gtd.service").replace(
+        "ExecStart=/usr/local/bin/gtd ",
+        &format!("ExecStart={GTD} "),
+    );
+    assert!(text.contains(GTD));
+    let path = dir.join("gtd.service");
+    std::fs::write(&path, text).expect("writing the unit");
+    path
+}
+
+/// Whether systemd-analyze can run; required where CI installs it.
+fn have_systemd_analyze() -> bool {
+    let present = Path::new(SYSTEMD_ANALYZE).exists();
+    if !present {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{SYSTEMD_ANALYZE} missing: .ci/run installs it (package systemd)"
+        );
+        eprintln!("skipped: {SYSTEMD_ANALYZE} is not installed");
+    }
+    present
+}
+
+#[test]
+fn systemd_analyze_verifies_the_unit() {
+    if !have_systemd_analyze() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let unit = unit_for_analysis(dir.path());
+    let out = Command::new(SYSTEMD_ANALYZE)
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .current_dir(dir.path())
+        .output()
+        .expect("running systemd-analyze");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Unknown keys and bad values are warnings with status 0: any line about the unit fails.
+    let about_unit: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("gtd.service"))
+        .collect();
+    assert!(
+        out.status.success() && about_unit.is_empty(),
+        "systemd-analyze verify:\n{stderr}"
+    );
+}
+
+#[test]
+fn systemd_analyze_rates_the_unit_hardened() {
+    if !have_systemd_analyze() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let unit = unit_for_analysis(dir.path());
+    // Exposure on systemd's 0-10 scale (here 1.8, "OK"); --threshold counts tenths.
+    let out = Command::new(SYSTEMD_ANALYZE)
+        .args(["security", "--offline=yes", "--threshold=25", "--no-pager"])
+        .arg(&unit)
+        .output()
+        .expect("running systemd-analyze");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Overall exposure level"),
+        "systemd-analyze security: exposure above 2.5:\n{}{}",
+        stdout
+            .lines()
+            .filter(|l| l.starts_with('✗') || l.contains("Overall"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
