@@ -353,6 +353,13 @@ fn systemd_unit_has_every_required_setting() {
         "TimeoutStopSec={stop:?} is not above the drain with a margin"
     );
     assert_eq!(s("Restart"), "on-failure");
+    // Restarts slower than systemd's default start limit (5 in 10 s) allows, or a node waiting
+    // for etcd would be given up on for good.
+    let restart = seconds(s("RestartSec"), "RestartSec");
+    assert!(
+        restart * 5 > Duration::from_secs(10),
+        "RestartSec={restart:?}"
+    );
     let nofile: u64 = s("LimitNOFILE").parse().expect("LimitNOFILE is a number");
     assert!(nofile >= 1 << 20, "LimitNOFILE={nofile}");
     // The revision cache: gtd reads $STATE_DIRECTORY, which StateDirectory= sets.
