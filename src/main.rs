@@ -159,19 +159,34 @@ struct Etcd {
 /// `gtd run`'s fleet settings (with `--etcd`).
 #[derive(clap::Args)]
 struct NodeFleet {
-    /// The key prefix the fleet lives under.
-    #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX, requires = "etcd")]
-    prefix: String,
+    /// The key prefix the fleet lives under (default /gtd).
+    #[arg(long)]
+    prefix: Option<String>,
     /// Where the served revision is cached, for a start while etcd is down (default
     /// `$STATE_DIRECTORY/revision-REGION.json`, else `./gtd-revision-REGION.json`).
-    #[arg(long, requires = "etcd")]
+    #[arg(long)]
     cache: Option<PathBuf>,
     /// This node's id in the registry (default REGION@HOST:ADMIN_PORT).
-    #[arg(long, requires = "etcd")]
+    #[arg(long)]
     node_id: Option<String>,
-    /// The registry lease: a node that dies leaves the registry within this ("10s").
-    #[arg(long, default_value = "10s", requires = "etcd")]
-    lease_ttl: String,
+    /// The registry lease: a node that dies leaves the registry within this (default 10s).
+    #[arg(long)]
+    lease_ttl: Option<String>,
+}
+
+impl NodeFleet {
+    /// The first fleet flag given, if any (each needs `--etcd`: clap's `requires` cannot say
+    /// so, since `--etcd` conflicts with `--config`, which has a default).
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.prefix.is_some(), "--prefix"),
+            (self.cache.is_some(), "--cache"),
+            (self.node_id.is_some(), "--node-id"),
+            (self.lease_ttl.is_some(), "--lease-ttl"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
 }
 
 #[derive(Subcommand)]
@@ -238,6 +253,12 @@ fn command(command: Command) -> anyhow::Result<ExitCode> {
             node_fleet,
         } => {
             let fleet = if etcd.is_empty() {
+                if let Some(flag) = node_fleet.given() {
+                    anyhow::bail!(
+                        "{flag} is a fleet setting: it needs --etcd (a node serving --config \
+                         has no revision to cache and no registry to join)"
+                    );
+                }
                 None
             } else {
                 Some(node_fleet_options(&etcd, node_fleet, &region)?)
@@ -281,13 +302,11 @@ fn node_fleet_options(
     f: NodeFleet,
     region: &str,
 ) -> anyhow::Result<gtd::node::fleet::Options> {
-    let lease_ttl = gtd::config::parse_duration(&f.lease_ttl)
-        .map_err(|e| anyhow::anyhow!("--lease-ttl {}: {e}", f.lease_ttl))?;
+    let ttl = f.lease_ttl.as_deref().unwrap_or("10s");
+    let lease_ttl =
+        gtd::config::parse_duration(ttl).map_err(|e| anyhow::anyhow!("--lease-ttl {ttl}: {e}"))?;
     if lease_ttl < std::time::Duration::from_secs(2) {
-        anyhow::bail!(
-            "--lease-ttl {}: at least 2s (etcd counts leases in seconds)",
-            f.lease_ttl
-        );
+        anyhow::bail!("--lease-ttl {ttl}: at least 2s (etcd counts leases in seconds)");
     }
     let cache = f.cache.unwrap_or_else(|| {
         let name = format!("revision-{region}.json");
@@ -301,7 +320,9 @@ fn node_fleet_options(
     });
     Ok(gtd::node::fleet::Options {
         endpoints: gtd::fleet::endpoints(etcd)?,
-        prefix: gtd::fleet::normalise_prefix(&f.prefix)?,
+        prefix: gtd::fleet::normalise_prefix(
+            f.prefix.as_deref().unwrap_or(gtd::fleet::DEFAULT_PREFIX),
+        )?,
         cache,
         node_id: f.node_id,
         lease_ttl,

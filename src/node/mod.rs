@@ -412,6 +412,15 @@ impl Inner {
                     .await
                     .map_err(|e| format!("reading the config failed: {e}"))?
                     .map_err(|e| format!("{e:#}"))?;
+            // The admin server stays where it was bound: a config that takes its token away
+            // while it is reachable beyond this host would open reloads and toggles to anyone.
+            if config.admin.exposed(self.admin_addr) {
+                return Err(format!(
+                    "the admin server on {} is reachable beyond this host, and this config's \
+                     [admin] has no token: set token = \"...\" or allow_without_token = true",
+                    self.admin_addr
+                ));
+            }
             let config = Arc::new(config);
             // New names are looked up before the snapshot that uses them is built.
             self.names.prepare(&config, &self.region).await?;

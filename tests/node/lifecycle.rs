@@ -517,6 +517,37 @@ async fn an_admin_override_beyond_loopback_without_a_token_is_refused() {
     assert!(err.contains("reachable beyond this host"), "{err}");
 }
 
+/// A reload that would take the token away from an admin server reachable beyond loopback is
+/// refused (the admin server is not bound again on reload, so the check at start would not
+/// see it), and the token keeps guarding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_drops_the_token_of_an_exposed_admin_server_is_refused() {
+    let (_b, _dir, cfg) = one_backend_config(free_port(false), "").await;
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let with_token = text.replace("[admin]\n", "[admin]\ntoken = \"s3cret\"\n");
+    assert_ne!(with_token, text);
+    std::fs::write(&cfg, &with_token).unwrap();
+    let mut opts = options(&cfg);
+    opts.admin_bind = Some("0.0.0.0:0".parse().unwrap());
+    let node = Arc::new(Node::start(opts).await.expect("a node with a token starts"));
+    let at = SocketAddr::from(([127, 0, 0, 1], node.admin_addr().port()));
+
+    std::fs::write(&cfg, &text).unwrap();
+    let err = node
+        .reload()
+        .await
+        .expect_err("the token's removal is refused");
+    assert!(err.contains("has no token"), "{err}");
+    let (status, _) = tokio::task::spawn_blocking(move || admin_at(at, "POST", "/reload", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        status, 401,
+        "the running config's token still guards the admin server"
+    );
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}
+
 /// The listen queue `ss` reports for the TCP socket listening on `port` (its Send-Q column).
 fn listen_queue(port: u16) -> u32 {
     let out = Command::new("ss")
