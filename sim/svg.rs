@@ -50,6 +50,11 @@ pub(crate) fn svg(
         .reports
         .iter()
         .any(|l| l.regions.iter().any(|r| r.verify.is_some()));
+    let graded = o.reports.iter().any(|l| {
+        l.regions
+            .iter()
+            .any(|r| r.groups.iter().any(|g| g.graded.is_some()))
+    });
 
     for (li, l) in o.reports.iter().enumerate() {
         let old = before.and_then(|b| b.iter().find(|x| x.name == l.name));
@@ -60,6 +65,12 @@ pub(crate) fn svg(
                 patterns,
                 r#"<pattern id="leftover-{li}-{gi}" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="6" height="6" fill="{c}" fill-opacity="0.3"/><rect width="3" height="6" fill="{c}"/></pattern>"#
             );
+            if graded {
+                let _ = write!(
+                    patterns,
+                    r#"<pattern id="spill-{li}-{gi}" patternUnits="userSpaceOnUse" width="5" height="5"><rect width="5" height="5" fill="{c}" fill-opacity="0.3"/><circle cx="2.5" cy="2.5" r="1.4" fill="{c}"/></pattern>"#
+                );
+            }
         }
         y += 18.0;
         let _ = writeln!(
@@ -146,6 +157,17 @@ pub(crate) fn svg(
         y + 9.0
     );
     patterns.push_str(r##"<pattern id="leftover-key" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="6" height="6" fill="#555" fill-opacity="0.3"/><rect width="3" height="6" fill="#555"/></pattern>"##);
+    if graded {
+        y += LINE_H;
+        let _ = writeln!(
+            body,
+            r##"<rect x="{k}" y="{}" width="14" height="10" fill="url(#spill-key)"/><text x="{}" y="{}" class="note">spill (failover = "graceful": what the groups above did not keep; every part × the group's keep, §3.3)</text>"##,
+            y,
+            k + 20.0,
+            y + 9.0
+        );
+        patterns.push_str(r##"<pattern id="spill-key" patternUnits="userSpaceOnUse" width="5" height="5"><rect width="5" height="5" fill="#555" fill-opacity="0.3"/><circle cx="2.5" cy="2.5" r="1.4" fill="#555"/></pattern>"##);
+    }
     if verify {
         y += LINE_H;
         let _ = writeln!(
@@ -223,10 +245,31 @@ fn draw_region(
     for g in &r.groups {
         let gi = names.iter().position(|n| *n == g.name).unwrap_or(0);
         let c = colour(gi);
-        for (part, value, fill) in [
-            ("first-pass", g.first_pass, c.to_owned()),
-            ("leftover", g.leftover, format!("url(#leftover-{li}-{gi})")),
-        ] {
+        // Under graceful the share is (first pass + leftover + spill) × keep (and the shares
+        // scaled to 100 when something passed the last group): each part is drawn at what the
+        // group keeps of it, so that the segments add up to the share.
+        let (scale, spill) = match g.graded {
+            None => (1.0, None),
+            Some(graded) => {
+                let reached = g.first_pass + g.leftover + graded.spill;
+                let scale = if reached > 0.0 {
+                    g.share / reached
+                } else {
+                    0.0
+                };
+                (scale, Some(graded.spill * scale))
+            }
+        };
+        let parts = [
+            Some(("first-pass", g.first_pass * scale, c.to_owned())),
+            Some((
+                "leftover",
+                g.leftover * scale,
+                format!("url(#leftover-{li}-{gi})"),
+            )),
+            spill.map(|v| ("spill", v, format!("url(#spill-{li}-{gi})"))),
+        ];
+        for (part, value, fill) in parts.into_iter().flatten() {
             let w = px(value);
             let _ = writeln!(
                 out,
@@ -275,15 +318,29 @@ fn draw_region(
     for g in &r.groups {
         let gi = names.iter().position(|n| *n == g.name).unwrap_or(0);
         let ly = cy + LINE_H * (lines as f64 + 1.0);
-        let mut text = format!(
-            "#{} {} {:.2} % = {:.2} first pass + {:.2} leftover · ratio {}",
-            g.priority,
-            esc(&g.name),
-            g.share,
-            g.first_pass,
-            g.leftover,
-            ratio(g.ratio)
-        );
+        let mut text = match g.graded {
+            None => format!(
+                "#{} {} {:.2} % = {:.2} first pass + {:.2} leftover · ratio {}",
+                g.priority,
+                esc(&g.name),
+                g.share,
+                g.first_pass,
+                g.leftover,
+                ratio(g.ratio)
+            ),
+            Some(graded) => format!(
+                "#{} {} {:.2} % = ({:.2} first pass + {:.2} leftover + {:.2} spill) × {:.3} keeps · usable {:.0} % · ratio {}",
+                g.priority,
+                esc(&g.name),
+                g.share,
+                g.first_pass,
+                g.leftover,
+                graded.spill,
+                graded.keep,
+                graded.usable * 100.0,
+                ratio(g.ratio)
+            ),
+        };
         if !g.healthy {
             text.push_str(" · UNHEALTHY");
         }

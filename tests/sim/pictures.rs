@@ -191,3 +191,76 @@ fn golden_svgs_and_the_pictures_in_docs() {
         );
     }
 }
+
+/// Under `failover = "graceful"` each group's segments (first pass, leftover and spill, each
+/// at what the group keeps of it) add up to its share in `--format json`, so the bar is the
+/// split: the shipped config's web listener graceful, with Beijing's weight-2 endpoint down.
+#[test]
+fn graceful_segments_add_up_to_the_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("config.toml"))
+        .unwrap()
+        .replacen(
+            "unhealthy_status = [502, 503, 504]",
+            "unhealthy_status = [502, 503, 504]\nfailover = \"graceful\"",
+            1,
+        )
+        .replace(
+            "catalog = \"regions/catalog.toml\"",
+            &format!(
+                "catalog = {:?}",
+                root().join("regions/catalog.toml").display().to_string()
+            ),
+        );
+    let config = dir.path().join("graceful.toml");
+    std::fs::write(&config, text).unwrap();
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--down",
+        "web/beijing/127.0.0.1:9001",
+    ];
+    let got = segments(&svg(&args));
+    let doc = json(&args);
+    let web = doc["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["listener"] == "web")
+        .unwrap();
+    let mut checked = 0;
+    for r in web["regions"].as_array().unwrap() {
+        let region = r["region"].as_str().unwrap();
+        for g in r["groups"].as_array().unwrap() {
+            let group = g["name"].as_str().unwrap();
+            let part = |p: &str| {
+                got[&(
+                    "web".to_owned(),
+                    region.to_owned(),
+                    "after".to_owned(),
+                    group.to_owned(),
+                    p.to_owned(),
+                )]
+            };
+            let sum = part("first-pass") + part("leftover") + part("spill");
+            let share = g["share"].as_f64().unwrap();
+            assert!(
+                (sum - share).abs() < 1e-5,
+                "{region}/{group}: {sum} against {share}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+    // From Beijing: Beijing keeps 1.4 × 1/3 of its 62.5, Shanghai takes the rest.
+    let beijing = |p: &str| {
+        got[&(
+            "web".to_owned(),
+            "cn-beijing".to_owned(),
+            "after".to_owned(),
+            "beijing".to_owned(),
+            p.to_owned(),
+        )]
+    };
+    assert!((beijing("first-pass") + beijing("leftover") - 62.5 * 1.4 / 3.0).abs() < 1e-5);
+}
