@@ -583,3 +583,95 @@ fn fleet_tab_draws_the_fleet_document() {
     );
     assert!(page.problems.is_empty(), "{:#?}", page.problems);
 }
+
+/// Under `failover = "graceful"` the expected bar is the split: a group's parts (first pass,
+/// leftover, and the spill from above, each at what the group keeps of it) add up to its
+/// share in `/status`. Beijing with one of its three endpoints enabled keeps 1.4 × 1/3 of its
+/// 62.5 %; Shanghai takes the rest, its bar with a spill part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_bars_add_up_to_the_share() {
+    let Some(exe) = chromium_or_skip("graceful_bars_add_up_to_the_share") else {
+        return;
+    };
+    let (b1, h1) = named_backend("bj-1").await;
+    let (b2, h2) = named_backend("bj-2").await;
+    let (b3, h3) = named_backend("bj-3").await;
+    let (sh, h4) = named_backend("sh-1").await;
+    let _backends = Aborted(vec![h1, h2, h3, h4]);
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "catalog = {catalog:?}\n[admin]\nbind = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{}",
+        listener_on(
+            free_port(false),
+            "t",
+            "tcp",
+            &["cn-beijing"],
+            "failover = \"graceful\"",
+            &[
+                group(
+                    "beijing",
+                    "cn-beijing",
+                    50.0,
+                    "priority = 1",
+                    &[(b1, 1), (b2, 1), (b3, 1)]
+                ),
+                group("shanghai", "cn-shanghai", 50.0, "priority = 2", &[(sh, 1)]),
+            ]
+            .concat()
+        ),
+        catalog = root().join("regions/catalog.toml").display().to_string(),
+    );
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    let node = Arc::new(start(&path).await);
+    let admin = node.admin_addr();
+    tokio::task::spawn_blocking(move || {
+        for b in [b2, b3] {
+            let (code, body) = admin_at(
+                admin,
+                "POST",
+                &format!("/endpoints/t/beijing/{b}/disable"),
+                Some(TOKEN),
+            );
+            assert_eq!(code, 200, "{body}");
+        }
+        let browser = Browser::start(&exe);
+        let mut page = browser.page();
+        page.navigate(&format!("http://{admin}/"));
+        let bars = |page: &mut Page, group: &str| -> Vec<(String, f64)> {
+            let v = page.eval(&format!(
+                "[...(document.querySelector('[data-group=\"{group}\"] .track') || {{children: []}}).children]\
+                 .map(s => [s.className, +s.dataset.w])"
+            ));
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_f64().unwrap()))
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let doc = status(admin);
+            let (bj, sh) = (share(&doc, "beijing"), share(&doc, "shanghai"));
+            let (bjb, shb) = (bars(&mut page, "beijing"), bars(&mut page, "shanghai"));
+            let sum = |b: &[(String, f64)]| b.iter().map(|p| p.1).sum::<f64>();
+            let graded = (bj - 62.5 * 1.4 / 3.0).abs() < 1e-6;
+            if graded
+                && (sum(&bjb) - bj).abs() < 1e-3
+                && (sum(&shb) - sh).abs() < 1e-3
+                && shb.iter().any(|p| p.0 == "seg spill" && p.1 > 30.0)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the bars never added up: beijing {bj} {bjb:?}, shanghai {sh} {shb:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(page.problems.is_empty(), "{:#?}", page.problems);
+    })
+    .await
+    .expect("the browser part passed");
+    Arc::try_unwrap(node).ok().unwrap().shutdown().await;
+}

@@ -174,10 +174,23 @@
   function group(l, g, obs) {
     const ghealthy = g.healthy !== false;
     const o = obs ? obs.groups.get(g.name) : null;
-    const expected = bar([
-      ["first", clamp(g.first_pass), "first pass " + pct(g.first_pass)],
-      ["leftover", clamp(g.leftover), "leftover " + pct(g.leftover)],
-    ]);
+    // failover = "graceful": the share is (first pass + leftover + spill) × keep, scaled to
+    // 100 when something passed the last group; each part is drawn at what the group keeps
+    // of it, so that the bar adds up to the share (docs/design.md §3.3).
+    const spill = num(g.spill), keep = num(g.keep);
+    let scale = 1;
+    if (spill !== null && keep !== null) {
+      const reached = (num(g.first_pass) || 0) + (num(g.leftover) || 0) + spill;
+      scale = reached > 0 ? (num(g.share) || 0) / reached : 0;
+    }
+    const parts = [
+      ["first", clamp((num(g.first_pass) || 0) * scale), "first pass " + pct(g.first_pass)],
+      ["leftover", clamp((num(g.leftover) || 0) * scale), "leftover " + pct(g.leftover)],
+    ];
+    if (spill !== null && keep !== null) {
+      parts.push(["spill", clamp(spill * scale), "spill " + pct(spill) + " from above; keeps " + keep.toFixed(3)]);
+    }
+    const expected = bar(parts);
     const seen = bar([["observed", clamp(o), "observed " + pct(o)]]);
     const rtt = num(g.rtt_ms) === null ? "—" : g.rtt_ms.toFixed(2) + " ms";
     const eps = arr(g.endpoints).map((e) => {
