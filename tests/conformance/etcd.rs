@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 
 use crate::common::Child;
-use crate::fleet::{Cfg, Fleet, free_port, http, wait};
+use crate::fleet::{Cfg, Fleet, NodeProc, free_port, http, wait};
 
 /// One member: its ports, data dir and process (None while stopped).
 struct Member {
@@ -201,19 +201,40 @@ pub(crate) fn start_fleet(cluster: &Cluster, cfg: &Cfg, backends: &[Cfg]) -> Fle
 /// Waits until every node of `fleet` serves revision `n` from etcd.
 pub(crate) fn wait_applied(fleet: &Fleet, n: u64) {
     for node in &fleet.nodes {
-        wait(&format!("{} serving revision {n}", node.region), || {
-            node.assert_running();
-            let f = &node.status()["fleet"];
+        wait_fleet(node, &format!("serving revision {n}"), |f| {
             f["applied"] == n && f["source"] == "etcd"
         });
+    }
+}
+
+/// Waits (bounded by the suite's WAIT) until `cond` holds of the node's `/status` `fleet`
+/// object; on a timeout, says what the object was and what the node logged.
+pub(crate) fn wait_fleet(node: &NodeProc, what: &str, cond: impl Fn(&Value) -> bool) {
+    let deadline = std::time::Instant::now() + crate::fleet::WAIT;
+    loop {
+        node.assert_running();
+        let f = node.status()["fleet"].clone();
+        if cond(&f) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {} {what}: fleet {f:#}\n{}",
+            node.region,
+            node.log_tail()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
 /// Moves listener `name` of `cfg` to a port that a socket now holds on `ip` only: a revision a
 /// node bound to `ip` cannot apply, and the others can. Dropping the socket frees the port.
 pub(crate) fn port_taken_on(cfg: &mut Cfg, name: &str, ip: IpAddr) -> (TcpListener, u16) {
-    let squatter = TcpListener::bind((ip, 0)).unwrap();
-    let port = squatter.local_addr().unwrap().port();
+    // A port of the suite's own range (free for TCP and UDP on every address), held on `ip`:
+    // an ephemeral one could be held elsewhere too, on the wildcard address by another test's
+    // socket, and then no node could bind it.
+    let port = free_port(false);
+    let squatter = TcpListener::bind((ip, port)).unwrap();
     let listeners = cfg
         .0
         .get_mut("listener")

@@ -20,9 +20,7 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
     fleet.rewrite(&cfg);
     push(&cluster, &fleet.config);
     let beijing = fleet.node("cn-beijing");
-    wait("Beijing serving revision 2", || {
-        beijing.status()["fleet"]["applied"] == 2
-    });
+    wait_fleet(beijing, "serving revision 2", |f| f["applied"] == 2);
     wait("the refusal in the registry", || {
         fleet_json(&cluster)["nodes"]
             .as_array()

@@ -160,12 +160,10 @@ fn a_revision_one_node_cannot_apply_is_refused_there_and_the_others_apply_it() {
     push(&cluster, &fleet.config);
 
     let beijing = fleet.node("cn-beijing");
-    wait("Beijing serving revision 2", || {
-        beijing.status()["fleet"]["applied"] == 2
-    });
+    wait_fleet(beijing, "serving revision 2", |f| f["applied"] == 2);
     let shanghai = fleet.node("cn-shanghai");
-    wait("Shanghai refusing revision 2", || {
-        shanghai.status()["fleet"]["refused"]["revision"] == 2
+    wait_fleet(shanghai, "refusing revision 2", |f| {
+        f["refused"]["revision"] == 2
     });
     let status = shanghai.status();
     assert_eq!(status["fleet"]["applied"], 1);
