@@ -3,7 +3,7 @@
 //! # Layout (data flows down the list)
 //!
 //! - [`config`]: `config.toml` → the spanned TOML document → `validate/` (one file per
-//!   section) → the typed, validated [`config::Config`] (`model.rs`: every type and every
+//!   section) → the typed, validated [`config::Config`] (`model/`: every type and every
 //!   default, once). Every error names `FILE:LINE:COL` and the path of names.
 //! - [`regions`]: the region catalogue and the great-circle RTT estimate used before any
 //!   measurement exists.

@@ -2,7 +2,7 @@
 //!
 //! `document.rs` walks the TOML document keeping every value's position; `syntax.rs` parses the
 //! string values that have a syntax of their own (addresses, key templates, status ranges);
-//! `validate/` turns the document into the types of `model.rs` and `catalog.rs` does the same
+//! `validate/` turns the document into the types of `model/` and `catalog.rs` does the same
 //! for the region catalogue. Both collect every error (never stopping at the first) as a
 //! [`ConfigError`] that names file, line, column and the path of names.
 //!

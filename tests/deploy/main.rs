@@ -1,0 +1,264 @@
+//! The deployment units of `deploy/` (issue 19): the systemd unit and its settings file, the
+//! container file and the Kubernetes manifests are parsed and their settings checked (reload by
+//! SIGHUP, a stop longer than the drain, non-root, probes on `/healthz` at the admin port...),
+//! and every gtd command line in them goes through the real binary's argument parser.
+//!
+//! Two runs per command line, neither of which starts a node or reaches etcd:
+//! - `gtd ARGS --help`: clap reads the arguments in order and answers `--help` when it comes to
+//!   it, so exit status 0 with the help text means every flag before it exists, every value
+//!   parses (addresses, enums) and none is repeated. Conflicts and required flags are checked
+//!   only at the end, which `--help` skips: so also
+//! - `gtd ARGS`, changed only so that gtd stops right after clap accepted the whole line: in
+//!   fleet mode `--lease-ttl 1s`, which gtd refuses before any connection (the real lease value,
+//!   when there is one, is parsed here with the crate's own duration parser; the etcd
+//!   endpoints, with the crate's endpoint parser, and replaced by loopback's discard port
+//!   anyway); in file mode, run in an empty directory, with the line's `--config` (if any)
+//!   pointed at a file that does not exist. Clap's refusals begin `error:`, gtd's own `gtd:`
+//!   with its message.
+//!
+//! `systemd-analyze verify` and `security --offline` check the unit where systemd-analyze is
+//! installed (required when CI=true: `.ci/run` installs it). `kubectl apply --dry-run=client`
+//! is not used: without a cluster it cannot even map a kind (it asks the API server), so the
+//! manifests are checked field by field here instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+mod container;
+mod kubernetes;
+mod systemd;
+
+const GTD: &str = env!("CARGO_BIN_EXE_gtd");
+const SIM: &str = env!("CARGO_BIN_EXE_sim");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn strings(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+// --- command lines -------------------------------------------------------------------------------
+
+/// The value of `--flag` in `args` (`--flag V` or `--flag=V`).
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let eq = format!("{name}=");
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == name {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            a.strip_prefix(&eq)
+        }
+    })
+}
+
+/// `args` with `--flag`'s value replaced, or `--flag value` appended when absent.
+fn with_flag(args: &[String], name: &str, value: &str) -> Vec<String> {
+    let eq = format!("{name}=");
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut replaced = false;
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == name {
+            out.extend([name.to_owned(), value.to_owned()]);
+            replaced = true;
+            i += 2;
+            continue;
+        }
+        if args[i].starts_with(&eq) {
+            out.push(format!("{eq}{value}"));
+            replaced = true;
+        } else {
+            out.push(args[i].clone());
+        }
+        i += 1;
+    }
+    if !replaced {
+        out.extend([name.to_owned(), value.to_owned()]);
+    }
+    out
+}
+
+/// `bin ARGS --help` exits 0 with the help of the subcommand: every flag known, every value
+/// valid, none repeated.
+fn parses_up_to_help(bin: &str, args: &[String], what: &str) {
+    let out = Command::new(bin)
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running {bin}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Usage:"),
+        "{what}: {bin} {args:?} is refused:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Checks one `gtd` command line of a unit, both ways (see the top of this file), each run in
+/// a fresh empty directory.
+fn gtd_accepts(args: &[String], what: &str) {
+    assert!(!args.is_empty(), "{what}: no gtd arguments");
+    parses_up_to_help(GTD, args, what);
+    if args[0] == "run" && flag(args, "--etcd").is_none() {
+        // Clap lets these through next to --config (see below), and gtd ignores them there.
+        for fleet_only in ["--prefix", "--cache", "--node-id", "--lease-ttl"] {
+            assert!(
+                flag(args, fleet_only).is_none(),
+                "{what}: {fleet_only} does nothing without --etcd"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (args, expect) = match args[0].as_str() {
+        "run" if flag(args, "--etcd").is_some() => {
+            let etcd = flag(args, "--etcd").unwrap_or_default();
+            gtd::fleet::endpoints(&[etcd.to_owned()])
+                .unwrap_or_else(|e| panic!("{what}: --etcd {etcd}: {e:#}"));
+            if let Some(prefix) = flag(args, "--prefix") {
+                gtd::fleet::normalise_prefix(prefix)
+                    .unwrap_or_else(|e| panic!("{what}: --prefix {prefix}: {e:#}"));
+            }
+            if let Some(ttl) = flag(args, "--lease-ttl") {
+                let d = gtd::config::parse_duration(ttl)
+                    .unwrap_or_else(|e| panic!("{what}: --lease-ttl {ttl}: {e}"));
+                assert!(d >= Duration::from_secs(2), "{what}: --lease-ttl {ttl}");
+            }
+            let args = with_flag(
+                &with_flag(args, "--etcd", "127.0.0.1:9"),
+                "--lease-ttl",
+                "1s",
+            );
+            (args, "--lease-ttl 1s: at least 2s".to_owned())
+        }
+        // The default config.toml is absent from the empty directory; a --config of the line is
+        // pointed at an absent file (only its value changes, so clap sees the same flags: with
+        // --config present clap waives the `requires = "etcd"` of --cache and the like).
+        "run" if flag(args, "--config").is_none() => (args.to_vec(), "config.toml".to_owned()),
+        "run" => {
+            let absent = dir.path().join("absent.toml");
+            let absent = absent.to_str().expect("UTF-8 temp path").to_owned();
+            (with_flag(args, "--config", &absent), absent)
+        }
+        other => panic!("{what}: gtd {other}: only `gtd run` lines are expected in a unit"),
+    };
+    let out = Command::new(GTD)
+        .args(&args)
+        .current_dir(dir.path())
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("STATE_DIRECTORY")
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running gtd: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // clap's own rejections begin with `error:`; gtd's with `gtd:`.
+    assert!(
+        !out.status.success() && !stderr.starts_with("error:"),
+        "{what}: gtd {args:?} should pass clap and stop at gtd's own check:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&expect),
+        "{what}: gtd {args:?} stopped elsewhere than expected ({expect}):\n{stderr}"
+    );
+}
+
+#[test]
+fn the_command_line_checks_catch_what_they_claim_to() {
+    // Each half of `gtd_accepts` refuses what it is there for, so that a green run means the
+    // units' lines were really read.
+    let refused =
+        |args: &[&str]| std::panic::catch_unwind(|| gtd_accepts(&strings(args), "probe")).is_err();
+    assert!(refused(&["run", "--region", "r", "--bogus"]));
+    assert!(refused(&[
+        "run",
+        "--region",
+        "r",
+        "--bind",
+        "not-an-address"
+    ]));
+    assert!(refused(&["run", "--region", "r", "--log-format", "xml"]));
+    // Passes `--help`, fails the full parse: a conflict and a missing `requires`.
+    assert!(refused(&[
+        "run", "--region", "r", "--etcd", "e:1", "--config", "c.toml"
+    ]));
+    assert!(refused(&["run", "--region", "r", "--cache", "/tmp/c.json"]));
+    assert!(refused(&[
+        "run",
+        "--region",
+        "r",
+        "--config",
+        "c.toml",
+        "--node-id",
+        "n"
+    ]));
+    assert!(refused(&["run", "--etcd", "e:1"]));
+    assert!(refused(&["run", "--region", "r", "--etcd", "https://e:1"]));
+    // And accepts what it should.
+    gtd_accepts(&strings(&["run", "--region", "r"]), "file mode");
+    gtd_accepts(
+        &strings(&[
+            "run",
+            "--region",
+            "r",
+            "--etcd",
+            "e:1,e:2",
+            "--lease-ttl",
+            "5s",
+        ]),
+        "fleet mode",
+    );
+}
+
+// --- drains --------------------------------------------------------------------------------------
+
+/// The longest listener `drain_timeout` of a config (what SIGTERM waits for at most).
+fn longest_drain(config: &Path) -> Duration {
+    let cfg =
+        gtd::config::load(config, None).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    cfg.listeners
+        .iter()
+        .map(|l| l.drain_timeout)
+        .max()
+        .expect("a listener")
+}
+
+/// The drain a unit must outlast when it serves etcd's revisions: at least the default
+/// `drain_timeout` (docs/configuration.md), and the shipped config's.
+fn fleet_drain() -> Duration {
+    longest_drain(&root().join("config.toml")).max(Duration::from_secs(30))
+}
+
+/// A fleet flag next to `--config` would have no effect: it is refused, naming the flag, rather
+/// than silently ignored (clap's `requires` cannot say it: `--etcd` conflicts with `--config`).
+#[test]
+fn fleet_flags_without_etcd_are_refused() {
+    for flag in [
+        ["--cache", "/tmp/x.json"],
+        ["--node-id", "a"],
+        ["--lease-ttl", "5s"],
+        ["--prefix", "/gtd"],
+    ] {
+        let out = Command::new(GTD)
+            .args(["run", "--config", "absent.toml", "--region", "cn-beijing"])
+            .args(flag)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "gtd: {} is a fleet setting: it needs --etcd",
+                flag[0]
+            )),
+            "{flag:?}: {stderr}"
+        );
+    }
+}
