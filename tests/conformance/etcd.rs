@@ -135,15 +135,20 @@ pub(crate) fn gtd(args: &[&str]) -> Output {
         .expect("run gtd")
 }
 
-/// `gtd push --etcd ... --config CONFIG`, which must succeed; its stdout.
-pub(crate) fn push(cluster: &Cluster, config: &Path) -> String {
-    let out = gtd(&[
+/// `gtd push --etcd ... --config CONFIG`.
+fn push_output(cluster: &Cluster, config: &Path) -> Output {
+    gtd(&[
         "push",
         "--etcd",
         &cluster.endpoints(),
         "--config",
         &config.display().to_string(),
-    ]);
+    ])
+}
+
+/// `gtd push --etcd ... --config CONFIG`, which must succeed; its stdout.
+pub(crate) fn push(cluster: &Cluster, config: &Path) -> String {
+    let out = push_output(cluster, config);
     assert!(
         out.status.success(),
         "gtd push: {}{}",
@@ -251,13 +256,7 @@ pub(crate) fn port_taken_on(cfg: &mut Cfg, name: &str, ip: IpAddr) -> (TcpListen
 /// `gtd push --etcd ... --config CONFIG`, which must be refused (exit status 1) without
 /// touching etcd; its stderr.
 pub(crate) fn push_refused(cluster: &Cluster, config: &Path) -> String {
-    let out = gtd(&[
-        "push",
-        "--etcd",
-        &cluster.endpoints(),
-        "--config",
-        &config.display().to_string(),
-    ]);
+    let out = push_output(cluster, config);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("nothing was published"), "{err}");

@@ -207,16 +207,11 @@ fn three_groups(dir: &Path, extra: &str) -> (PathBuf, PathBuf) {
 }
 
 fn cases(config: &Path, scenario: &Path, each: &str) -> Vec<(Vec<String>, f64, bool)> {
-    let doc: Value = serde_json::from_str(&sim(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--each-down",
-        each,
-        "--format",
-        "json",
-    ]))
+    let doc: Value = serde_json::from_str(&sim(&with(
+        config,
+        scenario,
+        &["--each-down", each, "--format", "json"],
+    )))
     .unwrap();
     doc["each_down"]["cases"]
         .as_array()
@@ -271,14 +266,7 @@ fn each_down_ranks_singles_pairs_and_regions_worst_first() {
         [true, true, false]
     );
     // A region at once: one group each here, so the singles again.
-    let text = sim(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--each-down",
-        "region",
-    ]);
+    let text = sim(&with(&config, &scenario, &["--each-down", "region"]));
     assert!(
         text.contains("1. down region r-a (l/ga): worst l/gb 83.33 %"),
         "{text}"
@@ -291,15 +279,11 @@ fn each_down_ranks_singles_pairs_and_regions_worst_first() {
     // All three: no route anywhere, which overflows whatever the capacities.
     let all = cases(&config, &scenario, "3");
     assert!(all[0].2);
-    let (code, text, _) = run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--each-down",
-        "3",
-        "--fail-on-overflow",
-    ]);
+    let (code, text, _) = run(&with(
+        &config,
+        &scenario,
+        &["--each-down", "3", "--fail-on-overflow"],
+    ));
     assert_eq!(code, Some(2));
     assert!(
         text.contains("l from r-a: no route, 500.00 of demand unserved"),
@@ -311,26 +295,14 @@ fn each_down_ranks_singles_pairs_and_regions_worst_first() {
 fn headroom_is_the_listeners() {
     let dir = tempfile::tempdir().unwrap();
     let (config, scenario) = three_groups(dir.path(), "headroom = 90");
-    let text = sim(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--each-down",
-    ]);
+    let text = sim(&with(&config, &scenario, &["--each-down"]));
     // 83.33 % is under a 90 % headroom.
     assert!(
         text.contains("down l/ga: worst l/gb 83.33 % (500.00 of 600) · ok"),
         "{text}"
     );
     let (config, _) = three_groups(dir.path(), "");
-    let text = sim(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--each-down",
-    ]);
+    let text = sim(&with(&config, &scenario, &["--each-down"]));
     assert!(
         text.contains("down l/ga: worst l/gb 83.33 % (500.00 of 600) · above headroom"),
         "{text}"
@@ -427,4 +399,20 @@ fn graceful_shares_as_endpoints_fail_one_by_one() {
         "l/ga/127.0.0.1:9101",
     ]);
     assert!(table.contains("keeps = min(1, 1 × usable)"), "{table}");
+}
+
+/// `--config CONFIG --scenario SCENARIO` and then `extra`.
+fn with<'a>(
+    config: &'a std::path::Path,
+    scenario: &'a std::path::Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--scenario",
+        scenario.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    args
 }
