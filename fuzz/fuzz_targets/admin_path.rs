@@ -49,7 +49,11 @@ fuzz_target!(|input: Input| {
         let path = uri.path();
         let route = Route::of(&method, path);
         match &route {
-            Route::Dashboard(_) | Route::Healthz | Route::Metrics | Route::Status => {
+            Route::Dashboard(_)
+            | Route::Healthz
+            | Route::Metrics
+            | Route::Status
+            | Route::Fleet => {
                 assert_eq!(method, Method::GET)
             }
             Route::Reload | Route::SetEnabled { .. } => assert_eq!(method, Method::POST),
