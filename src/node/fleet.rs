@@ -59,6 +59,8 @@ pub(crate) struct Fleet {
     refused: std::sync::Mutex<Option<Refusal>>,
     /// The connection of the running session (for `GET /fleet`).
     store: std::sync::Mutex<Option<Store>>,
+    /// The running session's registry lease (0: none).
+    lease: std::sync::atomic::AtomicI64,
     connected: AtomicBool,
     /// The last error reaching etcd.
     error: std::sync::Mutex<Option<String>>,
@@ -80,8 +82,29 @@ impl Fleet {
             applied: std::sync::Mutex::new(applied),
             refused: std::sync::Mutex::new(None),
             store: std::sync::Mutex::new(None),
+            lease: std::sync::atomic::AtomicI64::new(0),
             connected: AtomicBool::new(false),
             error: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Leaves the registry at once (the drain began): revokes the session's lease, waiting
+    /// for etcd at most 2 s. The node's process may end as soon as the drain does, so the
+    /// follower task cannot be left to do it.
+    pub(crate) async fn leave(&self) {
+        let lease = self.lease.swap(0, Ordering::Relaxed);
+        let store = self.store.lock().expect("fleet state").clone();
+        if let (Some(mut store), true) = (store, lease != 0) {
+            match tokio::time::timeout(Duration::from_secs(2), store.client().lease_revoke(lease))
+                .await
+            {
+                Ok(Ok(_)) => tracing::info!("fleet: left the registry"),
+                Ok(Err(e)) => tracing::warn!(error = %crate::fleet::describe(&e.into()),
+                    "fleet: the registry entry stays until its lease runs out"),
+                Err(_) => tracing::warn!(
+                    "fleet: etcd did not answer; the registry entry stays until its lease runs out"
+                ),
+            }
         }
     }
 
@@ -220,10 +243,12 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
     loop {
         let began = std::time::Instant::now();
         let result = session(&inner, fleet).await;
-        *fleet.store.lock().expect("fleet state") = None;
         match result {
+            // Stopping: the session's connection and lease stay for `Fleet::leave`.
             Ok(()) => return,
             Err(e) => {
+                *fleet.store.lock().expect("fleet state") = None;
+                fleet.lease.store(0, Ordering::Relaxed);
                 let e = crate::fleet::describe(&e);
                 let was = fleet.error.lock().expect("fleet state").clone();
                 if was.as_deref() != Some(&e) {
@@ -283,6 +308,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
         .context("keeping the registry lease")?;
     let seen = store.current().await?;
     *fleet.store.lock().expect("fleet state") = Some(store.clone());
+    fleet.lease.store(lease, Ordering::Relaxed);
     let was = fleet.error.lock().expect("fleet state").clone();
     fleet.set_error(None);
     if was.is_some() {
@@ -304,9 +330,8 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let mut keep = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
     loop {
         tokio::select! {
+            // The drain began: `Node::shutdown` revokes the lease.
             _ = inner.stop.cancelled() => {
-                // Leaving at once, rather than when the lease runs out.
-                let _ = tokio::time::timeout(Duration::from_secs(2), store.client().lease_revoke(lease)).await;
                 return Ok(());
             }
             message = events.message() => {

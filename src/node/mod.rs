@@ -309,6 +309,10 @@ impl Node {
                 b.stop.cancel();
             }
         }
+        // A fleet node leaves the registry as its drain begins, not when its lease runs out.
+        if let Some(fleet) = &self.inner.fleet {
+            fleet.leave().await;
+        }
         self.inner.tracker.close();
         let open = self.inner.tracker.len();
         if open > 0 {

@@ -173,6 +173,16 @@ pub(crate) fn fleet_json(cluster: &Cluster) -> Value {
 /// region (leases of 2 s, each node's cache in the fleet's dir), each waited for until it
 /// serves revision 1.
 pub(crate) fn start_fleet(cluster: &Cluster, cfg: &Cfg, backends: &[Cfg]) -> Fleet {
+    start_fleet_leased(cluster, cfg, backends, "2s")
+}
+
+/// [`start_fleet`] with the nodes' `--lease-ttl`.
+pub(crate) fn start_fleet_leased(
+    cluster: &Cluster,
+    cfg: &Cfg,
+    backends: &[Cfg],
+    lease: &str,
+) -> Fleet {
     let endpoints = cluster.endpoints();
     let fleet = Fleet::start_with(
         cfg,
@@ -188,7 +198,7 @@ pub(crate) fn start_fleet(cluster: &Cluster, cfg: &Cfg, backends: &[Cfg]) -> Fle
                 "--cache",
                 &cache.display().to_string(),
                 "--lease-ttl",
-                "2s",
+                lease,
             ]
             .map(str::to_owned)
             .to_vec()

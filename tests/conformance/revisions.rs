@@ -267,28 +267,33 @@ fn with_the_whole_cluster_stopped_nodes_keep_serving_and_pick_up_the_next_revisi
 fn a_killed_node_leaves_the_registry_with_its_lease_and_a_stopped_one_at_once() {
     let cluster = Cluster::start();
     let cfg = Cfg::shipped();
-    let mut fleet = start_fleet(&cluster, &cfg, &[]);
     let count = |c: &Cluster| fleet_json(c)["nodes"].as_array().unwrap().len();
-    wait("both nodes registered", || count(&cluster) == 2);
+    {
+        let mut fleet = start_fleet(&cluster, &cfg, &[]);
+        wait("both nodes registered", || count(&cluster) == 2);
+        // SIGKILL: nothing revokes its lease; it runs out (2 s) and the entry goes with it.
+        fleet.kill_node("cn-shanghai");
+        wait("the killed node gone from the registry", || {
+            count(&cluster) == 1
+        });
+        let report = fleet_json(&cluster);
+        assert_eq!(report["nodes"][0]["region"], "cn-beijing", "{report:#}");
+    }
+    wait("the first fleet gone", || count(&cluster) == 0);
 
-    // SIGKILL: nothing revokes its lease; it runs out (2 s) and the entry goes with it.
-    fleet.kill_node("cn-shanghai");
-    wait("the killed node gone from the registry", || {
-        count(&cluster) == 1
-    });
-    let report = fleet_json(&cluster);
-    assert_eq!(report["nodes"][0]["region"], "cn-beijing", "{report:#}");
-
-    // SIGTERM: the node revokes its lease as its drain begins.
-    let pid = fleet.node("cn-beijing").child.0.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
+    // SIGTERM: a node revokes its lease as its drain begins. Leases of 300 s here, so an
+    // entry gone within the wait's bound (60 s) was revoked, not expired.
+    let fleet = start_fleet_leased(&cluster, &cfg, &[], "300s");
+    wait("both nodes registered again", || count(&cluster) == 2);
+    for n in &fleet.nodes {
+        let pid = n.child.0.id().to_string();
+        let term = std::process::Command::new("kill")
             .args(["-TERM", &pid])
             .status()
-            .unwrap()
-            .success()
-    );
-    wait("the stopped node gone from the registry", || {
+            .unwrap();
+        assert!(term.success());
+    }
+    wait("the stopped nodes gone from the registry", || {
         count(&cluster) == 0
     });
 }
