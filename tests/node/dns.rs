@@ -135,8 +135,17 @@ async fn a_names_addresses_are_targets_that_follow_its_records_as_their_ttl_runs
 
     // The records change: .1 goes, .3 comes, .2 stays.
     dns.set("api.test", &ips(&["127.0.0.2", "127.0.0.3"]), 1);
+    // The name's table, then the snapshot built from it: the endpoints traffic goes to.
     until("the new addresses in /status", || {
+        let mut ids: Vec<String> = status(&node)["listeners"][0]["groups"][0]["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
         addresses(&name_state(&node, "api.test")) == ["127.0.0.2", "127.0.0.3"]
+            && ids == [id("127.0.0.2"), id("127.0.0.3")]
     })
     .await;
     // .2 is still disabled (its state was kept), so .3 alone serves.
