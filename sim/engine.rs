@@ -141,6 +141,9 @@ pub(crate) struct Graded {
     pub(crate) keep: f64,
     /// Percent passed down to it by the groups above.
     pub(crate) spill: f64,
+    /// The share in parts, [first pass, leftover, spill], each at what the group keeps of it
+    /// ([`gtd::split::Share::kept_parts`]).
+    pub(crate) parts: [f64; 3],
 }
 
 /// One endpoint's line.
@@ -360,6 +363,7 @@ fn evaluate_region(
                     usable: plan.facts[gi].fraction,
                     keep: share.keep,
                     spill: share.spill,
+                    parts: share.kept_parts(),
                 }),
                 method: g.balance.name(),
                 observed: None,

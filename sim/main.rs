@@ -162,14 +162,8 @@ fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path, regions: Option<&std::path::Path>) -> Result<gtd::config::Config> {
-    let config = gtd::config::load(path, regions).map_err(|errors| {
-        let n = errors.0.len();
-        anyhow::anyhow!(
-            "{errors}\n{n} error{} in {}",
-            if n == 1 { "" } else { "s" },
-            path.display()
-        )
-    })?;
+    let config =
+        gtd::config::load(path, regions).map_err(|errors| anyhow::anyhow!(errors.report(path)))?;
     for w in &config.warnings {
         eprintln!("warning: {w}");
     }

@@ -245,29 +245,16 @@ fn draw_region(
     for g in &r.groups {
         let gi = names.iter().position(|n| *n == g.name).unwrap_or(0);
         let c = colour(gi);
-        // Under graceful the share is (first pass + leftover + spill) × keep (and the shares
-        // scaled to 100 when something passed the last group): each part is drawn at what the
-        // group keeps of it, so that the segments add up to the share.
-        let (scale, spill) = match g.graded {
-            None => (1.0, None),
-            Some(graded) => {
-                let reached = g.first_pass + g.leftover + graded.spill;
-                let scale = if reached > 0.0 {
-                    g.share / reached
-                } else {
-                    0.0
-                };
-                (scale, Some(graded.spill * scale))
-            }
+        // Under graceful each part is drawn at what the group keeps of it, so that the
+        // segments add up to the share; the spill from above is a third part.
+        let ([first, leftover, spill], graded) = match g.graded {
+            None => ([g.first_pass, g.leftover, 0.0], false),
+            Some(graded) => (graded.parts, true),
         };
         let parts = [
-            Some(("first-pass", g.first_pass * scale, c.to_owned())),
-            Some((
-                "leftover",
-                g.leftover * scale,
-                format!("url(#leftover-{li}-{gi})"),
-            )),
-            spill.map(|v| ("spill", v, format!("url(#spill-{li}-{gi})"))),
+            Some(("first-pass", first, c.to_owned())),
+            Some(("leftover", leftover, format!("url(#leftover-{li}-{gi})"))),
+            graded.then(|| ("spill", spill, format!("url(#spill-{li}-{gi})"))),
         ];
         for (part, value, fill) in parts.into_iter().flatten() {
             let w = px(value);

@@ -504,17 +504,7 @@ fn check(
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
-            let mut err = std::io::stderr().lock();
-            for e in &errors.0 {
-                writeln!(err, "{e}")?;
-            }
-            let n = errors.0.len();
-            writeln!(
-                err,
-                "{n} {} in {}",
-                if n == 1 { "error" } else { "errors" },
-                config.display()
-            )?;
+            writeln!(std::io::stderr().lock(), "{}", errors.report(&config))?;
             Ok(ExitCode::FAILURE)
         }
     }

@@ -51,6 +51,19 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl ConfigErrors {
+    /// Every error, one per line, then their count and the file: what `gtd check`, `gtd push`,
+    /// `sim`, the demo and a node's start or reload say about a bad config.
+    pub fn report(&self, file: &std::path::Path) -> String {
+        let n = self.0.len();
+        format!(
+            "{self}\n{n} {} in {}",
+            if n == 1 { "error" } else { "errors" },
+            file.display()
+        )
+    }
+}
+
 /// 1-based (line, column) of a byte offset in `text`; the column counts characters.
 pub fn position(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());

@@ -126,14 +126,8 @@ fn insecure_tls() -> Result<tokio_rustls::TlsConnector> {
 /// Runs the demo; returns the final report (table or JSON) for stdout.
 pub async fn run(opts: Options) -> Result<String> {
     let config = Arc::new(
-        config::load(&opts.config, opts.regions.as_deref()).map_err(|e| {
-            let n = e.0.len();
-            anyhow!(
-                "{e}\n{n} error{} in {}",
-                if n == 1 { "" } else { "s" },
-                opts.config.display()
-            )
-        })?,
+        config::load(&opts.config, opts.regions.as_deref())
+            .map_err(|e| anyhow!(e.report(&opts.config)))?,
     );
     if opts.rate == 0 {
         bail!("--rate 0: the demo needs at least one decision a second");

@@ -231,12 +231,7 @@ fn numbers(kept: &[u64]) -> String {
 
 /// Every error, one per line, and the count: `gtd check`'s words.
 fn refusal(errors: &config::ConfigErrors, file: &Path) -> String {
-    let n = errors.0.len();
-    format!(
-        "{errors}\n{n} {} in {}; nothing was published\n",
-        if n == 1 { "error" } else { "errors" },
-        file.display()
-    )
+    format!("{}; nothing was published\n", errors.report(file))
 }
 
 /// A unified diff of two revisions' config and catalogue texts (empty parts left out).

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Mutex;
@@ -128,14 +128,7 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
             opts.config.clone(),
         ),
     };
-    let mut config = loaded.map_err(|errors| {
-        let n = errors.0.len();
-        anyhow!(
-            "{errors}\n{n} error{} in {}",
-            if n == 1 { "" } else { "s" },
-            file.display()
-        )
-    })?;
+    let mut config = loaded.map_err(|errors| anyhow!(errors.report(&file)))?;
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
@@ -144,6 +137,19 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
         config.node.source_ip = Some(ip);
     }
     Ok(config)
+}
+
+/// Refuses `config` for an admin server on `bind` that anyone beyond this host could reach
+/// without a token (at start, with `--admin`; on every reload, since the server stays bound).
+fn guard_admin(config: &Config, bind: SocketAddr) -> std::result::Result<(), String> {
+    if !config.admin.exposed(bind) {
+        return Ok(());
+    }
+    Err(format!(
+        "the admin server on {bind} is reachable beyond this host, and [admin] in {} has no \
+         token: set token = \"...\" or allow_without_token = true",
+        config.source.display()
+    ))
 }
 
 impl Node {
@@ -210,13 +216,7 @@ impl Node {
         snapshot.access = access.install(sink).await.map_err(|e| anyhow!(e))?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
-        if config.admin.exposed(admin_bind) {
-            bail!(
-                "--admin {admin_bind}: reachable beyond this host, and [admin] has no token: \
-                 set token = \"...\" or allow_without_token = true in {}",
-                opts.config.display()
-            );
-        }
+        guard_admin(&config, admin_bind).map_err(|e| anyhow!(e))?;
         let admin = TcpListener::bind(admin_bind)
             .await
             .with_context(|| format!("binding the admin server on {admin_bind}"))?;
@@ -418,13 +418,7 @@ impl Inner {
                     .map_err(|e| format!("{e:#}"))?;
             // The admin server stays where it was bound: a config that takes its token away
             // while it is reachable beyond this host would open reloads and toggles to anyone.
-            if config.admin.exposed(self.admin_addr) {
-                return Err(format!(
-                    "the admin server on {} is reachable beyond this host, and this config's \
-                     [admin] has no token: set token = \"...\" or allow_without_token = true",
-                    self.admin_addr
-                ));
-            }
+            guard_admin(&config, self.admin_addr)?;
             let config = Arc::new(config);
             // New names are looked up before the snapshot that uses them is built.
             self.names.prepare(&config, &self.region).await?;

@@ -96,6 +96,29 @@ pub struct Share {
     pub total: f64,
 }
 
+impl Share {
+    /// The share in its parts, [first pass, leftover, spill], each at what the group keeps of
+    /// it, so that they add up to `total` (for drawing the split). In the cascade modes that is
+    /// `[first_pass, leftover, 0]`; under graceful every part of what reached the group times
+    /// `total / (first_pass + leftover + spill)`.
+    pub fn kept_parts(&self) -> [f64; 3] {
+        let reached = self.first_pass + self.leftover + self.spill;
+        if self.spill == 0.0 && self.total == reached {
+            return [self.first_pass, self.leftover, 0.0];
+        }
+        let scale = if reached > 0.0 {
+            self.total / reached
+        } else {
+            0.0
+        };
+        [
+            self.first_pass * scale,
+            self.leftover * scale,
+            self.spill * scale,
+        ]
+    }
+}
+
 /// Computes the split of `groups` (priority order) into `out` (same length) and returns the mode.
 ///
 /// Allocation-free. Rules (docs/design.md §3.2–3.3):
