@@ -11,7 +11,7 @@ use crate::tls::{get_over, tls_connect};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,20 @@ fn access_to(file: &Path) -> String {
 }
 
 /// A port nothing listens on: an endpoint there refuses every connection.
+/// A node with one HTTP listener `web` of `groups`, logging to `DIR/access.log`: (the temp
+/// dir, the log's path, the node, the listener's address).
+async fn web_logged(groups: &str) -> (tempfile::TempDir, PathBuf, gtd::node::Node, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let cfg = write_config(
+        dir.path(),
+        &format!("{}{}", access_to(&log), listener("web", "http", "", groups)),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    (dir, log, node, addr)
+}
+
 fn refusing() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port(false)))
 }
@@ -97,26 +111,15 @@ fn refusing() -> SocketAddr {
 async fn a_retried_request_is_logged_with_its_group_endpoint_bytes_and_times() {
     let served = Backend::start("two", 200).await;
     let dead = refusing();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
     // Round robin tries the first endpoint first: it refuses, the retry goes to the second.
-    let groups = group(
+    let (_dir, log, node, addr) = web_logged(&group(
         "g",
         "cn-beijing",
         100.0,
         "",
         &[(dead, ""), (served.addr, "")],
-    );
-    let cfg = write_config(
-        dir.path(),
-        &format!(
-            "{}{}",
-            access_to(&log),
-            listener("web", "http", "", &groups)
-        ),
-    );
-    let node = start(&cfg).await;
-    let addr = listener_addr(&node, "web").await;
+    ))
+    .await;
     let (status, _, body) = send(
         &client(),
         "POST",
@@ -165,19 +168,8 @@ async fn a_retried_request_is_logged_with_its_group_endpoint_bytes_and_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gtds_own_502_and_503_have_dashes_where_nothing_applies() {
     let dead = refusing();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let groups = group("g", "cn-beijing", 100.0, "", &[(dead, "")]);
-    let cfg = write_config(
-        dir.path(),
-        &format!(
-            "{}{}",
-            access_to(&log),
-            listener("web", "http", "", &groups)
-        ),
-    );
-    let node = start(&cfg).await;
-    let addr = listener_addr(&node, "web").await;
+    let (_dir, log, node, addr) =
+        web_logged(&group("g", "cn-beijing", 100.0, "", &[(dead, "")])).await;
     let c = client();
     // The only endpoint refuses: 502, and the failure takes it out (max_fails = 1)...
     assert_eq!(get(&c, &format!("http://{addr}/first"), &[]).await.0, 502);
@@ -496,19 +488,8 @@ async fn a_client_that_leaves_before_the_answer_is_logged_without_a_status() {
         }
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let groups = group("g", "cn-beijing", 100.0, "", &[(silent, "")]);
-    let cfg = write_config(
-        dir.path(),
-        &format!(
-            "{}{}",
-            access_to(&log),
-            listener("web", "http", "", &groups)
-        ),
-    );
-    let node = start(&cfg).await;
-    let addr = listener_addr(&node, "web").await;
+    let (_dir, log, node, addr) =
+        web_logged(&group("g", "cn-beijing", 100.0, "", &[(silent, "")])).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut s, b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
