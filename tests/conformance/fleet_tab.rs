@@ -13,7 +13,10 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
     };
     let cluster = Cluster::start();
     let mut cfg = Cfg::shipped();
-    let mut fleet = start_fleet(&cluster, &cfg, &[]);
+    // Real backends: without them every group's checks fail, and the shares the tab shows
+    // depend on how far the checks got.
+    let mut fleet = start_fleet(&cluster, &cfg, std::slice::from_ref(&cfg));
+    fleet.wait_health(&[]);
 
     // Revision 2 moves the game listener to a port held on Shanghai's address only.
     let (_squatter, port) = port_taken_on(&mut cfg, "game", fleet.node("cn-shanghai").ip);
@@ -27,6 +30,25 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
             .unwrap()
             .iter()
             .any(|n| n["region"] == "cn-shanghai" && n["refused"]["revision"] == 2)
+    });
+    wait("Beijing's groups healthy in its registry entry", || {
+        fleet_json(&cluster)["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| {
+                n["region"] == "cn-beijing"
+                    && n["applied"] == 2
+                    && n["listeners"].as_array().is_some_and(|ls| {
+                        ls.iter().all(|l| {
+                            l["groups"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .all(|g| g["health"] == "healthy")
+                        })
+                    })
+            })
     });
     let ids: Vec<String> = fleet_json(&cluster)["nodes"]
         .as_array()
