@@ -45,12 +45,13 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_1_ms_apart_do_not_trade_places_on_jitter() {
-    // Beijing answers in 41 ms, Shanghai in 40 ms, each ±3 ms from check to check: Shanghai is
-    // faster, but by far less than the margin (max(5 ms, 20 %)).
+    // Beijing answers in 201 ms, Shanghai in 200 ms, each ±3 ms from check to check: Shanghai
+    // is faster, but by far less than the margin (max(5 ms, 20 %) = 40 ms). The times are long
+    // so that a loaded machine's scheduling delays (tens of ms) stay inside the margin too.
     let jitter =
         |base: u64| move |n: u64| Reply::late(Duration::from_millis(base - 3 + (n * 7919) % 7));
-    let bj = Scripted::start("bj", jitter(41)).await;
-    let sh = Scripted::start("sh", jitter(40)).await;
+    let bj = Scripted::start("bj", jitter(201)).await;
+    let sh = Scripted::start("sh", jitter(200)).await;
     let check = http_check("");
     let groups = [
         group("beijing", "cn-beijing", 100.0, &check, &[(bj.addr, "")]),
