@@ -58,8 +58,8 @@ enum Command {
         /// object per line.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
-        /// Serve the fleet's revisions from these etcd endpoints (host:port or
-        /// http://host:port, comma separated) instead of --config.
+        /// Serve the fleet's revisions from these etcd endpoints (host:port, http://host:port
+        /// or https://host:port, comma separated) instead of --config.
         #[arg(long, value_name = "URL,...", value_delimiter = ',', conflicts_with_all = ["config", "regions"])]
         etcd: Vec<String>,
         #[command(flatten)]
@@ -145,15 +145,69 @@ enum Command {
     },
 }
 
-/// `--etcd` and `--prefix`.
+/// `--etcd`, its credentials and `--prefix`.
 #[derive(clap::Args)]
 struct Etcd {
-    /// etcd endpoints: host:port or http://host:port, comma separated.
+    /// etcd endpoints: host:port, http://host:port or https://host:port, comma separated.
     #[arg(long, value_name = "URL,...", value_delimiter = ',', required = true)]
     etcd: Vec<String>,
+    #[command(flatten)]
+    credentials: EtcdCredentials,
     /// The key prefix the fleet lives under.
     #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX)]
     prefix: String,
+}
+
+/// How to show etcd who is asking: TLS (with a client certificate) and a user.
+#[derive(clap::Args)]
+struct EtcdCredentials {
+    /// TLS to etcd: the CA certificates (PEM) its certificate is checked against.
+    #[arg(long, value_name = "FILE")]
+    etcd_cacert: Option<PathBuf>,
+    /// A client certificate (PEM chain) to show etcd (its --client-cert-auth); with
+    /// --etcd-key.
+    #[arg(long, value_name = "FILE")]
+    etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    etcd_key: Option<PathBuf>,
+    /// An etcd user (a cluster with `etcdctl auth enable`); its password from
+    /// --etcd-password-file or the GTD_ETCD_PASSWORD environment variable.
+    #[arg(long, value_name = "NAME")]
+    etcd_user: Option<String>,
+    /// A file whose first line is --etcd-user's password.
+    #[arg(long, value_name = "FILE")]
+    etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdCredentials {
+    /// The first flag given, if any.
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.etcd_cacert.is_some(), "--etcd-cacert"),
+            (self.etcd_cert.is_some(), "--etcd-cert"),
+            (self.etcd_key.is_some(), "--etcd-key"),
+            (self.etcd_user.is_some(), "--etcd-user"),
+            (self.etcd_password_file.is_some(), "--etcd-password-file"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// The access to `urls` with these credentials (files read and checked now).
+    fn access(self, urls: &[String]) -> anyhow::Result<gtd::fleet::Access> {
+        gtd::fleet::Access::new(
+            urls,
+            gtd::fleet::Credentials {
+                cacert: self.etcd_cacert,
+                cert: self.etcd_cert,
+                key: self.etcd_key,
+                user: self.etcd_user,
+                password_file: self.etcd_password_file,
+                password_env: std::env::var(gtd::fleet::access::PASSWORD_ENV).ok(),
+            },
+        )
+    }
 }
 
 /// `gtd run`'s fleet settings (with `--etcd`).
@@ -172,6 +226,8 @@ struct NodeFleet {
     /// The registry lease: a node that dies leaves the registry within this (default 10s).
     #[arg(long)]
     lease_ttl: Option<String>,
+    #[command(flatten)]
+    credentials: EtcdCredentials,
 }
 
 impl NodeFleet {
@@ -186,6 +242,7 @@ impl NodeFleet {
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
+        .or_else(|| self.credentials.given())
     }
 }
 
@@ -285,8 +342,8 @@ fn command(command: Command) -> anyhow::Result<ExitCode> {
             rollback,
             keep,
         } => push(gtd::fleet::push::Options {
-            endpoints: gtd::fleet::endpoints(&etcd.etcd)?,
             prefix: gtd::fleet::normalise_prefix(&etcd.prefix)?,
+            etcd: etcd.credentials.access(&etcd.etcd)?,
             config,
             regions,
             keep,
@@ -319,7 +376,7 @@ fn node_fleet_options(
         }
     });
     Ok(gtd::node::fleet::Options {
-        endpoints: gtd::fleet::endpoints(etcd)?,
+        etcd: f.credentials.access(etcd)?,
         prefix: gtd::fleet::normalise_prefix(
             f.prefix.as_deref().unwrap_or(gtd::fleet::DEFAULT_PREFIX),
         )?,
@@ -358,10 +415,10 @@ fn push(opts: gtd::fleet::push::Options) -> anyhow::Result<ExitCode> {
 }
 
 fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<ExitCode> {
-    let endpoints = gtd::fleet::endpoints(&etcd.etcd)?;
     let prefix = gtd::fleet::normalise_prefix(&etcd.prefix)?;
+    let access = etcd.credentials.access(&etcd.etcd)?;
     fleet_command(|| async {
-        let mut store = gtd::fleet::Store::connect(&endpoints, &prefix).await?;
+        let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
         let out = match &what {
             Some(FleetCommand::Diff { a, b }) => {
                 gtd::fleet::report::diff(&mut store, *a, *b).await?

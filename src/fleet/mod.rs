@@ -14,6 +14,7 @@
 //! node never sees a number whose document is missing. Nodes watch `PREFIX/revision`
 //! ([`crate::node`]'s fleet follower) and apply each new revision as a reload.
 
+pub mod access;
 pub mod push;
 pub mod registry;
 pub mod report;
@@ -28,6 +29,8 @@ use etcd_client::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Config, ConfigErrors};
+
+pub use access::{Access, Credentials};
 
 /// The prefix when none is given.
 pub const DEFAULT_PREFIX: &str = "/gtd";
@@ -101,11 +104,17 @@ pub fn describe(e: &anyhow::Error) -> String {
     let mut parts = Vec::new();
     for cause in e.chain() {
         if let Some(etcd) = cause.downcast_ref::<etcd_client::Error>() {
-            let mut words = match etcd {
-                etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
-                other => other.to_string(),
+            // etcd_client::Error names no source: start from the status's or transport's.
+            let (mut words, mut source) = match etcd {
+                etcd_client::Error::GRpcStatus(status) => (
+                    status.message().to_owned(),
+                    std::error::Error::source(status),
+                ),
+                etcd_client::Error::TransportError(t) => {
+                    (t.to_string(), std::error::Error::source(t))
+                }
+                other => (other.to_string(), None),
             };
-            let mut source = std::error::Error::source(etcd);
             while let Some(s) = source {
                 words = s.to_string();
                 source = s.source();
@@ -130,33 +139,6 @@ pub struct Current {
     pub header: i64,
 }
 
-/// `--etcd` endpoints: `host:port` or `http://host:port`, comma separated or repeated.
-pub fn endpoints(urls: &[String]) -> Result<Vec<String>> {
-    let list: Vec<String> = urls
-        .iter()
-        .flat_map(|u| u.split(','))
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if list.is_empty() {
-        bail!("--etcd: no endpoint given (host:port or http://host:port)");
-    }
-    for u in &list {
-        if u.starts_with("https://") {
-            bail!("--etcd {u}: TLS to etcd is not supported yet; use http:// on a trusted network");
-        }
-        let rest = u.strip_prefix("http://").unwrap_or(u);
-        if rest
-            .rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-        {
-            bail!("--etcd {u}: expected host:port or http://host:port");
-        }
-    }
-    Ok(list)
-}
-
 /// A prefix as keys use it: starts with `/`, no trailing `/`.
 pub fn normalise_prefix(prefix: &str) -> Result<String> {
     let p = prefix.trim_end_matches('/');
@@ -172,8 +154,11 @@ impl Store {
     /// channel keeps sending a share of requests to a dead member (each failing with a
     /// connect error), while a connection to one member fails as a whole and the caller
     /// moves on to the next.
-    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Store> {
+    pub async fn connect(access: &Access, prefix: &str) -> Result<Store> {
         let prefix = normalise_prefix(prefix)?;
+        // The certificate and password files as they are now (rotated ones included).
+        let options = access.options()?;
+        let endpoints = access.endpoints();
         // Spread over the members: nodes started together do not all pick the first.
         let start = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -183,7 +168,7 @@ impl Store {
         let mut errors = Vec::new();
         for i in 0..endpoints.len() {
             let endpoint = &endpoints[(start + i) % endpoints.len()];
-            match Store::connect_one(endpoint).await {
+            match Store::connect_one(endpoint, options.clone()).await {
                 Ok(client) => {
                     return Ok(Store {
                         client,
@@ -191,30 +176,43 @@ impl Store {
                         endpoint: endpoint.clone(),
                     });
                 }
-                Err(e) => errors.push(format!("{endpoint}: {e:#}")),
+                Err((why, refused)) => {
+                    errors.push((format!("{endpoint}: {why}"), refused || access.closes(&why)));
+                }
             }
         }
-        Err(Unreachable(errors.join("; ")).into())
+        let refused = errors.iter().all(|(_, r)| *r);
+        let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
+        let mut reasons = errors
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if let Some(hint) = hint {
+            reasons = format!("{reasons}; {hint}");
+        }
+        Err(Unreachable { reasons, refused }.into())
     }
 
-    async fn connect_one(endpoint: &str) -> Result<Client> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_require_leader(true);
+    /// A connection to one member, or why not and whether it was refused (see [`refusal`]).
+    async fn connect_one(
+        endpoint: &str,
+        options: ConnectOptions,
+    ) -> std::result::Result<Client, (String, bool)> {
         let work = async {
             let mut client: Client = Client::connect([endpoint], Some(options)).await?;
             let status = client.status().await?;
-            if status.leader() == 0 {
-                bail!("the member knows no leader");
-            }
-            Ok(client)
+            Ok::<_, etcd_client::Error>((client, status.leader()))
         };
-        tokio::time::timeout(CONNECT_TIMEOUT * 2, work)
-            .await
-            .map_err(|_| anyhow!("timed out"))?
-            .map_err(|e| anyhow!(describe(&e)))
+        match tokio::time::timeout(CONNECT_TIMEOUT * 2, work).await {
+            Err(_) => Err(("timed out".to_owned(), false)),
+            Ok(Err(e)) => {
+                let refused = refusal(&e);
+                Err((describe(&e.into()), refused))
+            }
+            Ok(Ok((_, 0))) => Err(("the member knows no leader".to_owned(), false)),
+            Ok(Ok((client, _))) => Ok(client),
+        }
     }
 
     /// The member this connection talks to.
@@ -376,18 +374,56 @@ impl Store {
 }
 
 /// Whether `e` came from etcd itself (a leader election under way, a member gone, a timeout):
-/// worth trying again, unlike a refusal of gtd's own.
+/// worth trying again, unlike a refusal of gtd's own or a [`refusal`] of etcd's.
 pub fn transient(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.downcast_ref::<etcd_client::Error>().is_some()
-            || c.downcast_ref::<Unreachable>().is_some()
+        c.downcast_ref::<etcd_client::Error>()
+            .is_some_and(|e| !refusal(e))
+            || c.downcast_ref::<Unreachable>().is_some_and(|u| !u.refused)
     })
 }
 
-/// No member answered with a leader (each member's reason).
+/// Whether etcd's answer is one that asking again will not change: credentials or a request
+/// it refuses (a wrong password, a permission the user lacks, no user at all), or a
+/// certificate that one side of the TLS handshake refuses.
+pub fn refusal(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    let tls = |mut source: Option<&(dyn std::error::Error + 'static)>| {
+        while let Some(s) = source {
+            // tokio-rustls hands rustls's errors (ours, and the peer's alerts) up as
+            // io::Error of kind InvalidData, sometimes with only their text.
+            let io = s.downcast_ref::<std::io::Error>();
+            if s.is::<rustls::Error>()
+                || io.is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+            {
+                return true;
+            }
+            source = s.source();
+        }
+        false
+    };
+    match e {
+        etcd_client::Error::GRpcStatus(status) => match status.code() {
+            Code::Unauthenticated | Code::PermissionDenied => true,
+            // "authentication failed", "user name is empty"..., but not "revision of auth
+            // store is old" (the client catches up by asking again).
+            Code::InvalidArgument | Code::FailedPrecondition => {
+                !status.message().contains("is old")
+            }
+            _ => tls(std::error::Error::source(status)),
+        },
+        etcd_client::Error::TransportError(t) => tls(std::error::Error::source(t)),
+        _ => false,
+    }
+}
+
+/// No member answered with a leader (each member's reason), or every one refused.
 #[derive(Debug, thiserror::Error)]
-#[error("no etcd member answered with a leader ({0})")]
-pub struct Unreachable(String);
+#[error("{}", if *refused { format!("etcd refused gtd ({reasons})") } else { format!("no etcd member answered with a leader ({reasons})") })]
+pub struct Unreachable {
+    reasons: String,
+    refused: bool,
+}
 
 /// Runs `work` again while it fails with a [`transient`] error, for up to 15 s, pausing 0.25 s
 /// then twice as long each time: a command run during a leader election (a few seconds after

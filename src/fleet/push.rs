@@ -12,8 +12,8 @@ use crate::config;
 /// What `gtd push` was asked.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// etcd endpoints.
-    pub endpoints: Vec<String>,
+    /// etcd's members and the credentials to show them.
+    pub etcd: super::Access,
     /// Key prefix.
     pub prefix: String,
     /// The config file to publish.
@@ -82,7 +82,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     for w in &cfg.warnings {
         warnings.push_str(&format!("warning: {w}\n"));
     }
-    let mut store = Store::connect(&opts.endpoints, &opts.prefix).await?;
+    let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
     let seen = store.current().await?;
     let running = running(&mut store, seen).await?;
     if let Some(r) = &running
@@ -130,7 +130,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 
 /// `gtd push --rollback [REV]`: republishes a kept revision's text as a new revision.
 async fn rollback(opts: &Options) -> Result<Outcome> {
-    let mut store = Store::connect(&opts.endpoints, &opts.prefix).await?;
+    let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
     let seen = store.current().await?;
     let Some(running) = running(&mut store, seen).await? else {
         bail!(

@@ -22,8 +22,8 @@ use crate::fleet::{Revision, Store};
 /// `gtd run --etcd ...`.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// etcd endpoints.
-    pub endpoints: Vec<String>,
+    /// etcd's members and the credentials to show them.
+    pub etcd: crate::fleet::Access,
     /// Key prefix.
     pub prefix: String,
     /// Where the served revision is cached.
@@ -138,7 +138,8 @@ impl Fleet {
             (a.0.revision, a.1)
         };
         json!({
-            "id": id, "prefix": self.opts.prefix, "etcd": self.opts.endpoints,
+            "id": id, "prefix": self.opts.prefix, "etcd": self.opts.etcd.endpoints(),
+            "tls": self.opts.etcd.tls(), "user": self.opts.etcd.user(),
             "applied": applied, "source": source.as_str(),
             "refused": *self.refused.lock().expect("fleet state"),
             "connected": self.connected.load(Ordering::Relaxed),
@@ -151,7 +152,7 @@ impl Fleet {
         let running = self.store.lock().expect("fleet state").clone();
         match running {
             Some(s) => Ok(s),
-            None => Store::connect(&self.opts.endpoints, &self.opts.prefix).await,
+            None => Store::connect(&self.opts.etcd, &self.opts.prefix).await,
         }
     }
 }
@@ -169,7 +170,7 @@ impl Source {
 pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     let cached = read_cache(&opts.cache);
     let from_etcd = async {
-        let mut store = Store::connect(&opts.endpoints, &opts.prefix).await?;
+        let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
         let seen = store.current().await?;
         if seen.number == 0 {
             bail!(
@@ -293,7 +294,7 @@ async fn cache(fleet: &Fleet, r: &Arc<Revision>) {
 /// One connection's life: a lease, the entry, the watch. Returns `Ok` when the node stops,
 /// an error when etcd is lost (the caller reconnects).
 async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
-    let mut store = Store::connect(&fleet.opts.endpoints, &fleet.opts.prefix).await?;
+    let mut store = Store::connect(&fleet.opts.etcd, &fleet.opts.prefix).await?;
     let ttl = fleet.opts.lease_ttl.as_secs().max(1) as i64;
     let lease = store
         .client()

@@ -1,6 +1,9 @@
 //! A real etcd cluster on loopback for the fleet tests: three members (Debian's `etcd-server`),
 //! each started and stopped by this harness by its own PID, in a temp dir; and the `gtd push` /
-//! `gtd fleet` commands run against it as an operator runs them.
+//! `gtd fleet` commands run against it as an operator runs them. A secure cluster
+//! ([`Cluster::start_secure`]) serves clients over TLS only, with client certificates required,
+//! and can turn on etcd's users ([`Cluster::enable_users`]): `pusher` may write the prefix,
+//! `node` may read it and write the registry only.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -8,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::common::Child;
+use crate::common::{Child, Pki};
 use crate::fleet::{Cfg, Fleet, NodeProc, free_port, http, wait};
 
 /// One member: its ports, data dir and process (None while stopped).
@@ -23,13 +26,62 @@ struct Member {
 pub(crate) struct Cluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    secure: Option<Secure>,
 }
+
+/// A secure cluster's files (in the cluster's dir) and whether its users are on.
+struct Secure {
+    ca: PathBuf,
+    server: (PathBuf, PathBuf),
+    client: (PathBuf, PathBuf),
+    users: bool,
+}
+
+/// Who runs a `gtd` command against the cluster (which etcd user, once users are on).
+#[derive(Clone, Copy)]
+pub(crate) enum As {
+    /// `gtd push` and `gtd fleet`: user `pusher` (read and write under /gtd/).
+    Pusher,
+    /// `gtd run`: user `node` (read under /gtd/, write under /gtd/nodes/).
+    Node,
+}
+
+/// The password of each test user (in a file `pw-USER` of the cluster's dir).
+const PASSWORD: &str = "correct horse battery staple";
 
 impl Cluster {
     /// Starts three members and waits until every one answers `/health` as healthy (a leader
     /// elected).
     pub(crate) fn start() -> Cluster {
+        Cluster::start_with(|_| None)
+    }
+
+    /// [`Cluster::start`] serving clients over TLS only (a certificate for 127.0.0.1 signed by
+    /// a test CA), with client certificates required (`--client-cert-auth`); users off.
+    pub(crate) fn start_secure() -> Cluster {
+        Cluster::start_with(|dir| {
+            let pki = Pki::new();
+            let write = |name: &str, text: &str| {
+                let p = dir.join(name);
+                std::fs::write(&p, text).unwrap();
+                p
+            };
+            let (cert, key) = pki.issue(&["127.0.0.1", "localhost"], false);
+            let server = (write("server.pem", &cert), write("server-key.pem", &key));
+            let (cert, key) = pki.issue(&["gtd-client"], true);
+            let client = (write("client.pem", &cert), write("client-key.pem", &key));
+            Some(Secure {
+                ca: write("ca.pem", &pki.ca_pem()),
+                server,
+                client,
+                users: false,
+            })
+        })
+    }
+
+    fn start_with(secure: impl FnOnce(&Path) -> Option<Secure>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
+        let secure = secure(dir.path());
         let members: Vec<Member> = (1..=3)
             .map(|i| Member {
                 name: format!("m{i}"),
@@ -38,7 +90,11 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        let mut c = Cluster { dir, members };
+        let mut c = Cluster {
+            dir,
+            members,
+            secure,
+        };
         for i in 0..3 {
             c.start_member(i);
         }
@@ -59,12 +115,29 @@ impl Cluster {
             .append(true)
             .open(self.dir.path().join(format!("{}.log", m.name)))
             .unwrap();
-        let child = Command::new("etcd")
+        let scheme = self.scheme();
+        let mut etcd = Command::new("etcd");
+        if let Some(s) = &self.secure {
+            etcd.arg("--cert-file")
+                .arg(&s.server.0)
+                .arg("--key-file")
+                .arg(&s.server.1)
+                .arg("--trusted-ca-file")
+                .arg(&s.ca)
+                .arg("--client-cert-auth")
+                // Tokens that expire between two of a node's registry refreshes (every 2 s):
+                // each refresh meets an expired one.
+                .args(["--auth-token-ttl", "1"]);
+        }
+        let child = etcd
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
-            .args(["--listen-client-urls", &format!("http://{}", m.client)])
-            .args(["--advertise-client-urls", &format!("http://{}", m.client)])
+            .args(["--listen-client-urls", &format!("{scheme}://{}", m.client)])
+            .args([
+                "--advertise-client-urls",
+                &format!("{scheme}://{}", m.client),
+            ])
             .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
             .args([
                 "--initial-advertise-peer-urls",
@@ -85,10 +158,24 @@ impl Cluster {
     /// Waits until every running member says it is healthy.
     pub(crate) fn wait_healthy(&self) {
         for m in self.members.iter().filter(|m| m.child.is_some()) {
-            wait(
-                &format!("etcd member {} healthy", m.name),
-                || matches!(http(m.client, "GET", "/health"), Some((200, body)) if body.contains("true")),
-            );
+            let url = format!("https://{}", m.client);
+            wait(&format!("etcd member {} healthy", m.name), || {
+                if self.secure.is_some() {
+                    self.etcdctl(&["--endpoints", &url, "endpoint", "health"])
+                        .status
+                        .success()
+                } else {
+                    matches!(http(m.client, "GET", "/health"), Some((200, body)) if body.contains("true"))
+                }
+            });
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.secure.is_some() {
+            "https"
+        } else {
+            "http"
         }
     }
 
@@ -96,9 +183,126 @@ impl Cluster {
     pub(crate) fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("http://{}", m.client))
+            .map(|m| format!("{}://{}", self.scheme(), m.client))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// `--etcd ENDPOINTS` and, on a secure cluster, the CA, the client certificate and (once
+    /// users are on) `who`'s user and password file: what `who` passes to reach the cluster.
+    pub(crate) fn access(&self, who: As) -> Vec<String> {
+        let mut args = vec!["--etcd".to_owned(), self.endpoints()];
+        if let Some(s) = &self.secure {
+            for (flag, path) in [
+                ("--etcd-cacert", &s.ca),
+                ("--etcd-cert", &s.client.0),
+                ("--etcd-key", &s.client.1),
+            ] {
+                args.extend([flag.to_owned(), path.display().to_string()]);
+            }
+            if s.users {
+                let user = match who {
+                    As::Pusher => "pusher",
+                    As::Node => "node",
+                };
+                args.extend([
+                    "--etcd-user".to_owned(),
+                    user.to_owned(),
+                    "--etcd-password-file".to_owned(),
+                    self.dir
+                        .path()
+                        .join(format!("pw-{user}"))
+                        .display()
+                        .to_string(),
+                ]);
+            }
+        }
+        args
+    }
+
+    /// A secure cluster's CA file.
+    pub(crate) fn ca(&self) -> &Path {
+        &self.secure.as_ref().expect("a secure cluster").ca
+    }
+
+    /// `etcdctl ARGS` as root (its client certificate; once users are on, root's password),
+    /// against every member unless ARGS name `--endpoints`.
+    pub(crate) fn etcdctl(&self, args: &[&str]) -> Output {
+        let mut c = Command::new("etcdctl");
+        c.env("ETCDCTL_API", "3");
+        if !args.contains(&"--endpoints") {
+            c.args(["--endpoints", &self.endpoints()]);
+        }
+        if let Some(s) = &self.secure {
+            c.arg("--cacert")
+                .arg(&s.ca)
+                .arg("--cert")
+                .arg(&s.client.0)
+                .arg("--key")
+                .arg(&s.client.1);
+            if s.users {
+                c.args(["--user", &format!("root:{PASSWORD}")]);
+            }
+        }
+        c.args(args).output().expect("run etcdctl")
+    }
+
+    /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`: read and write under /gtd/)
+    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/), each
+    /// with [`PASSWORD`] in `pw-USER`. From now on [`Cluster::access`] names a user.
+    pub(crate) fn enable_users(&mut self) {
+        let run = |args: &[&str]| {
+            let out = self.etcdctl(args);
+            assert!(
+                out.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        for user in ["root", "pusher", "node"] {
+            run(&[
+                "user",
+                "add",
+                user,
+                "--interactive=false",
+                &format!("--new-user-password={PASSWORD}"),
+            ]);
+            std::fs::write(
+                self.dir.path().join(format!("pw-{user}")),
+                format!("{PASSWORD}\n"),
+            )
+            .unwrap();
+        }
+        run(&["role", "add", "gtd-push"]);
+        run(&[
+            "role",
+            "grant-permission",
+            "gtd-push",
+            "--prefix=true",
+            "readwrite",
+            "/gtd/",
+        ]);
+        run(&["role", "add", "gtd-node"]);
+        run(&[
+            "role",
+            "grant-permission",
+            "gtd-node",
+            "--prefix=true",
+            "read",
+            "/gtd/",
+        ]);
+        run(&[
+            "role",
+            "grant-permission",
+            "gtd-node",
+            "--prefix=true",
+            "readwrite",
+            "/gtd/nodes/",
+        ]);
+        run(&["user", "grant-role", "pusher", "gtd-push"]);
+        run(&["user", "grant-role", "node", "gtd-node"]);
+        run(&["auth", "enable"]);
+        self.secure.as_mut().expect("a secure cluster").users = true;
     }
 
     /// Kills member `i` (SIGKILL) and reaps it.
@@ -135,15 +339,23 @@ pub(crate) fn gtd(args: &[&str]) -> Output {
         .expect("run gtd")
 }
 
+/// `gtd ARGS` with `who`'s access to the cluster after ARGS.
+pub(crate) fn gtd_as(cluster: &Cluster, who: As, args: &[&str]) -> Output {
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(cluster.access(who));
+    Command::new(env!("CARGO_BIN_EXE_gtd"))
+        .args(&all)
+        .output()
+        .expect("run gtd")
+}
+
 /// `gtd push --etcd ... --config CONFIG`.
 fn push_output(cluster: &Cluster, config: &Path) -> Output {
-    gtd(&[
-        "push",
-        "--etcd",
-        &cluster.endpoints(),
-        "--config",
-        &config.display().to_string(),
-    ])
+    gtd_as(
+        cluster,
+        As::Pusher,
+        &["push", "--config", &config.display().to_string()],
+    )
 }
 
 /// `gtd push --etcd ... --config CONFIG`, which must succeed; its stdout.
@@ -160,7 +372,7 @@ pub(crate) fn push(cluster: &Cluster, config: &Path) -> String {
 
 /// `gtd fleet --json`.
 pub(crate) fn fleet_json(cluster: &Cluster) -> Value {
-    let out = gtd(&["fleet", "--etcd", &cluster.endpoints(), "--json"]);
+    let out = gtd_as(cluster, As::Pusher, &["fleet", "--json"]);
     assert!(
         out.status.success(),
         "gtd fleet: {}",
@@ -183,7 +395,6 @@ pub(crate) fn start_fleet_leased(
     backends: &[Cfg],
     lease: &str,
 ) -> Fleet {
-    let endpoints = cluster.endpoints();
     let fleet = Fleet::start_with(
         cfg,
         backends,
@@ -192,16 +403,17 @@ pub(crate) fn start_fleet_leased(
         },
         |_, dir, region| {
             let cache: PathBuf = dir.join(format!("cache-{region}.json"));
-            [
-                "--etcd",
-                &endpoints,
-                "--cache",
-                &cache.display().to_string(),
-                "--lease-ttl",
-                lease,
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            let mut args = cluster.access(As::Node);
+            args.extend(
+                [
+                    "--cache",
+                    &cache.display().to_string(),
+                    "--lease-ttl",
+                    lease,
+                ]
+                .map(str::to_owned),
+            );
+            args
         },
     );
     for n in &fleet.nodes {

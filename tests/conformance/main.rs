@@ -45,4 +45,5 @@ mod reload;
 mod revisions;
 mod routes;
 mod scenarios;
+mod secure;
 mod shipped;

@@ -122,7 +122,7 @@ fn gtd_accepts(args: &[String], what: &str) {
     let (args, expect) = match args[0].as_str() {
         "run" if flag(args, "--etcd").is_some() => {
             let etcd = flag(args, "--etcd").unwrap_or_default();
-            gtd::fleet::endpoints(&[etcd.to_owned()])
+            gtd::fleet::Access::plain(&[etcd.to_owned()])
                 .unwrap_or_else(|e| panic!("{what}: --etcd {etcd}: {e:#}"));
             if let Some(prefix) = flag(args, "--prefix") {
                 gtd::fleet::normalise_prefix(prefix)

@@ -1,0 +1,347 @@
+//! How a command or a node reaches etcd: the members' addresses, and what it shows them.
+//!
+//! - Plaintext (`http://host:port` or `host:port`), for a cluster on a trusted network.
+//! - TLS (`https://host:port`, with `--etcd-cacert`): etcd's certificate is checked against that
+//!   CA, and with `--etcd-cert`/`--etcd-key` the client shows its own (etcd's
+//!   `--client-cert-auth`).
+//! - A user (`--etcd-user`, the password from `--etcd-password-file` or `GTD_ETCD_PASSWORD`),
+//!   for a cluster with `etcdctl auth enable`; its token is renewed when etcd expires it.
+//!
+//! Every file is read when the settings are given (so that a mistake is reported before
+//! anything connects) and again at every connection, so that a node picks up a rotated
+//! certificate or password at its next reconnect without a restart.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::{CONNECT_TIMEOUT, REQUEST_TIMEOUT};
+
+/// The alert etcd's TLS stack sends for a client certificate it does not accept (or none).
+const BAD_CERTIFICATE: &str = "received fatal alert: BadCertificate";
+
+/// The environment variable a password may come from (rather than a command line, which
+/// every user of the machine can read).
+pub const PASSWORD_ENV: &str = "GTD_ETCD_PASSWORD";
+
+/// The credentials as given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// `--etcd-cacert`: the CA certificates (PEM) etcd's certificate is checked against.
+    pub cacert: Option<PathBuf>,
+    /// `--etcd-cert`: the client certificate chain (PEM).
+    pub cert: Option<PathBuf>,
+    /// `--etcd-key`: the client certificate's private key (PEM).
+    pub key: Option<PathBuf>,
+    /// `--etcd-user`.
+    pub user: Option<String>,
+    /// `--etcd-password-file`.
+    pub password_file: Option<PathBuf>,
+    /// The password from [`PASSWORD_ENV`], when no file is given.
+    pub password_env: Option<String>,
+}
+
+/// Where etcd is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct Access {
+    endpoints: Vec<String>,
+    credentials: Credentials,
+}
+
+impl Access {
+    /// Checks `urls` (`--etcd`, comma separated or repeated) against `credentials` and reads
+    /// every file they name once.
+    pub fn new(urls: &[String], credentials: Credentials) -> Result<Access> {
+        let c = &credentials;
+        let tls = c.cacert.is_some();
+        let endpoints = parse_endpoints(urls, tls)?;
+        for u in &endpoints {
+            if tls && u.starts_with("http://") {
+                bail!(
+                    "--etcd {u}: plaintext, but --etcd-cacert asks for TLS; use https://{}",
+                    &u["http://".len()..]
+                );
+            }
+            if !tls && u.starts_with("https://") {
+                bail!(
+                    "--etcd {u}: TLS needs --etcd-cacert FILE, the CA that signed etcd's certificate"
+                );
+            }
+        }
+        match (&c.cert, &c.key) {
+            (Some(_), None) => bail!("--etcd-cert needs --etcd-key, the certificate's private key"),
+            (None, Some(_)) => bail!("--etcd-key needs --etcd-cert, the certificate it signs for"),
+            (Some(_), Some(_)) if !tls => {
+                bail!("--etcd-cert needs --etcd-cacert: a client certificate is shown over TLS")
+            }
+            _ => {}
+        }
+        match (&c.user, &c.password_file, &c.password_env) {
+            (None, Some(_), _) => bail!("--etcd-password-file needs --etcd-user"),
+            (Some(u), None, None) => bail!(
+                "--etcd-user {u}: no password; give --etcd-password-file FILE or set {PASSWORD_ENV}"
+            ),
+            _ => {}
+        }
+        let access = Access {
+            endpoints,
+            credentials,
+        };
+        access.options()?;
+        Ok(access)
+    }
+
+    /// Plaintext access to `urls`, no user.
+    pub fn plain(urls: &[String]) -> Result<Access> {
+        Access::new(urls, Credentials::default())
+    }
+
+    /// The members' URLs (`https://` for all when TLS is on).
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Whether connections use TLS.
+    pub fn tls(&self) -> bool {
+        self.credentials.cacert.is_some()
+    }
+
+    /// The user etcd knows the client as, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials.user.as_deref()
+    }
+
+    /// Whether `why` a member failed is most likely its refusal of a client without a
+    /// certificate: over TLS, with none given, etcd (`--client-cert-auth`) ends the handshake,
+    /// with an alert or without a word.
+    pub(crate) fn closes(&self, why: &str) -> bool {
+        self.tls()
+            && self.credentials.cert.is_none()
+            && (why.ends_with("connection closed") || why.contains(BAD_CERTIFICATE))
+    }
+
+    /// What to try, given every member's failure.
+    pub(crate) fn hint<'a>(
+        &self,
+        mut reasons: impl Iterator<Item = &'a str> + Clone,
+    ) -> Option<&'static str> {
+        if !self.tls() {
+            // A TLS-only member answers a plaintext HTTP/2 preface with an HTTP/1 400 and
+            // closes: the client's write fails.
+            reasons
+                .all(|r| r.ends_with("broken pipe") || r.contains("connection reset"))
+                .then_some("if etcd serves clients over TLS, use https:// and --etcd-cacert")
+        } else if reasons
+            .clone()
+            .any(|r| r.contains("invalid peer certificate"))
+        {
+            Some(
+                "etcd's certificate does not verify against --etcd-cacert: give the CA that \
+                 signed it, and reach etcd by a name or address the certificate lists",
+            )
+        } else if self.credentials.cert.is_none() {
+            reasons.clone().all(|r| self.closes(r)).then_some(
+                "etcd closes TLS connections without a client certificate when it runs with \
+                 --client-cert-auth: give --etcd-cert and --etcd-key",
+            )
+        } else {
+            reasons.any(|r| r.contains(BAD_CERTIFICATE)).then_some(
+                "etcd refused the client certificate: it must be signed by a CA of etcd's \
+                 --trusted-ca-file and allow client authentication",
+            )
+        }
+    }
+
+    /// The client's options for one connection, from the files as they are now.
+    pub(crate) fn options(&self) -> Result<ConnectOptions> {
+        let c = &self.credentials;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_keep_alive(
+                std::time::Duration::from_secs(2),
+                std::time::Duration::from_secs(2),
+            )
+            .with_require_leader(true);
+        if let Some(ca) = &c.cacert {
+            let mut tls = TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(certificates(ca, "--etcd-cacert")?));
+            if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
+                let chain = certificates(cert, "--etcd-cert")?;
+                let key_pem = std::fs::read(key)
+                    .with_context(|| format!("--etcd-key {}: reading it", key.display()))?;
+                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+                    anyhow!("--etcd-key {}: no private key in it ({e})", key.display())
+                })?;
+                tls = tls.identity(Identity::from_pem(chain, key_pem));
+            }
+            options = options.with_tls(tls);
+        }
+        if let Some(user) = &c.user {
+            let password = match (&c.password_file, &c.password_env) {
+                (Some(f), _) => password_from(f)?,
+                (None, Some(p)) => p.clone(),
+                (None, None) => unreachable!("checked by Access::new"),
+            };
+            // etcd's tokens expire (simple tokens after 5 minutes by default): renewed on the
+            // first request that meets an expired one, so a node's watch and lease outlive it.
+            options = options
+                .with_user(user.clone(), password)
+                .with_auto_token_refresh(true);
+        }
+        Ok(options)
+    }
+}
+
+/// A PEM file's text, checked to hold at least one certificate.
+fn certificates(path: &Path, flag: &str) -> Result<Vec<u8>> {
+    let pem =
+        std::fs::read(path).with_context(|| format!("{flag} {}: reading it", path.display()))?;
+    let mut n = 0;
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        c.map_err(|e| anyhow!("{flag} {}: {e}", path.display()))?;
+        n += 1;
+    }
+    if n == 0 {
+        bail!("{flag} {}: no PEM certificate in it", path.display());
+    }
+    Ok(pem)
+}
+
+/// A password file's first line (a trailing newline is not part of the password).
+fn password_from(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--etcd-password-file {}: reading it", path.display()))?;
+    let password = text.lines().next().unwrap_or("");
+    if password.is_empty() {
+        bail!("--etcd-password-file {}: empty", path.display());
+    }
+    Ok(password.to_owned())
+}
+
+/// `--etcd` endpoints: `host:port`, `http://host:port` or `https://host:port`, comma separated
+/// or repeated; a bare `host:port` is `https://` under TLS (`tls`, or another endpoint's
+/// scheme), else `http://`.
+fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
+    let list: Vec<String> = urls
+        .iter()
+        .flat_map(|u| u.split(','))
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        bail!("--etcd: no endpoint given (host:port, http://host:port or https://host:port)");
+    }
+    for u in &list {
+        let rest = u
+            .strip_prefix("https://")
+            .or_else(|| u.strip_prefix("http://"))
+            .unwrap_or(u);
+        if rest
+            .rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+        {
+            bail!("--etcd {u}: expected host:port, http://host:port or https://host:port");
+        }
+    }
+    let tls = tls || list.iter().any(|u| u.starts_with("https://"));
+    Ok(list
+        .into_iter()
+        .map(|u| {
+            if u.contains("://") {
+                u
+            } else if tls {
+                format!("https://{u}")
+            } else {
+                format!("http://{u}")
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urls(s: &str) -> Vec<String> {
+        vec![s.to_owned()]
+    }
+
+    #[test]
+    fn endpoints_take_every_spelling_and_refuse_what_is_not_an_address() {
+        let a = Access::plain(&urls("127.0.0.1:2379, http://127.0.0.1:2381,,")).unwrap();
+        assert_eq!(
+            a.endpoints(),
+            ["http://127.0.0.1:2379", "http://127.0.0.1:2381"]
+        );
+        assert!(!a.tls());
+        for bad in ["", "127.0.0.1", "http://host:port", "https://h:99999"] {
+            assert!(Access::plain(&urls(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tls_and_plaintext_are_not_mixed_and_each_flag_says_what_it_needs() {
+        let err = |u: &str, c: Credentials| format!("{:#}", Access::new(&urls(u), c).unwrap_err());
+        assert!(err("https://h:1", Credentials::default()).contains("needs --etcd-cacert"));
+        let ca = Credentials {
+            cacert: Some("/nonexistent/ca.pem".into()),
+            ..Credentials::default()
+        };
+        assert!(err("http://h:1", ca.clone()).contains("use https://h:1"));
+        assert!(err("https://h:1", ca.clone()).contains("/nonexistent/ca.pem: reading it"));
+        let cert_only = Credentials {
+            cert: Some("c.pem".into()),
+            ..ca
+        };
+        assert!(err("https://h:1", cert_only).contains("needs --etcd-key"));
+        let user = Credentials {
+            user: Some("root".into()),
+            ..Credentials::default()
+        };
+        assert!(err("h:1", user).contains(PASSWORD_ENV));
+        let file_only = Credentials {
+            password_file: Some("p".into()),
+            ..Credentials::default()
+        };
+        assert!(err("h:1", file_only).contains("needs --etcd-user"));
+    }
+
+    #[test]
+    fn files_are_read_when_given_and_their_contents_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let c = Credentials {
+            cacert: Some(junk.clone()),
+            ..Credentials::default()
+        };
+        let e = format!("{:#}", Access::new(&urls("h:1"), c).unwrap_err());
+        assert!(e.contains("no PEM certificate"), "{e}");
+
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        assert_eq!(password_from(&pw).unwrap(), "s3cret");
+        std::fs::write(&pw, "\n").unwrap();
+        assert!(format!("{:#}", password_from(&pw).unwrap_err()).contains("empty"));
+
+        // A bare host:port turns https:// when another endpoint is.
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        let c = Credentials {
+            cacert: Some(ca),
+            ..Credentials::default()
+        };
+        let a = Access::new(&urls("https://a:1,b:2"), c.clone()).unwrap();
+        assert_eq!(a.endpoints(), ["https://a:1", "https://b:2"]);
+        assert!(a.tls());
+        // All bare with a CA: all TLS.
+        let a = Access::new(&urls("a:1"), c).unwrap();
+        assert_eq!(a.endpoints(), ["https://a:1"]);
+    }
+}
