@@ -169,7 +169,8 @@ fn one_endpoint(name: &str, port: u16, endpoint: &str, extra: &str) -> String {
 async fn turning_marking_on_by_reload_counts_from_zero_and_warns_at_the_marking() {
     let log = captured();
     // Nothing listens on the endpoint's port: every attempt is a passive failure.
-    let endpoint = format!("127.0.0.1:{}", free_port(false));
+    let refusing = Refusing::new();
+    let endpoint = refusing.0.to_string();
     let port = free_port(false);
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(

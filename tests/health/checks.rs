@@ -168,7 +168,8 @@ async fn every_way_an_answer_can_be_wrong_has_its_reason() {
     let wrong = Scripted::start("wrong", move |_| ready(200, Some("no"), "ready")).await;
     let body = Scripted::start("body", move |_| ready(200, Some("yes"), "starting")).await;
     let hung = Scripted::start("hung", |_| Reply::hang()).await;
-    let refused: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let refused: std::net::SocketAddr = refusing.0;
     let check = http_check(
         "unhealthy_threshold = 1\ntimeout = \"1s\"\nexpect_status = [200, \"201-299\"]\n\
          expect_headers = { x-ready = \"yes\" }\nexpect_body = \"ready\"",
@@ -287,7 +288,8 @@ async fn tcp_checks_and_a_udp_endpoint_checked_on_its_tcp_port() {
     // TCP: an endpoint that accepts passes (and is an RTT sample), one that refuses fails.
     let (up, h) = socket_backend(|_| async {}).await;
     let _up = Backends(vec![h]);
-    let down: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let down: std::net::SocketAddr = refusing.0;
     let check = "[listener.group.health_check]\nprotocol = \"tcp\"\ninterval = \"1s\"\nunhealthy_threshold = 1\n";
     // UDP: its endpoint is checked on a TCP port it exposes (here: `up`, then a closed one).
     let udp_endpoint = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -446,7 +448,8 @@ fn server_tls(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_the_verdict_of_endpoints_that_stay() {
     let good = Scripted::start("good", |_| Reply::ok()).await;
-    let refused: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let refused: std::net::SocketAddr = refusing.0;
     let check = http_check("unhealthy_threshold = 2");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port(false);

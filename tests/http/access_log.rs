@@ -103,14 +103,11 @@ async fn web_logged(groups: &str) -> (tempfile::TempDir, PathBuf, gtd::node::Nod
     (dir, log, node, addr)
 }
 
-fn refusing() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port(false)))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_request_is_logged_with_its_group_endpoint_bytes_and_times() {
     let served = Backend::start("two", 200).await;
-    let dead = refusing();
+    let refusing = Refusing::new();
+    let dead = refusing.0;
     // Round robin tries the first endpoint first: it refuses, the retry goes to the second.
     let (_dir, log, node, addr) = web_logged(&group(
         "g",
@@ -167,7 +164,8 @@ async fn a_retried_request_is_logged_with_its_group_endpoint_bytes_and_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gtds_own_502_and_503_have_dashes_where_nothing_applies() {
-    let dead = refusing();
+    let refusing = Refusing::new();
+    let dead = refusing.0;
     let (_dir, log, node, addr) =
         web_logged(&group("g", "cn-beijing", 100.0, "", &[(dead, "")])).await;
     let c = client();
@@ -356,6 +354,7 @@ async fn log_format_json_writes_every_line_as_a_json_object() {
     let b = Backend::start("one", 200).await;
     let dir = tempfile::tempdir().unwrap();
     let (port, down_port) = (free_port(false), free_port(false));
+    let refusing = Refusing::new();
     let cfg = write_config(
         dir.path(),
         &format!(
@@ -374,7 +373,7 @@ async fn log_format_json_writes_every_line_as_a_json_object() {
                 "http",
                 &["cn-beijing"],
                 "drain_timeout = \"5s\"",
-                &group("g", "cn-beijing", 100.0, "", &[(refusing(), "")]),
+                &group("g", "cn-beijing", 100.0, "", &[(refusing.0, "")]),
             )
         ),
     );

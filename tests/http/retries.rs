@@ -10,7 +10,8 @@ use std::sync::Arc;
 async fn get_is_retried_on_502_and_on_a_refused_endpoint() {
     let bad = Backend::start("bad", 502).await;
     let good = Backend::start("good", 200).await;
-    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let refused: SocketAddr = refusing.0;
     let dir = tempfile::tempdir().unwrap();
     // max_fails = 0 keeps the failing endpoints in rotation, so every cycle meets them.
     let cfg = write_config(
@@ -245,7 +246,8 @@ async fn retry_crosses_to_the_next_group_when_the_whole_group_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_gives_502_and_no_route_503() {
-    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let refused: SocketAddr = refusing.0;
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),

@@ -42,7 +42,8 @@ fn expected_mode(fail_open: bool) -> &'static str {
 /// TCP: the only endpoint, marked, serves under fail-open (name line and echoed bytes), never
 /// once disabled; without fail-open the connection is closed and counted as no route.
 async fn tcp_with_every_endpoint_marked(fail_open: bool) {
-    let marked: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let marked: SocketAddr = refusing.0;
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
@@ -66,6 +67,7 @@ async fn tcp_with_every_endpoint_marked(fail_open: bool) {
     })
     .await;
 
+    drop(refusing);
     let (_, h) = tcp_backend_on(marked, "revived").await;
     let _b = Backends(vec![h]);
     if !fail_open {

@@ -90,7 +90,8 @@ async fn tcp_split_across_groups_and_endpoints_matches_sim() {
 async fn refused_endpoint_is_retried_elsewhere() {
     let (alive, h) = tcp_backend("alive").await;
     let _b = Backends(vec![h]);
-    let refused: SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let refusing = Refusing::new();
+    let refused: SocketAddr = refusing.0;
     let (sh, h2) = tcp_backend("shanghai").await;
     let _b2 = Backends(vec![h2]);
     let dir = tempfile::tempdir().unwrap();
