@@ -194,7 +194,15 @@ impl EtcdCredentials {
         .find_map(|(given, flag)| given.then_some(flag))
     }
 
-    /// The access to `urls` with these credentials (files read and checked now).
+    /// [`EtcdCredentials::access`] with every file read now (`gtd push`, `gtd fleet`: a
+    /// mistake is reported before anything connects).
+    fn checked_access(self, urls: &[String]) -> anyhow::Result<gtd::fleet::Access> {
+        let access = self.access(urls)?;
+        access.check_files()?;
+        Ok(access)
+    }
+
+    /// The access to `urls` with these credentials (files read at each connection).
     fn access(self, urls: &[String]) -> anyhow::Result<gtd::fleet::Access> {
         gtd::fleet::Access::new(
             urls,
@@ -343,7 +351,7 @@ fn command(command: Command) -> anyhow::Result<ExitCode> {
             keep,
         } => push(gtd::fleet::push::Options {
             prefix: gtd::fleet::normalise_prefix(&etcd.prefix)?,
-            etcd: etcd.credentials.access(&etcd.etcd)?,
+            etcd: etcd.credentials.checked_access(&etcd.etcd)?,
             config,
             regions,
             keep,
@@ -393,6 +401,15 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<gtd::fleet::push::Outcome>>,
 {
+    // Warnings (users off on the cluster) to stderr, as one line each.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -416,7 +433,7 @@ fn push(opts: gtd::fleet::push::Options) -> anyhow::Result<ExitCode> {
 
 fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<ExitCode> {
     let prefix = gtd::fleet::normalise_prefix(&etcd.prefix)?;
-    let access = etcd.credentials.access(&etcd.etcd)?;
+    let access = etcd.credentials.checked_access(&etcd.etcd)?;
     fleet_command(|| async {
         let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
         let out = match &what {

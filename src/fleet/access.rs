@@ -20,15 +20,24 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 
-/// The alert etcd's TLS stack sends for a client certificate it does not accept (or none).
-const BAD_CERTIFICATE: &str = "received fatal alert: BadCertificate";
+/// The alerts etcd's TLS stack sends for a client certificate it does not accept, or none
+/// (which one depends on Go's version and the TLS version).
+const CERTIFICATE_ALERTS: [&str; 3] = [
+    "received fatal alert: BadCertificate",
+    "received fatal alert: CertificateRequired",
+    "received fatal alert: HandshakeFailure",
+];
+
+fn certificate_alert(why: &str) -> bool {
+    CERTIFICATE_ALERTS.iter().any(|a| why.contains(a))
+}
 
 /// The environment variable a password may come from (rather than a command line, which
 /// every user of the machine can read).
 pub const PASSWORD_ENV: &str = "GTD_ETCD_PASSWORD";
 
-/// The credentials as given on the command line.
-#[derive(Debug, Clone, Default)]
+/// The credentials as given on the command line. Its `Debug` leaves the password out.
+#[derive(Clone, Default)]
 pub struct Credentials {
     /// `--etcd-cacert`: the CA certificates (PEM) etcd's certificate is checked against.
     pub cacert: Option<PathBuf>,
@@ -44,6 +53,22 @@ pub struct Credentials {
     pub password_env: Option<String>,
 }
 
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("user", &self.user)
+            .field("password_file", &self.password_file)
+            .field(
+                "password_env",
+                &self.password_env.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
 /// Where etcd is and how to talk to it.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -52,8 +77,9 @@ pub struct Access {
 }
 
 impl Access {
-    /// Checks `urls` (`--etcd`, comma separated or repeated) against `credentials` and reads
-    /// every file they name once.
+    /// Checks `urls` (`--etcd`, comma separated or repeated) against `credentials`: which
+    /// settings go together. The files are read at each connection; [`Access::check_files`]
+    /// reads them now.
     pub fn new(urls: &[String], credentials: Credentials) -> Result<Access> {
         let c = &credentials;
         let tls = c.cacert.is_some();
@@ -79,19 +105,34 @@ impl Access {
             }
             _ => {}
         }
+        if c.user.as_ref().is_some_and(|u| u.contains(':')) {
+            // etcdctl's --user takes NAME:PASSWORD; here the value is not echoed, since it
+            // may hold a password.
+            bail!(
+                "--etcd-user takes a name only; the password goes in --etcd-password-file FILE \
+                 or {PASSWORD_ENV}"
+            );
+        }
         match (&c.user, &c.password_file, &c.password_env) {
             (None, Some(_), _) => bail!("--etcd-password-file needs --etcd-user"),
+            (None, None, Some(_)) => bail!("{PASSWORD_ENV} is set but --etcd-user is not"),
             (Some(u), None, None) => bail!(
                 "--etcd-user {u}: no password; give --etcd-password-file FILE or set {PASSWORD_ENV}"
             ),
+            (Some(_), None, Some(p)) if p.is_empty() => bail!("{PASSWORD_ENV} is empty"),
             _ => {}
         }
-        let access = Access {
+        Ok(Access {
             endpoints,
             credentials,
-        };
-        access.options()?;
-        Ok(access)
+        })
+    }
+
+    /// Reads every certificate, key and password file now, as a connection would: what
+    /// `gtd push` and `gtd fleet` do before anything else. (`gtd run` leaves it to its first
+    /// connection, so that a node whose files are not there yet starts from its cache.)
+    pub fn check_files(&self) -> Result<()> {
+        self.options(true).map(|_| ())
     }
 
     /// Plaintext access to `urls`, no user.
@@ -114,13 +155,16 @@ impl Access {
         self.credentials.user.as_deref()
     }
 
-    /// Whether `why` a member failed is most likely its refusal of a client without a
-    /// certificate: over TLS, with none given, etcd (`--client-cert-auth`) ends the handshake,
-    /// with an alert or without a word.
-    pub(crate) fn closes(&self, why: &str) -> bool {
+    /// Whether `why` a member failed may be its refusal of a client without a certificate:
+    /// over TLS, with none given, etcd (`--client-cert-auth`) ends the handshake with an alert,
+    /// or closes or resets the connection before the client has read the alert. (Only the
+    /// alert is sure: a member going away closes connections too.)
+    fn closes(&self, why: &str) -> bool {
         self.tls()
             && self.credentials.cert.is_none()
-            && (why.ends_with("connection closed") || why.contains(BAD_CERTIFICATE))
+            && (why.ends_with("connection closed")
+                || why.contains("connection reset")
+                || certificate_alert(why))
     }
 
     /// What to try, given every member's failure.
@@ -148,15 +192,16 @@ impl Access {
                  --client-cert-auth: give --etcd-cert and --etcd-key",
             )
         } else {
-            reasons.any(|r| r.contains(BAD_CERTIFICATE)).then_some(
+            reasons.any(certificate_alert).then_some(
                 "etcd refused the client certificate: it must be signed by a CA of etcd's \
                  --trusted-ca-file and allow client authentication",
             )
         }
     }
 
-    /// The client's options for one connection, from the files as they are now.
-    pub(crate) fn options(&self) -> Result<ConnectOptions> {
+    /// The client's options for one connection, from the files as they are now; with the
+    /// user (and its password) when `user` and one is given.
+    pub(crate) fn options(&self, user: bool) -> Result<ConnectOptions> {
         let c = &self.credentials;
         let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
@@ -180,7 +225,7 @@ impl Access {
             }
             options = options.with_tls(tls);
         }
-        if let Some(user) = &c.user {
+        if let Some(user) = c.user.as_ref().filter(|_| user) {
             let password = match (&c.password_file, &c.password_env) {
                 (Some(f), _) => password_from(f)?,
                 (None, Some(p)) => p.clone(),
@@ -237,6 +282,10 @@ fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
         bail!("--etcd: no endpoint given (host:port, http://host:port or https://host:port)");
     }
     for u in &list {
+        if u.contains('@') {
+            // Not echoed: user info in a URL is a password on the command line.
+            bail!("--etcd: an endpoint with user info (user@host); give --etcd-user instead");
+        }
         let rest = u
             .strip_prefix("https://")
             .or_else(|| u.strip_prefix("http://"))
@@ -293,7 +342,9 @@ mod tests {
             ..Credentials::default()
         };
         assert!(err("http://h:1", ca.clone()).contains("use https://h:1"));
-        assert!(err("https://h:1", ca.clone()).contains("/nonexistent/ca.pem: reading it"));
+        let later = Access::new(&urls("https://h:1"), ca.clone()).unwrap();
+        let e = format!("{:#}", later.check_files().unwrap_err());
+        assert!(e.contains("/nonexistent/ca.pem: reading it"), "{e}");
         let cert_only = Credentials {
             cert: Some("c.pem".into()),
             ..ca
@@ -309,6 +360,47 @@ mod tests {
             ..Credentials::default()
         };
         assert!(err("h:1", file_only).contains("needs --etcd-user"));
+        let env_only = Credentials {
+            password_env: Some("pw".into()),
+            ..Credentials::default()
+        };
+        assert!(err("h:1", env_only).contains("--etcd-user is not"));
+        let empty = Credentials {
+            user: Some("root".into()),
+            password_env: Some(String::new()),
+            ..Credentials::default()
+        };
+        assert!(err("h:1", empty).contains("is empty"));
+    }
+
+    #[test]
+    fn a_password_given_where_it_does_not_belong_is_refused_without_being_echoed() {
+        let secret = "hunter2";
+        let etcdctl_habit = Credentials {
+            user: Some(format!("root:{secret}")),
+            password_env: Some("x".into()),
+            ..Credentials::default()
+        };
+        let e = format!(
+            "{:#}",
+            Access::new(&urls("h:1"), etcdctl_habit).unwrap_err()
+        );
+        assert!(e.contains("a name only") && !e.contains(secret), "{e}");
+        let e = format!(
+            "{:#}",
+            Access::plain(&urls(&format!("https://root:{secret}@h:1"))).unwrap_err()
+        );
+        assert!(e.contains("user info") && !e.contains(secret), "{e}");
+        let c = Credentials {
+            user: Some("root".into()),
+            password_env: Some(secret.into()),
+            ..Credentials::default()
+        };
+        let debug = format!("{:?}", Access::new(&urls("h:1"), c).unwrap());
+        assert!(
+            !debug.contains(secret) && debug.contains("redacted"),
+            "{debug}"
+        );
     }
 
     #[test]
@@ -320,7 +412,8 @@ mod tests {
             cacert: Some(junk.clone()),
             ..Credentials::default()
         };
-        let e = format!("{:#}", Access::new(&urls("h:1"), c).unwrap_err());
+        let a = Access::new(&urls("h:1"), c).unwrap();
+        let e = format!("{:#}", a.check_files().unwrap_err());
         assert!(e.contains("no PEM certificate"), "{e}");
 
         let pw = dir.path().join("pw");

@@ -157,7 +157,7 @@ impl Store {
     pub async fn connect(access: &Access, prefix: &str) -> Result<Store> {
         let prefix = normalise_prefix(prefix)?;
         // The certificate and password files as they are now (rotated ones included).
-        let options = access.options()?;
+        let options = access.options(true)?;
         let endpoints = access.endpoints();
         // Spread over the members: nodes started together do not all pick the first.
         let start = std::time::SystemTime::now()
@@ -168,7 +168,20 @@ impl Store {
         let mut errors = Vec::new();
         for i in 0..endpoints.len() {
             let endpoint = &endpoints[(start + i) % endpoints.len()];
-            match Store::connect_one(endpoint, options.clone()).await {
+            let mut attempt = Store::connect_one(endpoint, options.clone()).await;
+            if let Err((why, _)) = &attempt
+                && access.user().is_some()
+                && why.contains(AUTH_OFF)
+            {
+                // As etcd's own client does: a user for a cluster whose users are off (before
+                // `etcdctl auth enable`, or during an `auth disable`) is no reason to stop.
+                tracing::warn!(
+                    endpoint = %endpoint,
+                    "etcd: users are off on this cluster; connecting without --etcd-user"
+                );
+                attempt = Store::connect_one(endpoint, access.options(false)?).await;
+            }
+            match attempt {
                 Ok(client) => {
                     return Ok(Store {
                         client,
@@ -177,7 +190,7 @@ impl Store {
                     });
                 }
                 Err((why, refused)) => {
-                    errors.push((format!("{endpoint}: {why}"), refused || access.closes(&why)));
+                    errors.push((format!("{endpoint}: {why}"), refused));
                 }
             }
         }
@@ -390,11 +403,18 @@ pub fn refusal(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     let tls = |mut source: Option<&(dyn std::error::Error + 'static)>| {
         while let Some(s) = source {
-            // tokio-rustls hands rustls's errors (ours, and the peer's alerts) up as
-            // io::Error of kind InvalidData, sometimes with only their text.
-            let io = s.downcast_ref::<std::io::Error>();
+            // tokio-rustls hands rustls's errors up inside an io::Error of kind InvalidData:
+            // ours (a certificate we refuse) as the rustls::Error, the peer's alerts as text.
+            let io = s
+                .downcast_ref::<std::io::Error>()
+                .filter(|io| io.kind() == std::io::ErrorKind::InvalidData);
+            let text = io.map(ToString::to_string).unwrap_or_default();
             if s.is::<rustls::Error>()
-                || io.is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+                || io
+                    .and_then(|io| io.get_ref())
+                    .is_some_and(|i| i.is::<rustls::Error>())
+                || text.starts_with("received fatal alert")
+                || text.starts_with("invalid peer certificate")
             {
                 return true;
             }
@@ -405,10 +425,10 @@ pub fn refusal(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(status) => match status.code() {
             Code::Unauthenticated | Code::PermissionDenied => true,
-            // "authentication failed", "user name is empty"..., but not "revision of auth
-            // store is old" (the client catches up by asking again).
+            // By message: these codes also carry passing states ("not leader", "revision of
+            // auth store is old") that asking again gets past.
             Code::InvalidArgument | Code::FailedPrecondition => {
-                !status.message().contains("is old")
+                AUTH_REFUSALS.iter().any(|m| status.message().contains(m))
             }
             _ => tls(std::error::Error::source(status)),
         },
@@ -416,6 +436,19 @@ pub fn refusal(e: &etcd_client::Error) -> bool {
         _ => false,
     }
 }
+
+/// etcd's answers (InvalidArgument, FailedPrecondition) that no retry changes.
+const AUTH_REFUSALS: [&str; 6] = [
+    "authentication failed",
+    "user name is empty",
+    "user name not found",
+    "role is not granted",
+    "permission is not granted",
+    "permission denied",
+];
+
+/// etcd's answer to an authentication while its users are off.
+const AUTH_OFF: &str = "authentication is not enabled";
 
 /// No member answered with a leader (each member's reason), or every one refused.
 #[derive(Debug, thiserror::Error)]

@@ -372,10 +372,14 @@ pub(crate) fn push(cluster: &Cluster, config: &Path) -> String {
 
 /// `gtd fleet --json`.
 pub(crate) fn fleet_json(cluster: &Cluster) -> Value {
-    let out = gtd_as(cluster, As::Pusher, &["fleet", "--json"]);
+    json_of(gtd_as(cluster, As::Pusher, &["fleet", "--json"]))
+}
+
+/// The JSON a `gtd ... --json` printed, which must have succeeded.
+pub(crate) fn json_of(out: Output) -> Value {
     assert!(
         out.status.success(),
-        "gtd fleet: {}",
+        "gtd: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()

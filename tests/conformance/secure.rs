@@ -25,12 +25,7 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
     let ca = cluster.ca().display().to_string();
 
     // TLS and a client certificate: the fleet (nothing published yet) reads.
-    let out = gtd_as(&cluster, As::Pusher, &["fleet", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(fleet_json(&cluster)["latest"], serde_json::Value::Null);
 
     // Without the client certificate, etcd ends the handshake; trusting another CA, gtd does;
     // in plaintext, etcd answers HTTP/1 400 and closes. Each is said with what to do.
@@ -51,6 +46,20 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
         &["fleet", "--etcd", &plain],
         "use https:// and --etcd-cacert",
     );
+
+    // A user given while the cluster's users are off: a warning, and on without it (as
+    // etcdctl does), so clients can be set up before `etcdctl auth enable`.
+    let pw = other.path().join("pw");
+    std::fs::write(&pw, "correct horse battery staple\n").unwrap();
+    let pw = pw.display().to_string();
+    let tls_only = cluster.access(As::Pusher);
+    let mut args = vec!["fleet", "--json"];
+    args.extend(tls_only.iter().map(String::as_str));
+    args.extend(["--etcd-user", "pusher", "--etcd-password-file", &pw]);
+    let out = gtd(&args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("users are off"), "{err}");
+    assert_eq!(json_of(out)["latest"], serde_json::Value::Null);
 
     // Users on: pusher writes /gtd/, node reads it and writes /gtd/nodes/ only; tokens last 1 s.
     cluster.enable_users();
@@ -116,11 +125,6 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
         .env("GTD_ETCD_PASSWORD", "correct horse battery staple")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = json_of(out);
     assert_eq!(f["latest"]["revision"], 2, "{f:#}");
 }
