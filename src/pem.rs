@@ -42,6 +42,17 @@ pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, St
 pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let bytes = pem_bytes(path)?;
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound
+            if bytes
+                .windows(b"ENCRYPTED PRIVATE KEY".len())
+                .any(|w| w == b"ENCRYPTED PRIVATE KEY") =>
+        {
+            format!(
+                "{}: an encrypted private key, which gtd cannot read without its passphrase: \
+                 decrypt it (openssl pkey -in KEY -out PLAIN)",
+                path.display()
+            )
+        }
         rustls::pki_types::pem::Error::NoItemsFound => format!(
             "{}: no private key found (expected a PEM \"BEGIN PRIVATE KEY\", \"BEGIN RSA PRIVATE \
              KEY\" or \"BEGIN EC PRIVATE KEY\" block)",

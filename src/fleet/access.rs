@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 
@@ -83,6 +81,14 @@ impl Access {
     pub fn new(urls: &[String], credentials: Credentials) -> Result<Access> {
         let c = &credentials;
         let tls = c.cacert.is_some();
+        match (&c.cert, &c.key) {
+            (Some(_), None) => bail!("--etcd-cert needs --etcd-key, the certificate's private key"),
+            (None, Some(_)) => bail!("--etcd-key needs --etcd-cert, the certificate it signs for"),
+            (Some(_), Some(_)) if !tls => {
+                bail!("--etcd-cert needs --etcd-cacert: a client certificate is shown over TLS")
+            }
+            _ => {}
+        }
         let endpoints = parse_endpoints(urls, tls)?;
         for u in &endpoints {
             if tls && u.starts_with("http://") {
@@ -96,14 +102,6 @@ impl Access {
                     "--etcd {u}: TLS needs --etcd-cacert FILE, the CA that signed etcd's certificate"
                 );
             }
-        }
-        match (&c.cert, &c.key) {
-            (Some(_), None) => bail!("--etcd-cert needs --etcd-key, the certificate's private key"),
-            (None, Some(_)) => bail!("--etcd-key needs --etcd-cert, the certificate it signs for"),
-            (Some(_), Some(_)) if !tls => {
-                bail!("--etcd-cert needs --etcd-cacert: a client certificate is shown over TLS")
-            }
-            _ => {}
         }
         if c.user.as_ref().is_some_and(|u| u.contains(':')) {
             // etcdctl's --user takes NAME:PASSWORD; here the value is not echoed, since it
@@ -155,13 +153,12 @@ impl Access {
         self.credentials.user.as_deref()
     }
 
-    /// Whether `why` a member failed may be its refusal of a client without a certificate:
-    /// over TLS, with none given, etcd (`--client-cert-auth`) ends the handshake with an alert,
-    /// or closes or resets the connection before the client has read the alert. (Only the
-    /// alert is sure: a member going away closes connections too.)
+    /// Whether `why` a member failed may be its refusal of the client's certificate (or of
+    /// none): over TLS, etcd (`--client-cert-auth`) ends the handshake with an alert, or
+    /// closes or resets the connection before the client has read the alert. (Only the alert
+    /// is sure: a member going away closes connections too.)
     fn closes(&self, why: &str) -> bool {
         self.tls()
-            && self.credentials.cert.is_none()
             && (why.ends_with("connection closed")
                 || why.contains("connection reset")
                 || certificate_alert(why))
@@ -180,21 +177,31 @@ impl Access {
                 .then_some("if etcd serves clients over TLS, use https:// and --etcd-cacert")
         } else if reasons
             .clone()
+            .any(|r| r.contains("certificate not valid for name"))
+        {
+            Some(
+                "etcd's certificate does not list the name or address given in --etcd: use \
+                 one it lists",
+            )
+        } else if reasons
+            .clone()
             .any(|r| r.contains("invalid peer certificate"))
         {
             Some(
                 "etcd's certificate does not verify against --etcd-cacert: give the CA that \
-                 signed it, and reach etcd by a name or address the certificate lists",
+                 signed it",
             )
+        } else if !reasons.all(|r| self.closes(r)) {
+            None
         } else if self.credentials.cert.is_none() {
-            reasons.clone().all(|r| self.closes(r)).then_some(
+            Some(
                 "etcd closes TLS connections without a client certificate when it runs with \
                  --client-cert-auth: give --etcd-cert and --etcd-key",
             )
         } else {
-            reasons.any(certificate_alert).then_some(
-                "etcd refused the client certificate: it must be signed by a CA of etcd's \
-                 --trusted-ca-file and allow client authentication",
+            Some(
+                "etcd may have refused the client certificate: it must be signed by a CA of \
+                 etcd's --trusted-ca-file and allow client authentication",
             )
         }
     }
@@ -212,16 +219,18 @@ impl Access {
             )
             .with_require_leader(true);
         if let Some(ca) = &c.cacert {
-            let mut tls = TlsOptions::new()
-                .ca_certificate(Certificate::from_pem(certificates(ca, "--etcd-cacert")?));
+            // Checked as the data plane's certificates are (crate::pem), then handed to tonic
+            // as the PEM text it takes.
+            crate::pem::roots(ca).map_err(|e| anyhow!("--etcd-cacert {e}"))?;
+            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(pem(ca)?));
             if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
-                let chain = certificates(cert, "--etcd-cert")?;
-                let key_pem = std::fs::read(key)
-                    .with_context(|| format!("--etcd-key {}: reading it", key.display()))?;
-                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-                    anyhow!("--etcd-key {}: no private key in it ({e})", key.display())
-                })?;
-                tls = tls.identity(Identity::from_pem(chain, key_pem));
+                crate::pem::certified(cert, key, &crate::pem::provider()).map_err(
+                    |(faulty, e)| match faulty {
+                        crate::pem::Faulty::Cert => anyhow!("--etcd-cert {e}"),
+                        crate::pem::Faulty::Key => anyhow!("--etcd-key {e}"),
+                    },
+                )?;
+                tls = tls.identity(Identity::from_pem(pem(cert)?, pem(key)?));
             }
             options = options.with_tls(tls);
         }
@@ -241,28 +250,22 @@ impl Access {
     }
 }
 
-/// A PEM file's text, checked to hold at least one certificate.
-fn certificates(path: &Path, flag: &str) -> Result<Vec<u8>> {
-    let pem =
-        std::fs::read(path).with_context(|| format!("{flag} {}: reading it", path.display()))?;
-    let mut n = 0;
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        c.map_err(|e| anyhow!("{flag} {}: {e}", path.display()))?;
-        n += 1;
-    }
-    if n == 0 {
-        bail!("{flag} {}: no PEM certificate in it", path.display());
-    }
-    Ok(pem)
+/// A PEM file's text (already checked by crate::pem).
+fn pem(path: &Path) -> Result<Vec<u8>> {
+    crate::files::read(path, crate::files::MAX_PEM_BYTES)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
-/// A password file's first line (a trailing newline is not part of the password).
+/// A password file's first line, exactly, without its line ending (`\n`, `\r\n` or `\r`).
 fn password_from(path: &Path) -> Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--etcd-password-file {}: reading it", path.display()))?;
-    let password = text.lines().next().unwrap_or("");
+    let password = text.split(['\n', '\r']).next().unwrap_or_default();
     if password.is_empty() {
-        bail!("--etcd-password-file {}: empty", path.display());
+        bail!(
+            "--etcd-password-file {}: its first line is empty (the password is the first line)",
+            path.display()
+        );
     }
     Ok(password.to_owned())
 }
@@ -344,7 +347,10 @@ mod tests {
         assert!(err("http://h:1", ca.clone()).contains("use https://h:1"));
         let later = Access::new(&urls("https://h:1"), ca.clone()).unwrap();
         let e = format!("{:#}", later.check_files().unwrap_err());
-        assert!(e.contains("/nonexistent/ca.pem: reading it"), "{e}");
+        assert!(
+            e.contains("--etcd-cacert /nonexistent/ca.pem: No such file"),
+            "{e}"
+        );
         let cert_only = Credentials {
             cert: Some("c.pem".into()),
             ..ca
@@ -414,13 +420,17 @@ mod tests {
         };
         let a = Access::new(&urls("h:1"), c).unwrap();
         let e = format!("{:#}", a.check_files().unwrap_err());
-        assert!(e.contains("no PEM certificate"), "{e}");
+        assert!(e.contains("no certificate found"), "{e}");
 
         let pw = dir.path().join("pw");
         std::fs::write(&pw, "s3cret\n").unwrap();
         assert_eq!(password_from(&pw).unwrap(), "s3cret");
-        std::fs::write(&pw, "\n").unwrap();
-        assert!(format!("{:#}", password_from(&pw).unwrap_err()).contains("empty"));
+        std::fs::write(&pw, "s3cret\r").unwrap();
+        assert_eq!(password_from(&pw).unwrap(), "s3cret");
+        std::fs::write(&pw, " s3cret \r\n").unwrap();
+        assert_eq!(password_from(&pw).unwrap(), " s3cret ");
+        std::fs::write(&pw, "\nsecond").unwrap();
+        assert!(format!("{:#}", password_from(&pw).unwrap_err()).contains("first line is empty"));
 
         // A bare host:port turns https:// when another endpoint is.
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
@@ -434,7 +444,25 @@ mod tests {
         assert_eq!(a.endpoints(), ["https://a:1", "https://b:2"]);
         assert!(a.tls());
         // All bare with a CA: all TLS.
-        let a = Access::new(&urls("a:1"), c).unwrap();
+        let a = Access::new(&urls("a:1"), c.clone()).unwrap();
         assert_eq!(a.endpoints(), ["https://a:1"]);
+
+        // A client certificate with another certificate's key: said before connecting.
+        let other = rcgen::generate_simple_self_signed(vec!["client".into()]).unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, other.cert.pem()).unwrap();
+        let another_key = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(&key, another_key.serialize_pem()).unwrap();
+        let mismatched = Credentials {
+            cert: Some(cert),
+            key: Some(key),
+            ..c
+        };
+        let e = Access::new(&urls("a:1"), mismatched).unwrap().check_files();
+        let e = format!("{:#}", e.unwrap_err());
+        assert!(
+            e.starts_with("--etcd-key") && e.contains("does not belong to the certificate"),
+            "{e}"
+        );
     }
 }

@@ -196,15 +196,17 @@ impl Store {
         }
         let refused = errors.iter().all(|(_, r)| *r);
         let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
-        let mut reasons = errors
+        let reasons = errors
             .into_iter()
             .map(|(w, _)| w)
             .collect::<Vec<_>>()
             .join("; ");
-        if let Some(hint) = hint {
-            reasons = format!("{reasons}; {hint}");
+        Err(Unreachable {
+            reasons,
+            refused,
+            hint,
         }
-        Err(Unreachable { reasons, refused }.into())
+        .into())
     }
 
     /// A connection to one member, or why not and whether it was refused (see [`refusal`]).
@@ -452,10 +454,16 @@ const AUTH_OFF: &str = "authentication is not enabled";
 
 /// No member answered with a leader (each member's reason), or every one refused.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", if *refused { format!("etcd refused gtd ({reasons})") } else { format!("no etcd member answered with a leader ({reasons})") })]
+#[error(
+    "{} ({reasons}){}",
+    if *refused { "etcd refused gtd" } else { "no etcd member answered with a leader" },
+    hint.map(|h| format!(" -- hint: {h}")).unwrap_or_default()
+)]
 pub struct Unreachable {
     reasons: String,
     refused: bool,
+    /// What to try, when the reasons say it.
+    hint: Option<&'static str>,
 }
 
 /// Runs `work` again while it fails with a [`transient`] error, for up to 15 s, pausing 0.25 s
@@ -473,8 +481,10 @@ where
     let mut pause = Duration::from_millis(250);
     loop {
         match work().await {
-            Err(e) if transient(&e) && std::time::Instant::now() + pause < deadline => {
-                tokio::time::sleep(pause).await;
+            Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
+                // The last pause ends at the deadline, for one more attempt there.
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                tokio::time::sleep(pause.min(left)).await;
                 pause *= 2;
             }
             result => return result,

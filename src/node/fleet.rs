@@ -46,7 +46,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub(crate) enum Source {
     /// Read from etcd.
     Etcd,
-    /// Read from the cache file at start, etcd being unreachable.
+    /// Read from the cache file at start, etcd being down or refusing the node.
     Cache,
 }
 
@@ -253,7 +253,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
                 let e = crate::fleet::describe(&e);
                 let was = fleet.error.lock().expect("fleet state").clone();
                 if was.as_deref() != Some(&e) {
-                    tracing::warn!(error = %e, "etcd: unreachable; serving revision {} and retrying", fleet.applied().revision);
+                    tracing::warn!(error = %e, "etcd: not following (down, or refusing this node); serving revision {} and retrying", fleet.applied().revision);
                 }
                 fleet.set_error(Some(e));
             }
@@ -310,14 +310,16 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let seen = store.current().await?;
     *fleet.store.lock().expect("fleet state") = Some(store.clone());
     fleet.lease.store(lease, Ordering::Relaxed);
-    let was = fleet.error.lock().expect("fleet state").clone();
-    fleet.set_error(None);
-    if was.is_some() {
-        tracing::info!("etcd: reachable again");
-    }
     let id = node_id(inner, fleet);
     catch_up(inner, fleet, &mut store, seen.number).await?;
     register(inner, fleet, &mut store, &id, lease).await?;
+    // Followed again only once registered: a session that fails there (a user without write
+    // permission on the registry) keeps its error, logged once, not once per attempt.
+    let was = fleet.error.lock().expect("fleet state").clone();
+    fleet.set_error(None);
+    if was.is_some() {
+        tracing::info!("etcd: following again");
+    }
     let key = store.current_key();
     let mut events = store
         .client()

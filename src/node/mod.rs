@@ -166,7 +166,7 @@ impl Node {
         let initial = fleet::initial(&fleet_opts).await?;
         if let Some(e) = &initial.etcd_error {
             tracing::warn!(error = %e, revision = initial.first.0.revision,
-                "etcd: unreachable at start; serving the cached revision");
+                "etcd: no revision from etcd at start (down, or refusing this node); serving the cached revision");
         }
         let first = initial.first.0.revision;
         let started = Node::start_with(
