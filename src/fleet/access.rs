@@ -26,6 +26,15 @@ const CERTIFICATE_ALERTS: [&str; 3] = [
     "received fatal alert: HandshakeFailure",
 ];
 
+/// Whether `why` says the member dropped a connection it had accepted: closed, reset, or the
+/// client's next write failing.
+fn dropped(why: &str) -> bool {
+    why.ends_with("connection closed")
+        || why.contains("connection reset")
+        || why.ends_with("broken pipe")
+        || why.ends_with("handshake eof")
+}
+
 fn certificate_alert(why: &str) -> bool {
     CERTIFICATE_ALERTS.iter().any(|a| why.contains(a))
 }
@@ -155,13 +164,11 @@ impl Access {
 
     /// Whether `why` a member failed may be its refusal of the client's certificate (or of
     /// none): over TLS, etcd (`--client-cert-auth`) ends the handshake with an alert, or
-    /// closes or resets the connection before the client has read the alert. (Only the alert
-    /// is sure: a member going away closes connections too.)
+    /// closes the connection before the client has read the alert, which the client then
+    /// sees as the connection closed, reset, or its next write failing. (Only the alert is
+    /// sure: a member going away closes connections too.)
     fn closes(&self, why: &str) -> bool {
-        self.tls()
-            && (why.ends_with("connection closed")
-                || why.contains("connection reset")
-                || certificate_alert(why))
+        self.tls() && (dropped(why) || certificate_alert(why))
     }
 
     /// What to try, given every member's failure.
@@ -171,9 +178,9 @@ impl Access {
     ) -> Option<&'static str> {
         if !self.tls() {
             // A TLS-only member answers a plaintext HTTP/2 preface with an HTTP/1 400 and
-            // closes: the client's write fails.
+            // closes: the client's write fails, or it reads the end.
             reasons
-                .all(|r| r.ends_with("broken pipe") || r.contains("connection reset"))
+                .all(dropped)
                 .then_some("if etcd serves clients over TLS, use https:// and --etcd-cacert")
         } else if reasons
             .clone()
@@ -377,6 +384,45 @@ mod tests {
             ..Credentials::default()
         };
         assert!(err("h:1", empty).contains("is empty"));
+    }
+
+    #[test]
+    fn every_way_a_refused_handshake_shows_gets_the_certificate_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        let tls = Access::new(
+            &urls("a:1"),
+            Credentials {
+                cacert: Some(ca),
+                ..Credentials::default()
+            },
+        )
+        .unwrap();
+        // As seen from etcd 3.4 with --client-cert-auth, one member to the next.
+        let seen = [
+            "https://a:1: connection closed",
+            "https://a:2: stream closed because of a broken pipe",
+            "https://a:3: received fatal alert: BadCertificate",
+            "https://a:4: connection reset",
+            "https://a:5: tls handshake eof",
+            "https://a:6: received fatal alert: CertificateRequired",
+        ];
+        let hint = tls.hint(seen.iter().copied()).unwrap();
+        assert!(hint.contains("give --etcd-cert and --etcd-key"), "{hint}");
+        // One member that timed out is not a certificate matter.
+        let mixed = ["https://a:1: connection closed", "https://a:2: timed out"];
+        assert_eq!(tls.hint(mixed.iter().copied()), None);
+        // Plaintext to a TLS member.
+        let plain = Access::plain(&urls("a:1")).unwrap();
+        let pipe = ["http://a:1: stream closed because of a broken pipe"];
+        assert!(
+            plain
+                .hint(pipe.iter().copied())
+                .unwrap()
+                .contains("https://")
+        );
     }
 
     #[test]

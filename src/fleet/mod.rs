@@ -49,7 +49,7 @@ pub struct Revision {
     pub revision: u64,
     /// When it was published, ms since the Unix epoch.
     pub pushed_at_ms: u64,
-    /// Who published it (`user@host`).
+    /// Who published it (`user@host`, and `as etcd user NAME` when etcd's users are on).
     pub pushed_by: String,
     /// The name of the config file it was pushed from (its errors and relative paths are
     /// read as if the file had this name in a node's working directory).
@@ -95,6 +95,8 @@ pub struct Store {
     client: Client,
     prefix: String,
     endpoint: String,
+    /// The etcd user this connection authenticated as (none: no user, or users are off).
+    user: Option<String>,
 }
 
 /// An error in a few words: its context, then for an etcd client error the gRPC status's
@@ -168,6 +170,7 @@ impl Store {
         let mut errors = Vec::new();
         for i in 0..endpoints.len() {
             let endpoint = &endpoints[(start + i) % endpoints.len()];
+            let mut user = access.user().map(str::to_owned);
             let mut attempt = Store::connect_one(endpoint, options.clone()).await;
             if let Err((why, _)) = &attempt
                 && access.user().is_some()
@@ -180,6 +183,7 @@ impl Store {
                     "etcd: users are off on this cluster; connecting without --etcd-user"
                 );
                 attempt = Store::connect_one(endpoint, access.options(false)?).await;
+                user = None;
             }
             match attempt {
                 Ok(client) => {
@@ -187,6 +191,7 @@ impl Store {
                         client,
                         prefix,
                         endpoint: endpoint.clone(),
+                        user,
                     });
                 }
                 Err((why, refused)) => {
@@ -335,6 +340,10 @@ impl Store {
     ) -> Result<Revision> {
         let next = seen.number + 1;
         draft.revision = next;
+        if let Some(user) = &self.user {
+            // `who()` is what the machine says; the etcd user is who etcd let write.
+            draft.pushed_by = format!("{} as etcd user {user}", draft.pushed_by);
+        }
         let doc = serde_json::to_vec(&draft)?;
         let current = self.current_key();
         let guard = if seen.mod_revision == 0 {

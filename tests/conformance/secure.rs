@@ -87,6 +87,9 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
         let f = &n.status()["fleet"];
         assert_eq!(f["connected"], true, "{f:#}");
     }
+    let latest = &fleet_json(&cluster)["latest"];
+    let by = latest["pushed_by"].as_str().unwrap();
+    assert!(by.ends_with(" as etcd user pusher"), "{latest:#}");
 
     // The node's user may not publish: refused by etcd, and revision 2 stays current.
     cfg.set_ratio("web/beijing", 20.0);
