@@ -326,6 +326,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                         "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
                         "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
                         "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
+                        "parts": share.kept_parts(),
                         "method": cfg.balance.name(), "served": group_served, "endpoints": endpoints,
                     });
                     // failover = "graceful": what the share was graded by, as `sim` prints it.

@@ -174,21 +174,17 @@
   function group(l, g, obs) {
     const ghealthy = g.healthy !== false;
     const o = obs ? obs.groups.get(g.name) : null;
-    // failover = "graceful": the share is (first pass + leftover + spill) × keep, scaled to
-    // 100 when something passed the last group; each part is drawn at what the group keeps
-    // of it, so that the bar adds up to the share (docs/design.md §3.3).
+    // The share's parts as the node's split code gives them (`parts`: first pass, leftover,
+    // spill, each at what the group keeps of it, so that the bar adds up to the share under
+    // failover = "graceful" too; docs/design.md §3.3). Only drawn here, never computed.
+    const [first, leftover, spilled] = [0, 1, 2].map((i) => num(arr(g.parts)[i]) || 0);
     const spill = num(g.spill), keep = num(g.keep);
-    let scale = 1;
-    if (spill !== null && keep !== null) {
-      const reached = (num(g.first_pass) || 0) + (num(g.leftover) || 0) + spill;
-      scale = reached > 0 ? (num(g.share) || 0) / reached : 0;
-    }
     const parts = [
-      ["first", clamp((num(g.first_pass) || 0) * scale), "first pass " + pct(g.first_pass)],
-      ["leftover", clamp((num(g.leftover) || 0) * scale), "leftover " + pct(g.leftover)],
+      ["first", clamp(first), "first pass " + pct(g.first_pass)],
+      ["leftover", clamp(leftover), "leftover " + pct(g.leftover)],
     ];
     if (spill !== null && keep !== null) {
-      parts.push(["spill", clamp(spill * scale), "spill " + pct(spill) + " from above; keeps " + keep.toFixed(3)]);
+      parts.push(["spill", clamp(spilled), "spill " + pct(spill) + " from above; keeps " + keep.toFixed(3)]);
     }
     const expected = bar(parts);
     const seen = bar([["observed", clamp(o), "observed " + pct(o)]]);
