@@ -117,7 +117,7 @@ impl Fleet {
         *self.refused.lock().expect("fleet state") = Some(Refusal { revision, reason });
     }
 
-    fn set_applied(&self, r: Arc<Revision>, source: Source) {
+    pub(crate) fn set_applied(&self, r: Arc<Revision>, source: Source) {
         let n = r.revision;
         *self.applied.lock().expect("fleet state") = (r, source);
         let mut refused = self.refused.lock().expect("fleet state");
@@ -397,9 +397,9 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
         return Ok(());
     }
     match inner.reload_with(Some(Arc::clone(&r))).await {
+        // Recorded as served by the reload, under its lock.
         Ok(()) => {
             tracing::info!(revision = n, "fleet: revision applied");
-            fleet.set_applied(Arc::clone(&r), Source::Etcd);
             cache(fleet, &r).await;
         }
         // The reload logged why, with every error.

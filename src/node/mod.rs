@@ -385,21 +385,25 @@ impl Inner {
     /// Reloads what the node serves: the config file, or in a fleet the revision it serves
     /// (certificates and the access log file opened again).
     pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
-        let revision = self.fleet.as_ref().map(fleet::Fleet::applied);
-        self.reload_with(revision).await
+        self.reload_with(None).await
     }
 
-    /// Build and validate the new state (from `revision`, else the config file), bind new
-    /// ports, then swap; else keep the old.
+    /// Build and validate the new state, bind new ports, then swap; else keep the old. The
+    /// state comes from `new` (a revision from etcd, recorded as served once swapped in), else
+    /// in a fleet from the revision served, else from the config file. Both are read under
+    /// the reload lock, so a SIGHUP racing a new revision cannot put the older one back.
     pub(crate) async fn reload_with(
         self: &Arc<Self>,
-        revision: Option<Arc<Revision>>,
+        new: Option<Arc<Revision>>,
     ) -> std::result::Result<(), String> {
+        let mut bound = self.bound.lock().await;
+        let revision = new
+            .clone()
+            .or_else(|| self.fleet.as_ref().map(fleet::Fleet::applied));
         let what = match &revision {
             Some(r) => format!("revision {}", r.revision),
             None => self.opts.config.display().to_string(),
         };
-        let mut bound = self.bound.lock().await;
         // Draining (SIGTERM): the ports are closed for good; a reload would open them again
         // with nothing accepting on them.
         if self.stop.is_cancelled() {
@@ -461,6 +465,9 @@ impl Inner {
         running.publish(Instant::now());
         match &result {
             Ok(()) => {
+                if let (Some(f), Some(r)) = (&self.fleet, new) {
+                    f.set_applied(r, fleet::Source::Etcd);
+                }
                 self.reloads_ok.increment(1);
                 tracing::info!(config = %what, "config reloaded");
             }
