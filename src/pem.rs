@@ -19,7 +19,7 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The bytes of a PEM file: a regular file of at most [`files::MAX_PEM_BYTES`].
-fn pem_bytes(path: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn pem_bytes(path: &Path) -> Result<Vec<u8>, String> {
     files::read(path, files::MAX_PEM_BYTES).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -56,7 +56,7 @@ pub fn parse_catalog(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
 
 /// Reads a file (a regular one, at most [`files::MAX_CONFIG_BYTES`]) as UTF-8 text, turning a
 /// failure into a one-error [`ConfigErrors`]: at 1:1, or at the first byte that is not UTF-8.
-fn read(path: &Path) -> Result<String, ConfigErrors> {
+pub(crate) fn read(path: &Path) -> Result<String, ConfigErrors> {
     let error = |line, column, message| {
         ConfigErrors(vec![ConfigError {
             file: path.to_path_buf(),

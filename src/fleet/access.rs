@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 
 use super::{CONNECT_TIMEOUT, REQUEST_TIMEOUT};
@@ -259,14 +259,18 @@ impl Access {
 
 /// A PEM file's text (already checked by crate::pem).
 fn pem(path: &Path) -> Result<Vec<u8>> {
-    crate::files::read(path, crate::files::MAX_PEM_BYTES)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))
+    crate::pem::pem_bytes(path).map_err(|e| anyhow!(e))
 }
 
 /// A password file's first line, exactly, without its line ending (`\n`, `\r\n` or `\r`).
 fn password_from(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--etcd-password-file {}: reading it", path.display()))?;
+    // A regular file of at most 4 KiB (not a FIFO or a device to read forever).
+    let text = crate::files::read(path, 4096)
+        .map_err(|e| anyhow!("--etcd-password-file {}: {e}", path.display()))
+        .and_then(|b| {
+            String::from_utf8(b)
+                .map_err(|_| anyhow!("--etcd-password-file {}: not UTF-8", path.display()))
+        })?;
     let password = text.split(['\n', '\r']).next().unwrap_or_default();
     if password.is_empty() {
         bail!(

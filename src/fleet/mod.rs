@@ -539,11 +539,8 @@ pub fn now_ms() -> u64 {
 
 /// A revision to publish from a config validated on this machine.
 pub fn draft(config: &Config) -> Result<Revision> {
-    let read = |path: &Path| -> Result<String> {
-        let bytes = crate::files::read(path, crate::files::MAX_CONFIG_BYTES)
-            .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
-        String::from_utf8(bytes).map_err(|_| anyhow!("{} is not UTF-8 text", path.display()))
-    };
+    // As the config check reads them (one text, its failure at FILE:LINE:COL).
+    let read = |path: &Path| config::read(path).map_err(|e| anyhow!("{e}"));
     let name = |path: &Path| {
         path.file_name().map_or_else(
             || "config.toml".to_owned(),
