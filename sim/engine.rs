@@ -123,6 +123,9 @@ pub(crate) struct GroupRow {
     pub(crate) first_pass: f64,
     pub(crate) leftover: f64,
     pub(crate) share: f64,
+    /// The share in parts, [first pass, leftover, spill], each at what the group keeps of it
+    /// ([`gtd::split::Share::kept_parts`]): what a picture draws.
+    pub(crate) parts: [f64; 3],
     /// `failover = "graceful"`: the usable part of the group's weight, what it keeps of what
     /// reaches it, and what groups above passed down to it (docs/design.md §3.3).
     pub(crate) graded: Option<Graded>,
@@ -141,9 +144,6 @@ pub(crate) struct Graded {
     pub(crate) keep: f64,
     /// Percent passed down to it by the groups above.
     pub(crate) spill: f64,
-    /// The share in parts, [first pass, leftover, spill], each at what the group keeps of it
-    /// ([`gtd::split::Share::kept_parts`]).
-    pub(crate) parts: [f64; 3],
 }
 
 /// One endpoint's line.
@@ -359,11 +359,11 @@ fn evaluate_region(
                 first_pass: share.first_pass,
                 leftover: share.leftover,
                 share: share.total,
+                parts: share.kept_parts(),
                 graded: (listener.failover == FailoverMode::Graceful).then(|| Graded {
                     usable: plan.facts[gi].fraction,
                     keep: share.keep,
                     spill: share.spill,
-                    parts: share.kept_parts(),
                 }),
                 method: g.balance.name(),
                 observed: None,

@@ -247,10 +247,8 @@ fn draw_region(
         let c = colour(gi);
         // Under graceful each part is drawn at what the group keeps of it, so that the
         // segments add up to the share; the spill from above is a third part.
-        let ([first, leftover, spill], graded) = match g.graded {
-            None => ([g.first_pass, g.leftover, 0.0], false),
-            Some(graded) => (graded.parts, true),
-        };
+        let [first, leftover, spill] = g.parts;
+        let graded = g.graded.is_some();
         let parts = [
             Some(("first-pass", first, c.to_owned())),
             Some(("leftover", leftover, format!("url(#leftover-{li}-{gi})"))),
@@ -313,7 +311,7 @@ fn draw_region(
                 g.share,
                 g.first_pass,
                 g.leftover,
-                ratio(g.ratio)
+                crate::capacity::number(g.ratio)
             ),
             Some(graded) => format!(
                 "#{} {} {:.2} % = ({:.2} first pass + {:.2} leftover + {:.2} spill) × {:.3} keeps · usable {:.0} % · ratio {}",
@@ -325,7 +323,7 @@ fn draw_region(
                 graded.spill,
                 graded.keep,
                 graded.usable * 100.0,
-                ratio(g.ratio)
+                crate::capacity::number(g.ratio)
             ),
         };
         if !g.healthy {
@@ -382,14 +380,6 @@ fn colour(i: usize) -> &'static str {
 /// Percent to px along a bar.
 fn px(percent: f64) -> f64 {
     percent.clamp(0.0, 100.0) * BAR_W / 100.0
-}
-
-fn ratio(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x}")
-    }
 }
 
 /// Text and attribute values escaped for XML.

@@ -74,14 +74,6 @@ fn pct(x: f64) -> String {
     format!("{x:.2}")
 }
 
-fn ratio(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x}")
-    }
-}
-
 fn mode_line(r: &RegionReport, failover: &str) -> String {
     let top_unhealthy = r
         .groups
@@ -514,7 +506,7 @@ fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
         g.name.clone(),
         g.group_region.clone(),
         format!("{:.2} {}", g.rtt_ms, &g.rtt_source.as_str()[..3]),
-        ratio(g.ratio),
+        capacity::number(g.ratio),
         (if g.healthy { "healthy" } else { "UNHEALTHY" }).to_owned(),
         pct(g.first_pass),
         "+".to_owned(),

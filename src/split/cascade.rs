@@ -103,9 +103,6 @@ impl Share {
     /// `total / (first_pass + leftover + spill)`.
     pub fn kept_parts(&self) -> [f64; 3] {
         let reached = self.first_pass + self.leftover + self.spill;
-        if self.spill == 0.0 && self.total == reached {
-            return [self.first_pass, self.leftover, 0.0];
-        }
         let scale = if reached > 0.0 {
             self.total / reached
         } else {
