@@ -133,10 +133,7 @@ pub(crate) fn totals(
             let load = rows.iter().map(|(a, row)| a * row.share / 100.0).sum();
             // What the group carries with the what-if's endpoints out (they are out on every
             // node alike): only its usable endpoints count.
-            let usable = |ei: usize| {
-                rows.first()
-                    .is_none_or(|(_, row)| matches!(row.endpoints[ei].state, "up" | "backup"))
-            };
+            let usable = |ei: usize| rows.first().is_none_or(|(_, row)| row.endpoints[ei].usable);
             out.push(Total {
                 listener: l.name.clone(),
                 group: g.name.clone(),

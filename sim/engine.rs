@@ -153,6 +153,8 @@ pub(crate) struct EndpointRow {
     pub(crate) weight: u32,
     /// `up`, `backup`, `down`, `disabled`, `drain` or `failing` (health checks fail).
     pub(crate) state: &'static str,
+    /// Usable, as the node's balancer says (`up` or `backup`).
+    pub(crate) usable: bool,
     /// Percent of the region's traffic; `None` when load-dependent.
     pub(crate) share: Option<f64>,
     pub(crate) observed: Option<f64>,
@@ -344,6 +346,7 @@ fn evaluate_region(
                     address: e.address.text.clone(),
                     weight: e.weight,
                     state: endpoint_state(&balancers[gi], ei, e, now),
+                    usable: balancers[gi].endpoints()[ei].is_usable(now),
                     share: fractions.as_ref().map(|f| f[ei] * share.total),
                     observed: None,
                 })

@@ -593,19 +593,11 @@ impl GroupBalancer {
     /// `failover = "graceful"` grades a group by (docs/design.md §3.3).
     pub fn usable_fraction(&self, now: Instant) -> f64 {
         let t = self.full.hub.nanos(now);
-        let (mut up, mut all) = (0_u64, 0_u64);
-        for e in &self.endpoints {
-            let w = u64::from(e.config().weight);
-            all += w;
-            if e.available(t) {
-                up += w;
-            }
-        }
-        if all == 0 {
-            0.0
-        } else {
-            up as f64 / all as f64
-        }
+        config::usable_fraction(
+            self.endpoints
+                .iter()
+                .map(|e| (e.config().weight, e.available(t))),
+        )
     }
 
     /// The group's health (docs/design.md §3.3): at least `min_healthy` usable endpoints, whether or not

@@ -68,6 +68,25 @@ impl Group {
     pub const DEFAULT_KEEPALIVE: u32 = 32;
 }
 
+/// The usable part of a group, 0..=1: the weight of its usable endpoints over the weight of
+/// all, from (weight, usable) per endpoint. What `failover = "graceful"` grades a group by and
+/// what planning scales a group's own `capacity` by (docs/design.md §3.3, §8); 0 for a group
+/// of no weight.
+pub fn usable_fraction(endpoints: impl Iterator<Item = (u32, bool)>) -> f64 {
+    let (mut up, mut all) = (0_u64, 0_u64);
+    for (weight, usable) in endpoints {
+        all += u64::from(weight);
+        if usable {
+            up += u64::from(weight);
+        }
+    }
+    if all == 0 {
+        0.0
+    } else {
+        up as f64 / all as f64
+    }
+}
+
 impl Group {
     /// What the group can carry (planning, docs/design.md §8) when only the endpoints
     /// `usable(i)` says are usable serve: the sum of their `capacity` when every endpoint sets
@@ -82,14 +101,14 @@ impl Group {
                 let sum = (0..each.len()).filter(up).fold(0.0, |acc, i| acc + each[i]);
                 Some(own.map_or(sum, |c| c.min(sum)))
             }
-            (_, Some(own)) => {
-                let weight = |i: usize| f64::from(self.endpoints[i].weight);
-                let all: f64 = (0..self.endpoints.len()).map(weight).sum();
-                let usable = (0..self.endpoints.len())
-                    .filter(up)
-                    .fold(0.0, |acc, i| acc + weight(i));
-                Some(if all > 0.0 { own * usable / all } else { 0.0 })
-            }
+            (_, Some(own)) => Some(
+                own * usable_fraction(
+                    self.endpoints
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| (e.weight, up(&i))),
+                ),
+            ),
             _ => None,
         }
     }
