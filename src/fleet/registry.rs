@@ -51,8 +51,6 @@ pub struct ListenerView {
     pub name: String,
     /// `cascade`, `failover`, `fail-open` or `no-route`.
     pub mode: String,
-    /// Why, when the mode is not the cascade.
-    pub reason: Option<String>,
     /// Its groups in the node's priority order.
     pub groups: Vec<GroupView>,
 }
@@ -120,7 +118,6 @@ pub fn listeners_of(status: &serde_json::Value) -> Vec<ListenerView> {
         .map(|l| ListenerView {
             name: l["name"].as_str().unwrap_or_default().to_owned(),
             mode: l["mode"].as_str().unwrap_or_default().to_owned(),
-            reason: l["reason"].as_str().map(str::to_owned),
             groups: l["groups"]
                 .as_array()
                 .unwrap_or(&empty)
@@ -159,7 +156,6 @@ mod tests {
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),
-                reason: None,
                 groups: groups
                     .iter()
                     .map(|&(name, ok)| GroupView {
