@@ -292,6 +292,19 @@ impl Store {
         })
     }
 
+    /// The revision `PREFIX/revision` names as `n` (none for 0: nothing published yet); an
+    /// error when that revision is not kept, which a push's transaction never lets happen.
+    pub async fn named(&mut self, n: u64) -> Result<Option<Revision>> {
+        if n == 0 {
+            return Ok(None);
+        }
+        let key = self.current_key();
+        self.revision(n)
+            .await?
+            .map(Some)
+            .ok_or_else(|| anyhow!("{key} names revision {n}, which is not kept"))
+    }
+
     /// Revision `n`'s document, if it is still kept.
     pub async fn revision(&mut self, n: u64) -> Result<Option<Revision>> {
         let key = self.revision_key(n);

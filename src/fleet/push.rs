@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 
-use super::{Current, Revision, Store};
+use super::{Revision, Store};
 use crate::config;
 
 /// What `gtd push` was asked.
@@ -84,7 +84,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     }
     let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
     let seen = store.current().await?;
-    let running = running(&mut store, seen).await?;
+    let running = store.named(seen.number).await?;
     if let Some(r) = &running
         && r.same_text(&draft)
     {
@@ -132,7 +132,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 async fn rollback(opts: &Options) -> Result<Outcome> {
     let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
     let seen = store.current().await?;
-    let Some(running) = running(&mut store, seen).await? else {
+    let Some(running) = store.named(seen.number).await? else {
         bail!(
             "nothing is published under {} yet: nothing to roll back",
             store.prefix()
@@ -194,19 +194,6 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
 }
 
 /// The running revision's document (`None` before the first push).
-pub(super) async fn running(store: &mut Store, seen: Current) -> Result<Option<Revision>> {
-    if seen.number == 0 {
-        return Ok(None);
-    }
-    store.revision(seen.number).await?.map(Some).ok_or_else(|| {
-        anyhow!(
-            "{} names revision {}, which is not there",
-            store.current_key(),
-            seen.number
-        )
-    })
-}
-
 async fn published_line(store: &mut Store, r: &Revision) -> Result<String> {
     let kept = store.kept().await?;
     let what = match r.rollback_of {

@@ -22,7 +22,7 @@ impl Fleet {
     /// Reads the current revision and the registry.
     pub async fn read(store: &mut Store) -> Result<Fleet> {
         let seen = store.current().await?;
-        let latest = super::push::running(store, seen).await?;
+        let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
         Ok(Fleet {
             prefix: store.prefix().to_owned(),

@@ -172,16 +172,12 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     let from_etcd = async {
         let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
         let seen = store.current().await?;
-        if seen.number == 0 {
-            bail!(
+        store.named(seen.number).await?.ok_or_else(|| {
+            anyhow!(
                 "nothing is published under {} yet (gtd push first)",
                 store.prefix()
-            );
-        }
-        store
-            .revision(seen.number)
-            .await?
-            .ok_or_else(|| anyhow!("revision {} is named but not kept", seen.number))
+            )
+        })
     }
     .await;
     match (from_etcd, cached) {
@@ -387,8 +383,8 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
     if applied.revision == n && source == Source::Etcd || refused == Some(n) {
         return Ok(());
     }
-    let Some(r) = store.revision(n).await? else {
-        bail!("revision {n} is named but not kept");
+    let Some(r) = store.named(n).await? else {
+        return Ok(());
     };
     let r = Arc::new(r);
     if applied.revision == n && applied.same_text(&r) {
