@@ -314,7 +314,7 @@ fn draw_region(
                 crate::capacity::number(g.ratio)
             ),
             Some(graded) => format!(
-                "#{} {} {:.2} % = ({:.2} first pass + {:.2} leftover + {:.2} spill) × {:.3} keeps · usable {:.0} % · ratio {}",
+                "#{} {} {:.2} % from ({:.2} first pass + {:.2} leftover + {:.2} spill) × {:.3} keeps (scaled up when some passed the last group) · usable {:.0} % · ratio {}",
                 g.priority,
                 esc(&g.name),
                 g.share,
