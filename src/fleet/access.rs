@@ -14,7 +14,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
-use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use super::etcd::ConnectOptions;
 
 use super::{CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 
@@ -229,7 +231,7 @@ impl Access {
             // Checked as the data plane's certificates are (crate::pem), then handed to tonic
             // as the PEM text it takes.
             crate::pem::roots(ca).map_err(|e| anyhow!("--etcd-cacert {e}"))?;
-            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(pem(ca)?));
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem(ca)?));
             if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
                 crate::pem::certified(cert, key, &crate::pem::provider()).map_err(
                     |(faulty, e)| match faulty {
@@ -247,11 +249,10 @@ impl Access {
                 (None, Some(p)) => p.clone(),
                 (None, None) => unreachable!("checked by Access::new"),
             };
-            // etcd's tokens expire (simple tokens after 5 minutes by default): renewed on the
-            // first request that meets an expired one, so a node's watch and lease outlive it.
-            options = options
-                .with_user(user.clone(), password)
-                .with_auto_token_refresh(true);
+            // etcd's tokens expire (simple tokens after 5 minutes by default): the client
+            // renews one on the first request that meets it expired, so a node's watch and
+            // lease outlive it.
+            options = options.with_user(user.clone(), password);
         }
         Ok(options)
     }

@@ -15,6 +15,7 @@
 //! ([`crate::node`]'s fleet follower) and apply each new revision as a reload.
 
 pub mod access;
+pub mod etcd;
 pub mod push;
 pub mod registry;
 pub mod report;
@@ -23,9 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp,
-};
+use etcd::pb::etcdserverpb as rpc;
+use etcd::{Client, ConnectOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Config, ConfigErrors};
@@ -105,16 +105,14 @@ pub struct Store {
 pub fn describe(e: &anyhow::Error) -> String {
     let mut parts = Vec::new();
     for cause in e.chain() {
-        if let Some(etcd) = cause.downcast_ref::<etcd_client::Error>() {
-            // etcd_client::Error names no source: start from the status's or transport's.
+        if let Some(etcd) = cause.downcast_ref::<etcd::Error>() {
+            // etcd::Error names no source: start from the status's or transport's.
             let (mut words, mut source) = match etcd {
-                etcd_client::Error::GRpcStatus(status) => (
+                etcd::Error::GRpcStatus(status) => (
                     status.message().to_owned(),
                     std::error::Error::source(status),
                 ),
-                etcd_client::Error::TransportError(t) => {
-                    (t.to_string(), std::error::Error::source(t))
-                }
+                etcd::Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
                 other => (other.to_string(), None),
             };
             while let Some(s) = source {
@@ -220,9 +218,9 @@ impl Store {
         options: ConnectOptions,
     ) -> std::result::Result<Client, (String, bool)> {
         let work = async {
-            let mut client: Client = Client::connect([endpoint], Some(options)).await?;
+            let client = Client::connect(endpoint, options).await?;
             let status = client.status().await?;
-            Ok::<_, etcd_client::Error>((client, status.leader()))
+            Ok::<_, etcd::Error>((client, status.leader))
         };
         match tokio::time::timeout(CONNECT_TIMEOUT * 2, work).await {
             Err(_) => Err(("timed out".to_owned(), false)),
@@ -246,8 +244,8 @@ impl Store {
     }
 
     /// The client, for watches and leases.
-    pub(crate) fn client(&mut self) -> &mut Client {
-        &mut self.client
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// `PREFIX/revision`.
@@ -269,25 +267,25 @@ impl Store {
         let key = self.current_key();
         let resp = self
             .client
-            .get(key.as_str(), None)
+            .range(range(&key, false))
             .await
             .context("reading the current revision")?;
-        let header = resp.header().map_or(0, |h| h.revision());
-        let Some(kv) = resp.kvs().first() else {
+        let header = resp.header.as_ref().map_or(0, |h| h.revision);
+        let Some(kv) = resp.kvs.first() else {
             return Ok(Current {
                 number: 0,
                 mod_revision: 0,
                 header,
             });
         };
-        let text = kv.value_str().unwrap_or_default();
+        let text = std::str::from_utf8(&kv.value).unwrap_or_default();
         let number = text
             .trim()
             .parse()
             .map_err(|_| anyhow!("{key} holds {text:?}, not a revision number"))?;
         Ok(Current {
             number,
-            mod_revision: kv.mod_revision(),
+            mod_revision: kv.mod_revision,
             header,
         })
     }
@@ -310,13 +308,13 @@ impl Store {
         let key = self.revision_key(n);
         let resp = self
             .client
-            .get(key.as_str(), None)
+            .range(range(&key, false))
             .await
             .with_context(|| format!("reading revision {n}"))?;
-        resp.kvs()
+        resp.kvs
             .first()
             .map(|kv| {
-                serde_json::from_slice(kv.value())
+                serde_json::from_slice(&kv.value)
                     .with_context(|| format!("{key} does not hold a gtd revision"))
             })
             .transpose()
@@ -327,16 +325,22 @@ impl Store {
         let from = format!("{}/revisions/", self.prefix);
         let resp = self
             .client
-            .get(
-                from.as_str(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
+            .range(rpc::RangeRequest {
+                keys_only: true,
+                ..range(&from, true)
+            })
             .await
             .context("listing revisions")?;
         let mut numbers: Vec<u64> = resp
-            .kvs()
+            .kvs
             .iter()
-            .filter_map(|kv| kv.key_str().ok()?.strip_prefix(from.as_str())?.parse().ok())
+            .filter_map(|kv| {
+                std::str::from_utf8(&kv.key)
+                    .ok()?
+                    .strip_prefix(from.as_str())?
+                    .parse()
+                    .ok()
+            })
             .collect();
         numbers.sort_unstable();
         Ok(numbers)
@@ -359,31 +363,56 @@ impl Store {
         }
         let doc = serde_json::to_vec(&draft)?;
         let current = self.current_key();
+        use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
+        use rpc::request_op::Request;
         let guard = if seen.mod_revision == 0 {
-            Compare::version(current.as_str(), CompareOp::Equal, 0)
+            (CompareTarget::Version, TargetUnion::Version(0))
         } else {
-            Compare::mod_revision(current.as_str(), CompareOp::Equal, seen.mod_revision)
+            (
+                CompareTarget::Mod,
+                TargetUnion::ModRevision(seen.mod_revision),
+            )
+        };
+        let guard = rpc::Compare {
+            result: CompareResult::Equal.into(),
+            target: guard.0.into(),
+            key: current.clone().into_bytes(),
+            target_union: Some(guard.1),
+            ..Default::default()
+        };
+        let put = |key: String, value: Vec<u8>| rpc::RequestOp {
+            request: Some(Request::RequestPut(rpc::PutRequest {
+                key: key.into_bytes(),
+                value,
+                ..Default::default()
+            })),
         };
         let mut ops = vec![
-            TxnOp::put(self.revision_key(next), doc, None),
-            TxnOp::put(current.as_str(), next.to_string(), None),
+            put(self.revision_key(next), doc),
+            put(current.clone(), next.to_string().into_bytes()),
         ];
         let keep = keep.max(1);
         if next > keep {
             // [revisions/0, revisions/(next - keep + 1)): everything older than the kept ones.
-            let end = self.revision_key(next - keep + 1);
-            ops.push(TxnOp::delete(
-                self.revision_key(0),
-                Some(DeleteOptions::new().with_range(end)),
-            ));
+            ops.push(rpc::RequestOp {
+                request: Some(Request::RequestDeleteRange(rpc::DeleteRangeRequest {
+                    key: self.revision_key(0).into_bytes(),
+                    range_end: self.revision_key(next - keep + 1).into_bytes(),
+                    ..Default::default()
+                })),
+            });
         }
-        let txn = Txn::new().when([guard]).and_then(ops);
+        let txn = rpc::TxnRequest {
+            compare: vec![guard],
+            success: ops,
+            failure: vec![],
+        };
         let resp = self
             .client
             .txn(txn)
             .await
             .context("publishing the revision")?;
-        if !resp.succeeded() {
+        if !resp.succeeded {
             bail!(
                 "another push published a revision after {} was read; nothing was published (push again)",
                 seen.number
@@ -397,16 +426,44 @@ impl Store {
         let from = self.nodes_key();
         let resp = self
             .client
-            .get(from.as_str(), Some(GetOptions::new().with_prefix()))
+            .range(range(&from, true))
             .await
             .context("reading the node registry")?;
         let mut entries: Vec<registry::Entry> = resp
-            .kvs()
+            .kvs
             .iter()
-            .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
             .collect();
         entries.sort_by(|a, b| (&a.region, &a.id).cmp(&(&b.region, &b.id)));
         Ok(entries)
+    }
+}
+
+/// A read of `key`, or with `prefix` of every key that starts with it (a range ending at the
+/// key with its last byte increased, as etcd's clients spell a prefix).
+fn range(key: &str, prefix: bool) -> rpc::RangeRequest {
+    let key = key.as_bytes().to_vec();
+    let range_end = if prefix {
+        let mut end = key.clone();
+        // The last byte below 0xff, increased, and what follows it dropped; none: every key
+        // from `key` on ("\0").
+        while let Some(last) = end.pop() {
+            if last < 0xff {
+                end.push(last + 1);
+                break;
+            }
+        }
+        if end.is_empty() {
+            end.push(0);
+        }
+        end
+    } else {
+        Vec::new()
+    };
+    rpc::RangeRequest {
+        key,
+        range_end,
+        ..Default::default()
     }
 }
 
@@ -414,8 +471,7 @@ impl Store {
 /// worth trying again, unlike a refusal of gtd's own or a [`refusal`] of etcd's.
 pub fn transient(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.downcast_ref::<etcd_client::Error>()
-            .is_some_and(|e| !refusal(e))
+        c.downcast_ref::<etcd::Error>().is_some_and(|e| !refusal(e))
             || c.downcast_ref::<Unreachable>().is_some_and(|u| !u.refused)
     })
 }
@@ -423,7 +479,7 @@ pub fn transient(e: &anyhow::Error) -> bool {
 /// Whether etcd's answer is one that asking again will not change: credentials or a request
 /// it refuses (a wrong password, a permission the user lacks, no user at all), or a
 /// certificate that one side of the TLS handshake refuses.
-pub fn refusal(e: &etcd_client::Error) -> bool {
+pub fn refusal(e: &etcd::Error) -> bool {
     use tonic::Code;
     let tls = |mut source: Option<&(dyn std::error::Error + 'static)>| {
         while let Some(s) = source {
@@ -447,7 +503,7 @@ pub fn refusal(e: &etcd_client::Error) -> bool {
         false
     };
     match e {
-        etcd_client::Error::GRpcStatus(status) => match status.code() {
+        etcd::Error::GRpcStatus(status) => match status.code() {
             Code::Unauthenticated | Code::PermissionDenied => true,
             // By message: these codes also carry passing states ("not leader", "revision of
             // auth store is old") that asking again gets past.
@@ -456,7 +512,7 @@ pub fn refusal(e: &etcd_client::Error) -> bool {
             }
             _ => tls(std::error::Error::source(status)),
         },
-        etcd_client::Error::TransportError(t) => tls(std::error::Error::source(t)),
+        etcd::Error::TransportError(t) => tls(std::error::Error::source(t)),
         _ => false,
     }
 }

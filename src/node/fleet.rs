@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::fleet::etcd::pb::{etcdserverpb as rpc, mvccpb};
 use anyhow::{Context as _, Result, anyhow, bail};
-use etcd_client::{EventType, PutOptions, WatchOptions};
 use serde_json::{Value, json};
 
 use super::Inner;
@@ -94,7 +94,7 @@ impl Fleet {
     pub(crate) async fn leave(&self) {
         let lease = self.lease.swap(0, Ordering::Relaxed);
         let store = self.store.lock().expect("fleet state").clone();
-        if let (Some(mut store), true) = (store, lease != 0) {
+        if let (Some(store), true) = (store, lease != 0) {
             match tokio::time::timeout(Duration::from_secs(2), store.client().lease_revoke(lease))
                 .await
             {
@@ -294,10 +294,10 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let ttl = fleet.opts.lease_ttl.as_secs().max(1) as i64;
     let lease = store
         .client()
-        .lease_grant(ttl, None)
+        .lease_grant(ttl)
         .await
         .context("granting the registry lease")?
-        .id();
+        .id;
     let (mut keeper, mut kept) = store
         .client()
         .lease_keep_alive(lease)
@@ -319,10 +319,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let key = store.current_key();
     let mut events = store
         .client()
-        .watch(
-            key.as_str(),
-            Some(WatchOptions::new().with_start_revision(seen.header + 1)),
-        )
+        .watch(&key, seen.header + 1)
         .await
         .context("watching the current revision")?;
     let mut refresh = tokio::time::interval(REFRESH);
@@ -336,15 +333,17 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
             message = events.message() => {
                 let response = message.context("watching the current revision")?
                     .ok_or_else(|| anyhow!("the watch ended"))?;
-                if response.canceled() {
-                    bail!("the watch was cancelled: {}", response.cancel_reason());
+                if response.canceled {
+                    bail!("the watch was cancelled: {}", response.cancel_reason);
                 }
                 let mut latest = None;
-                for event in response.events() {
-                    if event.event_type() == EventType::Put
-                        && let Some(kv) = event.kv()
+                for event in &response.events {
+                    if event.r#type() == mvccpb::event::EventType::Put
+                        && let Some(kv) = &event.kv
                     {
-                        latest = kv.value_str().ok().and_then(|v| v.trim().parse::<u64>().ok());
+                        latest = std::str::from_utf8(&kv.value)
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok());
                     }
                 }
                 if let Some(n) = latest {
@@ -357,7 +356,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
             response = kept.message() => {
                 let response = response.context("keeping the registry lease")?
                     .ok_or_else(|| anyhow!("the lease keep-alive stream ended"))?;
-                if response.ttl() <= 0 {
+                if response.ttl <= 0 {
                     bail!("the registry lease expired");
                 }
             }
@@ -433,11 +432,12 @@ async fn register(
     let key = format!("{}{id}", store.nodes_key());
     store
         .client()
-        .put(
-            key,
-            serde_json::to_vec(&entry)?,
-            Some(PutOptions::new().with_lease(lease)),
-        )
+        .put(rpc::PutRequest {
+            key: key.into_bytes(),
+            value: serde_json::to_vec(&entry)?,
+            lease,
+            ..Default::default()
+        })
         .await
         .context("writing the registry entry")?;
     Ok(())
