@@ -129,10 +129,10 @@ wait_port() { # PORT : until something listens on 127.0.0.1:PORT (10 s)
 now() { echo "$EPOCHREALTIME"; }
 
 # ---- build ----------------------------------------------------------------------------------
-[[ -n "$gtd" ]] || gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd"
+[[ -n "$gtd" ]] || gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd"
 if ((build)); then
-  log "building gtd (release) -> $gtd"
-  (cd "$repo" && timeout 3600 cargo build --release --bin gtd) || die "cargo build failed"
+  log "building gtd (dist profile) -> $gtd"
+  (cd "$repo" && timeout 3600 cargo build --profile dist --bin gtd) || die "cargo build failed"
 fi
 [[ -x "$gtd" ]] || die "no gtd binary at $gtd (build it, or pass --gtd PATH)"
 gtd="$(cd "$(dirname "$gtd")" && pwd)/$(basename "$gtd")"

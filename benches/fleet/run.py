@@ -8,10 +8,10 @@ a ratio, runs `gtd push` and polls every node's `/status` until each one serves 
 revision *and* shows the new share. Reports, per round, the time `gtd push` took and the time
 from the push's start until the last node served the new split; then the median, p90 and max.
 
-    benches/fleet/run.py [--nodes 3,20] [--rounds 10] [--gtd target/release/gtd]
+    benches/fleet/run.py [--nodes 3,20] [--rounds 10] [--gtd target/dist/gtd]
 
 Everything listens on 127.0.0.x; every process started is stopped by its PID at the end.
-Needs `etcd` (Debian: etcd-server) and a release build (`cargo build --release`).
+Needs `etcd` (Debian: etcd-server) and a dist build (`cargo build --profile dist --bin gtd --bin sim`).
 """
 
 import argparse
@@ -204,12 +204,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", default="3,20")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--gtd", default=os.path.join(ROOT, "target", "release", "gtd"))
+    ap.add_argument("--gtd", default=os.path.join(ROOT, "target", "dist", "gtd"))
     args = ap.parse_args()
     if not shutil.which("etcd"):
         sys.exit("etcd not found (Debian: apt-get install etcd-server)")
     if not os.path.exists(args.gtd):
-        sys.exit(f"{args.gtd} not found: cargo build --release --bin gtd --bin sim")
+        sys.exit(f"{args.gtd} not found: cargo build --profile dist --bin gtd --bin sim")
     results = []
     for n in [int(x) for x in args.nodes.split(",")]:
         with tempfile.TemporaryDirectory(prefix="gtd-fleet-bench-") as d:

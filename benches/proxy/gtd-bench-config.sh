@@ -55,14 +55,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 catalog="$repo/regions/catalog.toml"
 if [[ -z "$gtd" ]]; then
-  gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd"
+  gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd"
 fi
 
 [[ "$proto" =~ ^(tcp|udp|http)$ ]] || die "--proto must be tcp, udp or http (got '$proto')"
 if ! [[ "$port" =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then die "--port: bad port '$port'"; fi
 [[ -n "$backends" ]] || die "--backends is empty"
 [[ -n "$run_dir" && -d "$run_dir" ]] || die "--run-dir '$run_dir' is not a directory"
-[[ -x "$gtd" ]] || die "no gtd binary at '$gtd' (cargo build --release --bin gtd, or --gtd PATH)"
+[[ -x "$gtd" ]] || die "no gtd binary at '$gtd' (cargo build --profile dist --bin gtd, or --gtd PATH)"
 [[ -f "$catalog" ]] || die "no region catalogue at $catalog"
 
 # One group with every backend as an endpoint.

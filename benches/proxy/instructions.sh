@@ -21,7 +21,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd" seconds=10 conns=50 access=""
+gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd" seconds=10 conns=50 access=""
 while (($#)); do
   case "$1" in
     --gtd) gtd="$2"; shift 2 ;;
@@ -35,7 +35,7 @@ done
 for tool in valgrind callgrind_control nginx wrk curl; do
   command -v "$tool" >/dev/null || { echo "instructions.sh: needs $tool" >&2; exit 2; }
 done
-[[ -x "$gtd" ]] || { echo "instructions.sh: no gtd at $gtd (cargo build --release)" >&2; exit 2; }
+[[ -x "$gtd" ]] || { echo "instructions.sh: no gtd at $gtd (cargo build --profile dist --bin gtd)" >&2; exit 2; }
 
 dir="$(mktemp -d)"
 pids=()

@@ -109,10 +109,10 @@ cpu_ticks() { # PGID : user+system clock ticks of every process in that group
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # ---- build ----------------------------------------------------------------------------------
-[[ -n "$gtd" ]] || gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd"
+[[ -n "$gtd" ]] || gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd"
 if ((build)); then
-  log "building gtd (release) -> $gtd"
-  (cd "$repo" && timeout 3600 cargo build --release --bin gtd) || die "cargo build failed"
+  log "building gtd (dist profile) -> $gtd"
+  (cd "$repo" && timeout 3600 cargo build --profile dist --bin gtd) || die "cargo build failed"
 fi
 [[ -x "$gtd" ]] || die "no gtd binary at $gtd (build it, or pass --gtd PATH)"
 gtd="$(cd "$(dirname "$gtd")" && pwd)/$(basename "$gtd")"

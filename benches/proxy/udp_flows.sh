@@ -16,7 +16,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-gtd="${CARGO_TARGET_DIR:-$repo/target}/release/gtd" clients=30000 max_flows=65536
+gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd" clients=30000 max_flows=65536
 while (($#)); do
   case "$1" in
     --gtd) gtd="$2"; shift 2 ;;
@@ -26,7 +26,7 @@ while (($#)); do
     *) echo "udp_flows.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ -x "$gtd" ]] || { echo "udp_flows.sh: no gtd at $gtd (cargo build --release)" >&2; exit 1; }
+[[ -x "$gtd" ]] || { echo "udp_flows.sh: no gtd at $gtd (cargo build --profile dist --bin gtd)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "udp_flows.sh: needs python3" >&2; exit 1; }
 
 dir="$(mktemp -d)"

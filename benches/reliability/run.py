@@ -3,7 +3,7 @@
 
     benches/reliability/run.py [--quick] [--only NAME,...] [--gtd PATH] [--soak SECONDS]
 
-Each trial starts a release gtd node and the embedded backends of `gtd demo --backends-only`
+Each trial starts a dist-profile gtd node and the embedded backends of `gtd demo --backends-only`
 on 127.0.0.1 (ports 18680-18699), puts load or bad input on it and prints what it saw: a
 table at the end, also written to target/bench/reliability/summary.md (and results.json).
 Trials: reloads, bad-reloads, drain, slowloris, headers, h2-floods, udp-flood, overload,
@@ -883,10 +883,10 @@ def main():
             ap.error(f"unknown trial {t!r}")
     gtd = args.gtd
     if not gtd:
-        log("building gtd (release)")
-        subprocess.run(["cargo", "build", "--release", "--bin", "gtd"], cwd=REPO, check=True)
+        log("building gtd (dist profile)")
+        subprocess.run(["cargo", "build", "--profile", "dist", "--bin", "gtd"], cwd=REPO, check=True)
         target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-        gtd = os.path.join(target, "release", "gtd")
+        gtd = os.path.join(target, "dist", "gtd")
     run = os.path.join(args.results, "run")
     os.makedirs(run, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
