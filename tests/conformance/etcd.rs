@@ -244,7 +244,9 @@ impl Cluster {
                 c.args(["--user", &format!("root:{PASSWORD}")]);
             }
         }
-        c.args(args).output().expect("run etcdctl")
+        c.args(args)
+            .output()
+            .expect("run etcdctl (Debian: apt-get install etcd-client)")
     }
 
     /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`: read and write under /gtd/)

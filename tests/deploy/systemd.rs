@@ -227,9 +227,9 @@ fn have_systemd_analyze() -> bool {
     if !present {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "{SYSTEMD_ANALYZE} missing: .ci/run installs it (package systemd)"
+            "{SYSTEMD_ANALYZE} missing: tests/run.sh installs it (package systemd)"
         );
-        eprintln!("skipped: {SYSTEMD_ANALYZE} is not installed");
+        eprintln!("skipped: {SYSTEMD_ANALYZE} is not installed (apt-get install systemd)");
     }
     present
 }
