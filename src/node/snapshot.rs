@@ -322,16 +322,21 @@ impl ListenerState {
                                 .iter()
                                 .position(|x| x.address() == &e.address)?;
                             let was = old_listener_group(old_cfg, &p.name)?;
-                            Some(Watch::carried(
+                            let w = Watch::carried(
                                 &p.watches[old],
                                 was.health_check.as_ref(),
                                 g.health_check.as_ref(),
-                            ))
+                            );
+                            // Samples of another kind of round trip do not average in.
+                            if old_cfg.is_some_and(|o| o.rtt_from != l.rtt_from) {
+                                w.forget_rtt();
+                            }
+                            Some(w)
                         });
                         kept.unwrap_or_else(|| Arc::new(Watch::new(g.health_check.as_ref())))
                     })
                     .collect();
-                let probe = probe::Spec::of(name, udp, g, region, l.connect_timeout)
+                let probe = probe::Spec::of(name, udp, g, region, l.connect_timeout, l.rtt_from)
                     .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
                     .map(Arc::new);
                 Ok(GroupState {

@@ -116,10 +116,18 @@ impl Watch {
         (s.rtt.value(), s.rtt.samples())
     }
 
-    /// Takes one outcome; returns the verdict's change, if any.
+    /// Drops the RTT average (a reload changed what a sample measures, `rtt_from`).
+    pub(crate) fn forget_rtt(&self) {
+        self.lock().rtt = Ewma::default();
+    }
+
+    /// Takes one outcome; returns the verdict's change, if any. Only a check that passed is an
+    /// RTT sample: a refused, late or wrong answer says nothing about the path's round trip.
     fn record(&self, outcome: &probe::Outcome) -> Option<Change> {
         let mut s = self.lock();
-        if let Some(rtt) = outcome.rtt {
+        if let Some(rtt) = outcome.rtt
+            && outcome.result == probe::Result::Passed
+        {
             s.rtt.observe(rtt.as_secs_f64() * 1000.0);
         }
         let verdict = s.verdict.as_mut()?;
