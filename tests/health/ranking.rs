@@ -1,6 +1,8 @@
-//! Priority from measured RTT: a group whose endpoint answers its checks 50 ms late drops below
-//! one that answers at once (the catalogue ranked it first), and two groups about 1 ms apart
-//! keep the catalogue's order however their times jitter.
+//! Priority from measured RTT: with `rtt_from = "check"` a group whose endpoint answers its
+//! checks 50 ms late drops below one that answers at once (the catalogue ranked it first), and
+//! `/status` says why; with the default `rtt_from = "connect"` the endpoint's own slowness does
+//! not move it; two groups about 1 ms apart keep the catalogue's order however their times
+//! jitter.
 
 use crate::common::*;
 use crate::harness::*;
@@ -18,7 +20,17 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
     ]
     .concat();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), &listener("web", "http", "", &groups));
+    let listeners = [
+        listener(
+            "web",
+            "http",
+            "rtt_from = \"check\"\nrank_dwell = \"0s\"",
+            &groups,
+        ),
+        listener("connect", "http", "rank_dwell = \"0s\"", &groups),
+    ]
+    .concat();
+    let cfg = write_config(dir.path(), &listeners);
     let node = start(&cfg).await;
     // From Beijing, the catalogue puts Beijing first.
     let doc = status(&node);
@@ -38,8 +50,44 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
     assert_eq!(group_of(&doc, "web", "shanghai")["share"], 100.0);
     let url = format!("http://{}/", listener_addr(&node, "web").await);
     assert_eq!(get(&client(), &url).await, (200, "fast".to_owned()));
-    let gauge = metric(&node, "gtd_group_rtt_seconds", &["group=\"beijing\""]);
+    let gauge = metric(
+        &node,
+        "gtd_group_rtt_seconds",
+        &["listener=\"web\",group=\"beijing\""],
+    );
     assert!(gauge >= 0.05, "{gauge}");
+    // Why: Shanghai came first at a change whose RTTs put Beijing 50 ms behind.
+    let why = &group_of(&doc, "web", "shanghai")["rank"];
+    assert_eq!(why["position"], 1, "{why}");
+    assert_eq!(why["source"], "measured");
+    assert_eq!(why["rtt_from"], "check");
+    assert!(why["samples"].as_u64() >= Some(1), "{why}");
+    let change = &why["last_change"];
+    assert_eq!(
+        (&change["from_position"], &change["to_position"]),
+        (&2.into(), &1.into()),
+        "{why}"
+    );
+    assert_eq!(change["rtt_ms"][0][0], "shanghai", "{why}");
+    assert!(change["rtt_ms"][1][1].as_f64() >= Some(50.0), "{why}");
+    // Timed by the connect, the same endpoints are as near as each other: Beijing stays first,
+    // with as many samples behind it.
+    until(
+        "the connect listener measured both groups a few times",
+        || {
+            let doc = status(&node);
+            ["beijing", "shanghai"]
+                .iter()
+                .all(|g| group_of(&doc, "connect", g)["rank"]["samples"].as_u64() >= Some(5))
+        },
+    )
+    .await;
+    let doc = status(&node);
+    assert_eq!(order(&doc, "connect"), ["beijing", "shanghai"]);
+    let why = &group_of(&doc, "connect", "beijing")["rank"];
+    assert_eq!(why["rtt_from"], "connect");
+    assert!(why["rtt_ms"].as_f64() < Some(50.0), "{why}");
+    assert_eq!(why["last_change"], serde_json::Value::Null, "{why}");
     node.shutdown().await;
 }
 
@@ -59,7 +107,8 @@ async fn groups_1_ms_apart_do_not_trade_places_on_jitter() {
     ]
     .concat();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), &listener("web", "http", "", &groups));
+    let keys = "rtt_from = \"check\"\nrank_dwell = \"0s\"";
+    let cfg = write_config(dir.path(), &listener("web", "http", keys, &groups));
     let node = start(&cfg).await;
     let mut orders = Vec::new();
     until("eight checks of each", || {

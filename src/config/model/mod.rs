@@ -433,7 +433,7 @@ impl Listener {
     pub const DEFAULT_HEADROOM: f64 = 80.0;
     /// `rank_dwell`: long enough that ±50 ms of jitter on groups 5 ms apart moves the top rank
     /// at most twice in 10 minutes (docs/design.md §3.1).
-    pub const DEFAULT_RANK_DWELL: Duration = Duration::from_secs(60);
+    pub const DEFAULT_RANK_DWELL: Duration = Duration::from_secs(120);
 }
 
 /// PROXY protocol version sent to endpoints.
