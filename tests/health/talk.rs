@@ -44,16 +44,29 @@ async fn ponger() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     .await
 }
 
+/// An endpoint that answers `-ERR` to anything and keeps the connection open.
+async fn erring() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    socket_backend(|mut s| async move {
+        let mut buf = [0_u8; 1024];
+        if matches!(s.read(&mut buf).await, Ok(n) if n > 0) {
+            let _ = s.write_all(b"-ERR\r\n").await;
+        }
+        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_and_expect_find_an_endpoint_that_accepts_and_never_answers() {
     let (silent, hs) = hung().await;
     let (good, hg) = ponger().await;
-    let _b = Backends(vec![hs, hg]);
+    let (wrong, hw) = erring().await;
+    let _b = Backends(vec![hs, hg, hw]);
     let plain = "[listener.group.health_check]\ninterval = \"1s\"\nunhealthy_threshold = 1\n";
     let talking = "[listener.group.health_check]\ninterval = \"1s\"\nunhealthy_threshold = 1\n\
                    send = 'PING\\r\\n'\nexpect = '+PONG'\nconnect_timeout = \"400ms\"\n\
                    read_timeout = \"400ms\"\n";
-    let eps = [(silent, ""), (good, "")];
+    let eps = [(silent, ""), (good, ""), (wrong, "")];
     let listeners = [
         listener(
             "plain",
@@ -74,7 +87,7 @@ async fn send_and_expect_find_an_endpoint_that_accepts_and_never_answers() {
     until("two checks of each endpoint on both listeners", || {
         let doc = status(&node);
         ["plain", "talk"].iter().all(|l| {
-            [silent, good].iter().all(|a| {
+            [silent, good, wrong].iter().all(|a| {
                 endpoint_of(&doc, l, "g", &a.to_string())["check"]["checks"].as_u64() >= Some(2)
             })
         })
@@ -91,6 +104,13 @@ async fn send_and_expect_find_an_endpoint_that_accepts_and_never_answers() {
     assert_eq!(e("talk", silent)["reason"], "no \"+PONG\" within 400ms");
     assert_eq!(e("talk", good)["healthy"], true, "{doc}");
     assert_eq!(e("talk", good)["reason"], "answered \"+PONG\"");
+    // Something else, and the connection left open: a wrong answer, not a silent one.
+    assert_eq!(e("talk", wrong)["healthy"], false, "{doc}");
+    assert_eq!(e("talk", wrong)["result"], "unexpected");
+    assert_eq!(
+        e("talk", wrong)["reason"],
+        "6 bytes without \"+PONG\" within 400ms"
+    );
     node.shutdown().await;
 }
 

@@ -269,3 +269,30 @@ impl ListenerState {
         self.replan(now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn outcome(result: probe::Result, ms: u64) -> probe::Outcome {
+        probe::Outcome {
+            result,
+            reason: String::new(),
+            rtt: Some(Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn only_a_passed_check_is_an_rtt_sample() {
+        let w = Watch::new(None);
+        // A wrong answer that came back at once says nothing about the path.
+        w.record(&outcome(probe::Result::Unexpected, 1));
+        assert_eq!(w.rtt(), (None, 0));
+        w.record(&outcome(probe::Result::Passed, 40));
+        w.record(&outcome(probe::Result::Timeout, 2));
+        assert_eq!(w.rtt(), (Some(40.0), 1));
+        w.forget_rtt();
+        assert_eq!(w.rtt(), (None, 0));
+    }
+}

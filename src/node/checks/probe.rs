@@ -317,8 +317,11 @@ impl Spec {
                     rtt: Some(connected),
                 };
             }
-            let talked = tokio::time::timeout(read_limit, self.talk.over(&mut stream, start)).await;
-            let mut outcome = talked.unwrap_or_else(|_| self.talk.timed_out(read_limit));
+            let mut got = Vec::new();
+            let talked =
+                tokio::time::timeout(read_limit, self.talk.over(&mut stream, start, &mut got))
+                    .await;
+            let mut outcome = talked.unwrap_or_else(|_| self.talk.timed_out(read_limit, &got));
             if self.rtt_from == RttFrom::Connect && outcome.rtt.is_some() {
                 outcome.rtt = Some(connected);
             }
@@ -396,10 +399,15 @@ impl Spec {
 }
 
 impl Talk {
-    /// Writes `send`, then reads until the answer contains `expect` (any byte when it is
-    /// empty), the endpoint closes, or [`HealthCheck::MAX_EXPECT_READ`] bytes came; the caller
-    /// bounds it with the read timeout.
-    async fn over(&self, stream: &mut tokio::net::TcpStream, start: Instant) -> Outcome {
+    /// Writes `send`, then reads (into `got`) until the answer contains `expect` (any byte when
+    /// it is empty), the endpoint closes, or [`HealthCheck::MAX_EXPECT_READ`] bytes came; the
+    /// caller bounds it with the read timeout.
+    async fn over(
+        &self,
+        stream: &mut tokio::net::TcpStream,
+        start: Instant,
+        got: &mut Vec<u8>,
+    ) -> Outcome {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         if let Some(send) = &self.send
             && let Err(e) = stream.write_all(send).await
@@ -416,7 +424,6 @@ impl Talk {
                 rtt: Some(start.elapsed()),
             };
         };
-        let mut got = Vec::new();
         let mut buf = [0_u8; 4096];
         loop {
             let n = match stream.read(&mut buf).await {
@@ -435,7 +442,7 @@ impl Talk {
             }
             let keep = n.min(HealthCheck::MAX_EXPECT_READ - got.len());
             got.extend_from_slice(&buf[..keep]);
-            if contains(&got, want) && !got.is_empty() {
+            if contains(got, want) && !got.is_empty() {
                 return Outcome {
                     result: Result::Passed,
                     reason: format!("answered {}", shown(want)),
@@ -451,8 +458,22 @@ impl Talk {
         }
     }
 
-    /// The read timeout passed during [`Talk::over`].
-    fn timed_out(&self, limit: Duration) -> Outcome {
+    /// The read timeout passed during [`Talk::over`], after `got`: an answer without `expect`
+    /// is a wrong one; no answer at all, a timeout.
+    fn timed_out(&self, limit: Duration, got: &[u8]) -> Outcome {
+        if let Some(want) = &self.expect
+            && !got.is_empty()
+        {
+            return Outcome::failed(
+                Result::Unexpected,
+                format!(
+                    "{} bytes without {} within {}",
+                    got.len(),
+                    shown(want),
+                    secs(limit)
+                ),
+            );
+        }
         let what = match &self.expect {
             Some(want) if !want.is_empty() => format!("no {} within {}", shown(want), secs(limit)),
             Some(_) => format!("connected, but no answer within {}", secs(limit)),
