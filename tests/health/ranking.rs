@@ -7,6 +7,8 @@
 use crate::common::*;
 use crate::harness::*;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,5 +125,59 @@ async fn groups_1_ms_apart_do_not_trade_places_on_jitter() {
     );
     let doc = status(&node);
     assert_eq!(group_of(&doc, "web", "shanghai")["rtt_source"], "measured");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_reorders_and_the_order_returns_across_a_reload() {
+    // Beijing and Shanghai answer at once (within the margin of each other, Beijing first by
+    // the catalogue); Beijing's answers then take 60 ms (a blip) and Shanghai passes it; the
+    // node reloads; the blip ends, and Beijing is first again. The ranking that compared a
+    // challenger with the order reached kept Shanghai first for good (Beijing never beat it
+    // by 5 ms), through reloads too.
+    let blip = Arc::new(AtomicU64::new(0));
+    let delay = Arc::clone(&blip);
+    let bj = Scripted::start("bj", move |_| {
+        Reply::late(Duration::from_millis(delay.load(Ordering::Relaxed)))
+    })
+    .await;
+    let sh = Scripted::start("sh", |_| Reply::ok()).await;
+    let check = http_check("");
+    let groups = [
+        group("beijing", "cn-beijing", 100.0, &check, &[(bj.addr, "")]),
+        group("shanghai", "cn-shanghai", 100.0, &check, &[(sh.addr, "")]),
+    ]
+    .concat();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = "rtt_from = \"check\"\nrank_dwell = \"0s\"";
+    let cfg = write_config(dir.path(), &listener("web", "http", keys, &groups));
+    let node = start(&cfg).await;
+    until("both measured", || {
+        let doc = status(&node);
+        ["beijing", "shanghai"]
+            .iter()
+            .all(|g| group_of(&doc, "web", g)["rank"]["samples"].as_u64() >= Some(2))
+    })
+    .await;
+    assert_eq!(order(&status(&node), "web"), ["beijing", "shanghai"]);
+    blip.store(60, Ordering::Relaxed);
+    until("shanghai first during the blip", || {
+        order(&status(&node), "web") == ["shanghai", "beijing"]
+    })
+    .await;
+    node.reload().await.unwrap();
+    assert_eq!(
+        order(&status(&node), "web"),
+        ["shanghai", "beijing"],
+        "a reload keeps the order reached"
+    );
+    blip.store(0, Ordering::Relaxed);
+    until("beijing first again once the blip is over", || {
+        order(&status(&node), "web") == ["beijing", "shanghai"]
+    })
+    .await;
+    let doc = status(&node);
+    let why = &group_of(&doc, "web", "beijing")["rank"];
+    assert_eq!(why["last_change"]["to_position"], 1, "{why}");
     node.shutdown().await;
 }
