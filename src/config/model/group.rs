@@ -245,13 +245,15 @@ pub struct HealthCheck {
     /// Time between checks (>= 1s).
     pub interval: Duration,
     /// Time allowed for the whole check, never above `interval`: `timeout` when the config sets
-    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP) or
-    /// `connect_timeout` (TCP).
+    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP, and TCP
+    /// with `send` or `expect`) or `connect_timeout` (TCP that only connects). A UDP check
+    /// waits this long for the reply.
     pub timeout: Duration,
     /// Time to connect (`timeout` when only that is set).
     pub connect_timeout: Duration,
-    /// Time to read the answer after connecting (HTTP; `timeout` when only that is set; equal to
-    /// `connect_timeout` and unused for TCP checks).
+    /// Time to read the answer after connecting (HTTP, and TCP with `send` or `expect`;
+    /// `timeout` when only that is set; equal to `connect_timeout` and unused for TCP checks
+    /// that only connect).
     pub read_timeout: Duration,
     /// Consecutive passes to become healthy.
     pub healthy_threshold: u32,
@@ -315,7 +317,7 @@ impl HealthCheck {
 /// Health check protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CheckProtocol {
-    /// Connect only.
+    /// A connect; then `send` written and `expect` awaited when set.
     #[default]
     Tcp,
     /// HTTP request.
