@@ -36,8 +36,9 @@ pub(crate) struct Kept {
 /// How the opening of one connected attempt went.
 pub(crate) enum Opened {
     /// Ready to relay: the PROXY header is written, and the endpoint answered (or no
-    /// `first_byte_timeout` is set).
-    Ready(TcpStream),
+    /// `first_byte_timeout` is set); with the time its first byte took when it was waited for
+    /// (`least_time`'s `first_byte`: the relay, starting after it, would see it at once).
+    Ready(TcpStream, Option<Duration>),
     /// The endpoint sent nothing in time, closed or reset: a failed attempt, retried.
     Silent(String),
     /// The client went away, or the PROXY header could not be written: the connection ends.
@@ -63,10 +64,11 @@ pub(crate) async fn open(
         }
     }
     let Some(limit) = l.cfg.first_byte_timeout else {
-        return Opened::Ready(upstream);
+        return Opened::Ready(upstream, None);
     };
+    let start = std::time::Instant::now();
     match wait(client, &upstream, kept, limit, &l.metrics.bytes_up).await {
-        Waited::Spoke => Opened::Ready(upstream),
+        Waited::Spoke => Opened::Ready(upstream, Some(start.elapsed())),
         Waited::Silent(why) => Opened::Silent(why),
         Waited::ClientGone => Opened::Gone,
     }

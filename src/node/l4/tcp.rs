@@ -35,7 +35,7 @@ pub(crate) async fn serve(
     let mut router = Attempts::for_client(l, None, peer.ip(), place.as_ref());
     // What the client sent to endpoints that have not answered yet (`first_byte_timeout`).
     let mut kept = Kept::default();
-    let (upstream, attempt) = loop {
+    let (upstream, attempt, waited) = loop {
         let now = Instant::now();
         if !budget.allows(now) {
             tracing::debug!(listener = %l.cfg.name, %peer, attempts = budget.made(), "every attempt failed; closing");
@@ -64,7 +64,7 @@ pub(crate) async fn serve(
                 group.connect_seconds.record(t0.elapsed().as_secs_f64());
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
                 match open(l, &client, s, peer, local, &mut kept).await {
-                    Opened::Ready(s) => break (s, attempt),
+                    Opened::Ready(s, waited) => break (s, attempt, waited),
                     Opened::Gone => return,
                     Opened::Silent(why) => {
                         tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
@@ -101,7 +101,7 @@ pub(crate) async fn serve(
             if r.ended == Ended::Idle {
                 tracing::debug!(listener = %l.cfg.name, %peer, "idle timeout");
             }
-            if let Some(first) = r.first_byte {
+            if let Some(first) = waited.or(r.first_byte) {
                 attempt.pick.record_timing(Measure::FirstByte, first);
             }
             attempt.pick.record_timing(Measure::LastByte, r.last_byte);
