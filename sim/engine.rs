@@ -299,7 +299,8 @@ fn node_state(
         // A warmed-up node: it started from the catalogue's order and has moved a group only
         // where the measured time clears the hysteresis margin (docs/design.md §3.1).
         let catalogue = split::rank(listener, &config.catalog, region, |_| None);
-        ranking.order = split::priority::warmed_order(&catalogue.rtt_ms, &ranking.rtt_ms);
+        ranking.order =
+            split::priority::warmed_order(&catalogue.rtt_ms, &ranking.rtt_ms, listener.rank_margin);
     }
     let balancers = balancers(listener, li, what_if, now);
     let facts = split::plan::facts(

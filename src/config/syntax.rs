@@ -285,9 +285,74 @@ pub(crate) fn status_code(n: i64) -> Result<u16, String> {
     }
 }
 
+/// The bytes of a check's `send` or `expect` (docs/configuration.md): the string's own bytes,
+/// with gtd's escapes decoded after TOML's (so that a literal string `'...'` can carry them,
+/// and a basic string `"..."` with its backslash doubled): `\\xHH` any byte, `\\r`, `\\n`,
+/// `\\t`, `\\0`, `\\\\` a backslash.
+pub(crate) fn unescape_bytes(s: &str) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let byte = match b.get(i + 1) {
+            Some(b'r') => b'\r',
+            Some(b'n') => b'\n',
+            Some(b't') => b'\t',
+            Some(b'0') => 0,
+            Some(b'\\') => b'\\',
+            Some(b'x') => {
+                let hex = b
+                    .get(i + 2..i + 4)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 4;
+                        continue;
+                    }
+                    None => {
+                        return Err(format!(
+                            "\\x at byte {i} needs two hex digits (\\x00 to \\xff)"
+                        ));
+                    }
+                }
+            }
+            Some(_) | None => {
+                let shown: String = s[i..].chars().take(2).collect();
+                return Err(format!(
+                    "unknown escape {shown:?} at byte {i}; the escapes are \\xHH, \\r, \\n, \\t, \\0 \
+                     and \\\\ for a backslash"
+                ));
+            }
+        };
+        out.push(byte);
+        i += 2;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_bytes_with_escapes() {
+        assert_eq!(unescape_bytes(r"PING\r\n").unwrap(), b"PING\r\n");
+        assert_eq!(unescape_bytes("real\r\n").unwrap(), b"real\r\n");
+        assert_eq!(
+            unescape_bytes(r"\x00\xfF\t\0\\").unwrap(),
+            [0, 255, 9, 0, b'\\']
+        );
+        assert_eq!(unescape_bytes("é").unwrap(), "é".as_bytes());
+        for bad in [r"\x", r"\x1", r"\xg0", r"\q", "end\\"] {
+            assert!(unescape_bytes(bad).is_err(), "{bad}");
+        }
+    }
 
     fn addr(s: &str) -> Address {
         parse_address(s).unwrap_or_else(|e| panic!("{s}: {e}"))

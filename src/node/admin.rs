@@ -329,6 +329,7 @@ pub(crate) fn status(node: &Inner) -> Value {
                         "parts": share.kept_parts(),
                         "method": cfg.balance.name(), "served": group_served, "endpoints": endpoints,
                     });
+                    v["rank"] = json!(l.why_ranked(gi, now));
                     // failover = "graceful": what the share was graded by, as `sim` prints it.
                     if l.cfg.failover == crate::config::FailoverMode::Graceful {
                         v["usable"] = json!(planned.facts[gi].fraction);

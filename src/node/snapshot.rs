@@ -322,16 +322,21 @@ impl ListenerState {
                                 .iter()
                                 .position(|x| x.address() == &e.address)?;
                             let was = old_listener_group(old_cfg, &p.name)?;
-                            Some(Watch::carried(
+                            let w = Watch::carried(
                                 &p.watches[old],
                                 was.health_check.as_ref(),
                                 g.health_check.as_ref(),
-                            ))
+                            );
+                            // Samples of another kind of round trip do not average in.
+                            if old_cfg.is_some_and(|o| o.rtt_from != l.rtt_from) {
+                                w.forget_rtt();
+                            }
+                            Some(w)
                         });
                         kept.unwrap_or_else(|| Arc::new(Watch::new(g.health_check.as_ref())))
                     })
                     .collect();
-                let probe = probe::Spec::of(name, udp, g, region, l.connect_timeout)
+                let probe = probe::Spec::of(name, udp, g, region, l.connect_timeout, l.rtt_from)
                     .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
                     .map(Arc::new);
                 Ok(GroupState {
@@ -475,24 +480,30 @@ impl ListenerState {
         self.ranker.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Why group `group` (config index) has its rank (`/status`).
+    pub fn why_ranked(&self, group: usize, now: Instant) -> split::ranker::GroupRank {
+        self.ranker().why(group, now)
+    }
+
     /// Feeds the ranker each group's measured RTT (its best usable endpoint's average) and
     /// publishes the ranking; true when the order changed (the planner then re-plans). The
     /// planner's tick calls it, never a decision.
     pub fn rerank(&self, now: Instant) -> bool {
-        let mut samples = 0;
+        let mut samples = vec![0; self.groups.len()];
         let measured: Vec<Option<f64>> = self
             .groups
             .iter()
-            .map(|g| {
+            .zip(&mut samples)
+            .map(|(g, samples)| {
                 group_rtt(g.balancer.endpoints().iter().zip(&g.watches).map(|(e, w)| {
                     let (rtt, n) = w.rtt();
-                    samples += n;
+                    *samples += n;
                     (e.is_usable(now), rtt)
                 }))
             })
             .collect();
         let mut ranker = self.ranker();
-        let moved = ranker.observe(&measured, samples);
+        let moved = ranker.observe(&measured, &samples, now);
         let ranking = ranker.ranking().clone();
         drop(ranker);
         if moved {

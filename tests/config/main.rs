@@ -25,6 +25,7 @@ mod geoip;
 mod log;
 mod mistakes;
 mod protocol;
+mod talk_and_rank;
 mod tls;
 mod valid;
 

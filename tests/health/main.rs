@@ -15,4 +15,5 @@ mod harness;
 mod checks;
 mod failover;
 mod ranking;
+mod talk;
 mod udp;

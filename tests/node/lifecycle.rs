@@ -303,6 +303,7 @@ async fn admin_api_status_metrics_and_token() {
         "priority",
         "rtt_ms",
         "rtt_source",
+        "rank",
         "ratio",
         "healthy",
         "share",

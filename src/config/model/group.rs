@@ -245,13 +245,15 @@ pub struct HealthCheck {
     /// Time between checks (>= 1s).
     pub interval: Duration,
     /// Time allowed for the whole check, never above `interval`: `timeout` when the config sets
-    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP) or
-    /// `connect_timeout` (TCP).
+    /// it (default min(interval, 30s)), else `connect_timeout + read_timeout` (HTTP, and TCP
+    /// with `send` or `expect`) or `connect_timeout` (TCP that only connects). A UDP check
+    /// waits this long for the reply.
     pub timeout: Duration,
     /// Time to connect (`timeout` when only that is set).
     pub connect_timeout: Duration,
-    /// Time to read the answer after connecting (HTTP; `timeout` when only that is set; equal to
-    /// `connect_timeout` and unused for TCP checks).
+    /// Time to read the answer after connecting (HTTP, and TCP with `send` or `expect`;
+    /// `timeout` when only that is set; equal to `connect_timeout` and unused for TCP checks
+    /// that only connect).
     pub read_timeout: Duration,
     /// Consecutive passes to become healthy.
     pub healthy_threshold: u32,
@@ -279,6 +281,12 @@ pub struct HealthCheck {
     pub essential: bool,
     /// An HTTP answer marks at once; thresholds apply only to timeouts.
     pub explicit: bool,
+    // L4 checks that talk (docs/design.md §5).
+    /// TCP: bytes written once connected; UDP: the datagram sent (escapes decoded).
+    pub send: Option<Vec<u8>>,
+    /// TCP/UDP: bytes the first answer must contain, within `read_timeout` (TCP: empty means
+    /// any byte; UDP: any reply when unset).
+    pub expect: Option<Vec<u8>>,
 }
 
 /// The defaults of a health check's keys when unset (docs/design.md §5; `protocol` and `method`: the
@@ -296,18 +304,28 @@ impl HealthCheck {
     pub const DEFAULT_PATH: &str = "/";
     /// `expect_status` (HTTP): this one status.
     pub const DEFAULT_EXPECT_STATUS: u16 = 200;
+    /// Most bytes of a TCP or UDP answer read for `expect`: the substring must be within them.
+    pub const MAX_EXPECT_READ: usize = 64 * 1024;
+
+    /// True when the check writes or reads bytes after connecting (HTTP, HTTPS, UDP, or TCP
+    /// with `send` or `expect`): it has a read phase, so `read_timeout` applies.
+    pub fn talks(&self) -> bool {
+        self.protocol != CheckProtocol::Tcp || self.send.is_some() || self.expect.is_some()
+    }
 }
 
 /// Health check protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CheckProtocol {
-    /// Connect only.
+    /// A connect; then `send` written and `expect` awaited when set.
     #[default]
     Tcp,
     /// HTTP request.
     Http,
     /// HTTP request over TLS (the group's `tls` settings).
     Https,
+    /// A datagram sent, a reply awaited (UDP listeners).
+    Udp,
 }
 
 /// HTTP method of a health check.

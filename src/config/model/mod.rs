@@ -341,6 +341,66 @@ pub struct Listener {
     pub routes: Vec<Route>,
     /// Endpoint groups, in file order (the tie-break order of priority).
     pub groups: Vec<Group>,
+    // Ranking by measured RTT (docs/design.md §3.1) and the first byte of TCP endpoints (§5).
+    /// What a probe's RTT sample measures.
+    pub rtt_from: RttFrom,
+    /// How much faster than the group ranked above a group must measure to pass it.
+    pub rank_margin: RankMargin,
+    /// How long a new order must be the one the RTTs call for before the node adopts it.
+    pub rank_dwell: Duration,
+    /// TCP: time allowed for an endpoint's first byte after connecting; `None`: no limit.
+    pub first_byte_timeout: Option<Duration>,
+}
+
+/// What a health check's (or light probe's) RTT sample measures (`rtt_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RttFrom {
+    /// The TCP connect: the network's round trip, not the endpoint's work (UDP checks: the
+    /// reply, there is no connect).
+    #[default]
+    Connect,
+    /// The whole check, to the answer (HTTP: the response head; TCP with `expect`: the
+    /// expected bytes): includes the endpoint's own processing time.
+    Check,
+}
+
+impl RttFrom {
+    /// The name in config files and `/status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RttFrom::Connect => "connect",
+            RttFrom::Check => "check",
+        }
+    }
+}
+
+/// `rank_margin`: a group passes the one ranked above it only when faster by more than
+/// max(`floor_ms`, `fraction` × that one's RTT).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankMargin {
+    /// Fixed part, ms (>= 0).
+    pub floor_ms: f64,
+    /// Part relative to the incumbent's RTT (0..1).
+    pub fraction: f64,
+}
+
+impl RankMargin {
+    /// The margin before `rank_margin` was a setting: max(5 ms, 20 %).
+    pub const DEFAULT: RankMargin = RankMargin {
+        floor_ms: 5.0,
+        fraction: 0.2,
+    };
+
+    /// The margin, ms, a challenger must beat an incumbent of `incumbent_ms` by.
+    pub fn ms(&self, incumbent_ms: f64) -> f64 {
+        (incumbent_ms * self.fraction).max(self.floor_ms)
+    }
+}
+
+impl Default for RankMargin {
+    fn default() -> RankMargin {
+        RankMargin::DEFAULT
+    }
 }
 
 /// The defaults of a listener's keys when unset (docs/design.md §2; `idle_timeout`:
@@ -371,6 +431,9 @@ impl Listener {
     pub const DEFAULT_OVERPROVISIONING: f64 = 1.4;
     /// `headroom`, percent of capacity.
     pub const DEFAULT_HEADROOM: f64 = 80.0;
+    /// `rank_dwell`: long enough that ±50 ms of jitter on groups 5 ms apart moves the top rank
+    /// at most twice in 10 minutes (docs/design.md §3.1).
+    pub const DEFAULT_RANK_DWELL: Duration = Duration::from_secs(120);
 }
 
 /// PROXY protocol version sent to endpoints.

@@ -157,14 +157,29 @@ fn group<'t>(
         .table(ctx, "health_check", format!("{} health_check", t.path))
         .and_then(|h| {
             let check = health_check(ctx, &h)?;
-            // A UDP endpoint has no TCP port of its own to check: the check names the one it
-            // exposes for that (docs/design.md §5).
-            if protocol == Some(Protocol::Udp) && check.port.is_none() {
+            // A udp check sends datagrams: to a udp listener's endpoints only.
+            if check.protocol == CheckProtocol::Udp && protocol.is_some_and(|p| p != Protocol::Udp)
+            {
+                let at = h.value_at("protocol").unwrap_or(h.at);
+                ctx.error(
+                    at,
+                    &h.path,
+                    "a udp health check is for udp listeners; this listener's endpoints speak \
+                     TCP: use protocol = \"tcp\" with send and expect",
+                );
+            }
+            // A UDP endpoint has no TCP port of its own to check: a tcp or http check names the
+            // one it exposes for that (docs/design.md §5).
+            if protocol == Some(Protocol::Udp)
+                && check.protocol != CheckProtocol::Udp
+                && check.port.is_none()
+            {
                 ctx.error(
                     h.at,
                     &h.path,
                     "a udp listener's endpoints are checked over TCP or HTTP on a port they \
-                     expose for it: set port = N in this health_check",
+                     expose for it: set port = N in this health_check (or use protocol = \"udp\" \
+                     with send and expect)",
                 );
             }
             Some(check)

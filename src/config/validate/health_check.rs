@@ -29,11 +29,13 @@ const CHECK_KEYS: &[&str] = &[
     "id_header",
     "essential",
     "explicit",
+    // L4 checks that talk.
+    "send",
+    "expect",
 ];
 
 /// Keys that only mean something when the check sends an HTTP request.
 const CHECK_HTTP_KEYS: &[&str] = &[
-    "read_timeout",
     "method",
     "path",
     "host",
@@ -56,13 +58,33 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
             ("tcp", CheckProtocol::Tcp),
             ("http", CheckProtocol::Http),
             ("https", CheckProtocol::Https),
+            ("udp", CheckProtocol::Udp),
         ],
     );
-    // No protocol means tcp; an invalid one (already reported) leaves HTTP keys unjudged.
-    let http = match protocol {
-        Some(p) => p.v != CheckProtocol::Tcp,
-        None => t.has("protocol"),
-    };
+    // No protocol means tcp; an invalid one (already reported) leaves other keys unjudged.
+    let unknown = protocol.is_none() && t.has("protocol");
+    let is = |p: CheckProtocol| unknown || protocol.map_or(CheckProtocol::Tcp, |x| x.v) == p;
+    let http = is(CheckProtocol::Http) || is(CheckProtocol::Https);
+    let udp = is(CheckProtocol::Udp);
+    // A check known to be udp (not merely possibly, with an unknown protocol).
+    let sure_udp = protocol.is_some_and(|p| p.v == CheckProtocol::Udp);
+    let (send, expect) = l4_exchange(ctx, t, is(CheckProtocol::Tcp) || udp, sure_udp);
+    // Checks that read an answer have a read phase; a UDP check has no connect.
+    let reads = http || udp || send.is_some() || expect.is_some();
+    let read_timeout_ok = only_for(
+        ctx,
+        t,
+        "read_timeout",
+        reads && !sure_udp,
+        "http/https health checks and tcp ones with send or expect (a udp check has \"timeout\" alone)",
+    );
+    let connect_timeout_ok = only_for(
+        ctx,
+        t,
+        "connect_timeout",
+        !sure_udp,
+        "tcp/http/https health checks (a udp check has \"timeout\" alone)",
+    );
     // With a tcp check, HTTP keys are reported and then not read.
     let mut http_ok = |key: &str| only_for(ctx, t, key, http, "http/https health checks");
     let allowed: Vec<&str> = CHECK_HTTP_KEYS
@@ -85,8 +107,13 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
         Some(d) => d.v,
         None => HealthCheck::DEFAULT_INTERVAL,
     };
-    let (connect_timeout, read_timeout, timeout) =
-        check_timeouts(ctx, t, interval, http && read("read_timeout"));
+    let (connect_timeout, read_timeout, timeout) = if connect_timeout_ok {
+        check_timeouts(ctx, t, interval, reads && read_timeout_ok)
+    } else {
+        let d = interval.min(HealthCheck::DEFAULT_TIMEOUT);
+        let d = single_timeout(ctx, t, "timeout", interval, d);
+        (d, d, d)
+    };
     let healthy_threshold = t
         .u32(ctx, "healthy_threshold", 1, None)
         .map_or(HealthCheck::DEFAULT_HEALTHY_THRESHOLD, |n| n.v);
@@ -182,7 +209,54 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
         id_header,
         essential,
         explicit,
+        send,
+        expect,
     })
+}
+
+/// `send` and `expect` of tcp and udp checks (`allowed`), escapes decoded; a udp check
+/// (`udp`) must send something.
+fn l4_exchange(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    allowed: bool,
+    udp: bool,
+) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let mut read = |key: &str| {
+        if !only_for(ctx, t, key, allowed, "tcp/udp health checks") {
+            return None;
+        }
+        let s = t.str(ctx, key)?;
+        match syntax::unescape_bytes(s.v) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                ctx.error(s.at, &t.path, format!("{}: {e}", quote(key)));
+                None
+            }
+        }
+    };
+    let send = read("send");
+    let expect = read("expect");
+    if udp && !t.has("send") {
+        ctx.error(
+            t.at,
+            &t.path,
+            "a udp health check sends a datagram and waits for the reply: set send = \"...\" \
+             (escapes such as \\x00 and \\r\\n are allowed)",
+        );
+    }
+    if let Some(s) = &send
+        && s.is_empty()
+        && !udp
+    {
+        let at = t.value_at("send").unwrap_or(t.at);
+        ctx.error(
+            at,
+            &t.path,
+            "\"send\" is empty: remove it, or give the bytes to write",
+        );
+    }
+    (send, expect)
 }
 
 /// One health-check timeout `key`, which may not exceed `interval` (checks would overlap);

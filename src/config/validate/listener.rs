@@ -43,6 +43,11 @@ const LISTENER_KEYS: &[&str] = &[
     "tls",
     "route",
     "group",
+    // Ranking by measured RTT; the first byte of TCP endpoints.
+    "rtt_from",
+    "rank_margin",
+    "rank_dwell",
+    "first_byte_timeout",
 ];
 
 pub(super) fn listeners(ctx: &mut Ctx<'_>, env: &Env<'_>, root: &Table<'_, '_>) -> Vec<Listener> {
@@ -301,6 +306,18 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     if only_for(ctx, t, "route", http, HTTP) {
         routes = self::routes(ctx, t, &groups);
     }
+    let statics = groups.iter().any(|g| g.group.priority.is_some());
+    let (rtt_from, rank_margin, rank_dwell) = ranking_keys(ctx, t, statics);
+    let mut first_byte_timeout = None;
+    if only_for(
+        ctx,
+        t,
+        "first_byte_timeout",
+        is(|p| p == Protocol::Tcp),
+        "tcp listeners",
+    ) {
+        first_byte_timeout = t.positive_duration(ctx, "first_byte_timeout").map(|d| d.v);
+    }
 
     Some(Listener {
         name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
@@ -331,7 +348,109 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         tls,
         routes,
         groups: groups.into_iter().map(|g| g.group).collect(),
+        rtt_from,
+        rank_margin,
+        rank_dwell,
+        first_byte_timeout,
     })
+}
+
+/// `rtt_from`, `rank_margin` and `rank_dwell` (docs/design.md §3.1); a warning when static
+/// priorities (`statics`) leave them nothing to do.
+fn ranking_keys(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    statics: bool,
+) -> (RttFrom, RankMargin, std::time::Duration) {
+    let rtt_from = choice(
+        ctx,
+        t,
+        "rtt_from",
+        &[("connect", RttFrom::Connect), ("check", RttFrom::Check)],
+    )
+    .map_or(RttFrom::default(), |r| r.v);
+    let rank_margin = rank_margin(ctx, t);
+    let rank_dwell = t
+        .duration(ctx, "rank_dwell")
+        .map_or(Listener::DEFAULT_RANK_DWELL, |d| d.v);
+    if statics {
+        for key in ["rtt_from", "rank_margin", "rank_dwell"] {
+            if let Some(at) = t.key_at(key) {
+                let msg = format!(
+                    "{} has no effect: the groups set a static priority, so measured round \
+                     trips never reorder them",
+                    quote(key)
+                );
+                ctx.warn(at, &t.path, msg);
+            }
+        }
+    }
+    (rtt_from, rank_margin, rank_dwell)
+}
+
+/// `rank_margin`: `"20%"`, `"5ms"`, or a list of both (`["5ms", "20%"]`: the larger of the
+/// two counts); at most one duration and one percentage.
+fn rank_margin(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> RankMargin {
+    let Some(v) = t.value("rank_margin") else {
+        return RankMargin::DEFAULT;
+    };
+    let items: Vec<&crate::config::document::Value<'_>> = match v.get_ref().as_array() {
+        Some(a) => a.iter().collect(),
+        None => vec![v],
+    };
+    const FORMS: &str =
+        "a duration like \"5ms\", a percentage like \"20%\", or both: [\"5ms\", \"20%\"]";
+    let mut floor: Option<f64> = None;
+    let mut fraction: Option<f64> = None;
+    let mut ok = !items.is_empty();
+    if items.is_empty() {
+        ctx.error(
+            v.span().start,
+            &t.path,
+            format!("\"rank_margin\" is empty; use {FORMS}"),
+        );
+    }
+    for item in items {
+        let at = item.span().start;
+        let Some(s) = item.get_ref().as_str() else {
+            ctx.error(at, &t.path, format!("\"rank_margin\" must be {FORMS}"));
+            ok = false;
+            continue;
+        };
+        let parsed = match s.strip_suffix('%') {
+            Some(p) => match p.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && (0.0..100.0).contains(&x) => (fraction.is_none())
+                    .then(|| fraction = Some(x / 100.0))
+                    .ok_or("twice"),
+                _ => Err("a percentage from 0% to below 100%"),
+            },
+            None => match crate::config::parse_duration(s) {
+                Ok(d) => (floor.is_none())
+                    .then(|| floor = Some(d.as_secs_f64() * 1000.0))
+                    .ok_or("twice"),
+                Err(_) => Err("neither a duration nor a percentage"),
+            },
+        };
+        if let Err(why) = parsed {
+            let msg = if why == "twice" {
+                format!(
+                    "rank_margin {} repeats a kind: give at most one duration and one percentage",
+                    quote(s)
+                )
+            } else {
+                format!("rank_margin {} is {why}; use {FORMS}", quote(s))
+            };
+            ctx.error(at, &t.path, msg);
+            ok = false;
+        }
+    }
+    if !ok {
+        return RankMargin::DEFAULT;
+    }
+    RankMargin {
+        floor_ms: floor.unwrap_or(0.0),
+        fraction: fraction.unwrap_or(0.0),
+    }
 }
 
 /// `overprovisioning`: a number >= 1, a parameter of `failover = "graceful"` only.

@@ -116,10 +116,18 @@ impl Watch {
         (s.rtt.value(), s.rtt.samples())
     }
 
-    /// Takes one outcome; returns the verdict's change, if any.
+    /// Drops the RTT average (a reload changed what a sample measures, `rtt_from`).
+    pub(crate) fn forget_rtt(&self) {
+        self.lock().rtt = Ewma::default();
+    }
+
+    /// Takes one outcome; returns the verdict's change, if any. Only a check that passed is an
+    /// RTT sample: a refused, late or wrong answer says nothing about the path's round trip.
     fn record(&self, outcome: &probe::Outcome) -> Option<Change> {
         let mut s = self.lock();
-        if let Some(rtt) = outcome.rtt {
+        if let Some(rtt) = outcome.rtt
+            && outcome.result == probe::Result::Passed
+        {
             s.rtt.observe(rtt.as_secs_f64() * 1000.0);
         }
         let verdict = s.verdict.as_mut()?;
@@ -259,5 +267,32 @@ impl ListenerState {
             );
         }
         self.replan(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn outcome(result: probe::Result, ms: u64) -> probe::Outcome {
+        probe::Outcome {
+            result,
+            reason: String::new(),
+            rtt: Some(Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn only_a_passed_check_is_an_rtt_sample() {
+        let w = Watch::new(None);
+        // A wrong answer that came back at once says nothing about the path.
+        w.record(&outcome(probe::Result::Unexpected, 1));
+        assert_eq!(w.rtt(), (None, 0));
+        w.record(&outcome(probe::Result::Passed, 40));
+        w.record(&outcome(probe::Result::Timeout, 2));
+        assert_eq!(w.rtt(), (Some(40.0), 1));
+        w.forget_rtt();
+        assert_eq!(w.rtt(), (None, 0));
     }
 }

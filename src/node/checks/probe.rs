@@ -1,7 +1,9 @@
-//! One check of one endpoint, as I/O (docs/design.md §5): a TCP connect, or an HTTP/HTTPS
-//! request judged by its status, headers and body. Each returns an [`Outcome`]: the result the
-//! verdict machine takes, the label `gtd_health_checks_total` counts it under, a reason for the
-//! log and `/status`, and the round trip (TCP: the connect; HTTP: to the response head).
+//! One check of one endpoint, as I/O (docs/design.md §5): a TCP connect (with `send` written
+//! and `expect` awaited when set), a UDP datagram and its reply, or an HTTP/HTTPS request
+//! judged by its status, headers and body. Each returns an [`Outcome`]: the result the verdict
+//! machine takes, the label `gtd_health_checks_total` counts it under, a reason for the log and
+//! `/status`, and the round trip the listener's `rtt_from` asks for (`connect`: the TCP
+//! connect; `check`: to the answer; a UDP check: to the reply either way).
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -15,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 
-use crate::config::{Address, CheckMethod, CheckProtocol, Group, HealthCheck, StatusSet};
+use crate::config::{Address, CheckMethod, CheckProtocol, Group, HealthCheck, RttFrom, StatusSet};
 use crate::health::Check;
 use crate::node::{connect, tls};
 
@@ -79,7 +81,8 @@ pub(crate) struct Outcome {
     pub(crate) result: Result,
     /// Why, in a few words ("connection refused", "status 503, expected 200").
     pub(crate) reason: String,
-    /// Round trip, when the endpoint answered (TCP: connected).
+    /// Round trip, when the endpoint answered (TCP: connected), as `rtt_from` asks; only a
+    /// passed check's is an RTT sample.
     pub(crate) rtt: Option<Duration>,
 }
 
@@ -102,8 +105,21 @@ pub(crate) struct Spec {
     read_timeout: Duration,
     port: Option<u16>,
     http: Option<HttpSpec>,
+    /// TCP and UDP checks: what to write and what the answer must contain.
+    talk: Talk,
+    /// A UDP check (a datagram and its reply) rather than a TCP connect.
+    udp: bool,
+    /// What the RTT sample measures.
+    rtt_from: RttFrom,
     /// The group's `health_check`, or `None` for a light probe (RTT only, no verdict).
     pub(crate) check: Option<HealthCheck>,
+}
+
+/// The exchange of a tcp or udp check: bytes to write, bytes the answer must contain.
+#[derive(Default)]
+struct Talk {
+    send: Option<Vec<u8>>,
+    expect: Option<Vec<u8>>,
 }
 
 struct HttpSpec {
@@ -165,6 +181,7 @@ impl Spec {
         group: &Group,
         region: &str,
         light_timeout: Duration,
+        rtt_from: RttFrom,
     ) -> std::result::Result<Option<Spec>, String> {
         let Some(c) = &group.health_check else {
             if udp {
@@ -178,11 +195,14 @@ impl Spec {
                 read_timeout: timeout,
                 port: None,
                 http: None,
+                talk: Talk::default(),
+                udp: false,
+                rtt_from: RttFrom::Connect,
                 check: None,
             }));
         };
         let http = match c.protocol {
-            CheckProtocol::Tcp => None,
+            CheckProtocol::Tcp | CheckProtocol::Udp => None,
             CheckProtocol::Http | CheckProtocol::Https => {
                 let tls = if c.protocol == CheckProtocol::Https {
                     let t = group
@@ -249,6 +269,12 @@ impl Spec {
             read_timeout: c.read_timeout,
             port: c.port,
             http,
+            talk: Talk {
+                send: c.send.clone(),
+                expect: c.expect.clone(),
+            },
+            udp: c.protocol == CheckProtocol::Udp,
+            rtt_from,
             check: Some(c.clone()),
         }))
     }
@@ -269,19 +295,37 @@ impl Spec {
     }
 
     async fn attempt(&self, target: &Address, source: Option<IpAddr>) -> Outcome {
+        if self.udp {
+            return self.datagram(target, source).await;
+        }
         // Each phase within its own limit, and the whole within `timeout`.
         let start = Instant::now();
         let connect_limit = self.connect_timeout.min(self.timeout);
-        let stream = match connect::connect(target, source, connect_limit).await {
+        let mut stream = match connect::connect(target, source, connect_limit).await {
             Ok(s) => s,
             Err(e) => return connect_failed(&e, connect_limit),
         };
+        let connected = start.elapsed();
+        let read_limit = self
+            .read_timeout
+            .min(self.timeout.saturating_sub(connected));
         let Some(h) = &self.http else {
-            return Outcome {
-                result: Result::Passed,
-                reason: "connected".into(),
-                rtt: Some(start.elapsed()),
-            };
+            if self.talk.send.is_none() && self.talk.expect.is_none() {
+                return Outcome {
+                    result: Result::Passed,
+                    reason: "connected".into(),
+                    rtt: Some(connected),
+                };
+            }
+            let mut got = Vec::new();
+            let talked =
+                tokio::time::timeout(read_limit, self.talk.over(&mut stream, start, &mut got))
+                    .await;
+            let mut outcome = talked.unwrap_or_else(|_| self.talk.timed_out(read_limit, &got));
+            if self.rtt_from == RttFrom::Connect && outcome.rtt.is_some() {
+                outcome.rtt = Some(connected);
+            }
+            return outcome;
         };
         let _ = stream.set_nodelay(true);
         let exchange = async {
@@ -300,16 +344,160 @@ impl Spec {
                 None => h.exchange(stream, target, start).await,
             }
         };
-        let read_limit = self
-            .read_timeout
-            .min(self.timeout.saturating_sub(start.elapsed()));
         match tokio::time::timeout(read_limit, exchange).await {
-            Ok(outcome) => outcome,
+            Ok(mut outcome) => {
+                if self.rtt_from == RttFrom::Connect && outcome.rtt.is_some() {
+                    outcome.rtt = Some(connected);
+                }
+                outcome
+            }
             Err(_) => Outcome::failed(
                 Result::Timeout,
                 format!("connected, but no answer within {}", secs(read_limit)),
             ),
         }
+    }
+
+    /// A UDP check: `send` as one datagram from a connected socket, then the first reply within
+    /// `timeout`, which must contain `expect` when set. An ICMP "port unreachable" is a refusal.
+    async fn datagram(&self, target: &Address, source: Option<IpAddr>) -> Outcome {
+        let start = Instant::now();
+        let socket = match connect::connect_udp(target, source).await {
+            Ok(s) => s,
+            Err(e) => return Outcome::failed(Result::Error, format!("UDP socket: {e}")),
+        };
+        let payload = self.talk.send.as_deref().unwrap_or_default();
+        let exchange = async {
+            socket.send(payload).await?;
+            let mut buf = vec![0_u8; HealthCheck::MAX_EXPECT_READ];
+            let n = socket.recv(&mut buf).await?;
+            buf.truncate(n);
+            Ok::<_, std::io::Error>(buf)
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Outcome::failed(
+                Result::Timeout,
+                format!("no reply within {}", secs(self.timeout)),
+            ),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Outcome::failed(Result::Refused, "port unreachable")
+            }
+            Ok(Err(e)) => Outcome::failed(Result::Error, format!("UDP: {e}")),
+            Ok(Ok(reply)) => match &self.talk.expect {
+                Some(want) if !contains(&reply, want) => Outcome::failed(
+                    Result::Unexpected,
+                    format!("a reply of {} bytes without {}", reply.len(), shown(want)),
+                ),
+                _ => Outcome {
+                    result: Result::Passed,
+                    reason: format!("a reply of {} bytes", reply.len()),
+                    rtt: Some(start.elapsed()),
+                },
+            },
+        }
+    }
+}
+
+impl Talk {
+    /// Writes `send`, then reads (into `got`) until the answer contains `expect` (any byte when
+    /// it is empty), the endpoint closes, or [`HealthCheck::MAX_EXPECT_READ`] bytes came; the
+    /// caller bounds it with the read timeout.
+    async fn over(
+        &self,
+        stream: &mut tokio::net::TcpStream,
+        start: Instant,
+        got: &mut Vec<u8>,
+    ) -> Outcome {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if let Some(send) = &self.send
+            && let Err(e) = stream.write_all(send).await
+        {
+            return io_failed(&e, "writing");
+        }
+        let Some(want) = &self.expect else {
+            return Outcome {
+                result: Result::Passed,
+                reason: format!(
+                    "connected, sent {} bytes",
+                    self.send.as_ref().map_or(0, Vec::len)
+                ),
+                rtt: Some(start.elapsed()),
+            };
+        };
+        let mut buf = [0_u8; 4096];
+        loop {
+            let n = match stream.read(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => return io_failed(&e, "reading"),
+            };
+            if n == 0 {
+                return Outcome::failed(
+                    if got.is_empty() {
+                        Result::Refused
+                    } else {
+                        Result::Unexpected
+                    },
+                    format!("closed after {} bytes without {}", got.len(), shown(want)),
+                );
+            }
+            let keep = n.min(HealthCheck::MAX_EXPECT_READ - got.len());
+            got.extend_from_slice(&buf[..keep]);
+            if contains(got, want) && !got.is_empty() {
+                return Outcome {
+                    result: Result::Passed,
+                    reason: format!("answered {}", shown(want)),
+                    rtt: Some(start.elapsed()),
+                };
+            }
+            if got.len() >= HealthCheck::MAX_EXPECT_READ {
+                return Outcome::failed(
+                    Result::Unexpected,
+                    format!("{} bytes without {}", got.len(), shown(want)),
+                );
+            }
+        }
+    }
+
+    /// The read timeout passed during [`Talk::over`], after `got`: an answer without `expect`
+    /// is a wrong one; no answer at all, a timeout.
+    fn timed_out(&self, limit: Duration, got: &[u8]) -> Outcome {
+        if let Some(want) = &self.expect
+            && !got.is_empty()
+        {
+            return Outcome::failed(
+                Result::Unexpected,
+                format!(
+                    "{} bytes without {} within {}",
+                    got.len(),
+                    shown(want),
+                    secs(limit)
+                ),
+            );
+        }
+        let what = match &self.expect {
+            Some(want) if !want.is_empty() => format!("no {} within {}", shown(want), secs(limit)),
+            Some(_) => format!("connected, but no answer within {}", secs(limit)),
+            None => format!("connected, but could not send within {}", secs(limit)),
+        };
+        Outcome::failed(Result::Timeout, what)
+    }
+}
+
+/// Expected bytes for a reason: as text when they are, else escaped.
+fn shown(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "an answer".to_owned();
+    }
+    format!("{:?}", String::from_utf8_lossy(bytes))
+}
+
+fn io_failed(e: &std::io::Error, doing: &str) -> Outcome {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::ConnectionAborted => {
+            Outcome::failed(Result::Refused, format!("connection reset while {doing}"))
+        }
+        _ => Outcome::failed(Result::Error, format!("{doing}: {e}")),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The layer-4 data planes: TCP connections relayed byte for byte (splice on Linux), UDP
 //! flows, and the PROXY protocol header. Nothing here parses the bytes it carries.
 
+pub(crate) mod first_byte;
 pub mod proxy_protocol;
 pub mod relay;
 pub(crate) mod tcp;

@@ -1,16 +1,16 @@
 //! TCP listeners: decide, connect (with retries across endpoints and groups, within the
-//! listener's attempt budget), write the PROXY header when asked, relay.
+//! listener's attempt budget), write the PROXY header when asked, wait for the endpoint's
+//! first byte under `first_byte_timeout` ([`super::first_byte`]), relay.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::config::{Measure, ProxyProtocol};
+use crate::config::Measure;
 
 use super::StreamKey;
-use super::proxy_protocol;
+use super::first_byte::{Kept, Opened, open};
 use super::relay::{Ended, relay};
 use crate::node::Inner;
 use crate::node::attempt::{Attempts, Budget};
@@ -33,7 +33,9 @@ pub(crate) async fn serve(
     let place = l.locate(peer.ip());
     l.count_client(place.as_ref());
     let mut router = Attempts::for_client(l, None, peer.ip(), place.as_ref());
-    let (upstream, attempt) = loop {
+    // What the client sent to endpoints that have not answered yet (`first_byte_timeout`).
+    let mut kept = Kept::default();
+    let (upstream, attempt, waited) = loop {
         let now = Instant::now();
         if !budget.allows(now) {
             tracing::debug!(listener = %l.cfg.name, %peer, attempts = budget.made(), "every attempt failed; closing");
@@ -61,7 +63,15 @@ pub(crate) async fn serve(
             Ok(s) => {
                 group.connect_seconds.record(t0.elapsed().as_secs_f64());
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
-                break (s, attempt);
+                match open(l, &client, s, peer, local, &mut kept).await {
+                    Opened::Ready(s, waited) => break (s, attempt, waited),
+                    Opened::Gone => return,
+                    Opened::Silent(why) => {
+                        tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
+                        group.endpoints[attempt.pick.index()].failures.increment(1);
+                        l.attempt_failed(attempt.group, &attempt.pick, &why);
+                    }
+                }
             }
             // Out of open files: the client is closed, the endpoint not blamed.
             Err(e) if exhausted(&e) => return,
@@ -72,20 +82,11 @@ pub(crate) async fn serve(
             }
         }
     };
+    drop(kept);
     let group = &l.groups[attempt.group];
     group.endpoints[attempt.pick.index()]
         .connections
         .increment(1);
-    let mut upstream = upstream;
-    let _ = upstream.set_nodelay(true);
-
-    if l.cfg.proxy_protocol == Some(ProxyProtocol::V2) {
-        let header = proxy_protocol::v2_header(peer, local.unwrap_or(peer));
-        if let Err(e) = upstream.write_all(&header).await {
-            tracing::debug!(error = %e, "writing PROXY header failed");
-            return;
-        }
-    }
     let relayed = relay(
         &client,
         &upstream,
@@ -100,7 +101,7 @@ pub(crate) async fn serve(
             if r.ended == Ended::Idle {
                 tracing::debug!(listener = %l.cfg.name, %peer, "idle timeout");
             }
-            if let Some(first) = r.first_byte {
+            if let Some(first) = waited.or(r.first_byte) {
                 attempt.pick.record_timing(Measure::FirstByte, first);
             }
             attempt.pick.record_timing(Measure::LastByte, r.last_byte);
