@@ -202,9 +202,13 @@ def run(gtd, variant, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gtd", default=os.path.join(REPO, "target", "debug", "gtd"))
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    # The shipped build, as the other benchmarks use (cargo build --profile dist --bin gtd).
+    ap.add_argument("--gtd", default=os.path.join(target, "dist", "gtd"))
     ap.add_argument("--only", default="connect,talk,fbt")
     args = ap.parse_args()
+    if not os.access(args.gtd, os.X_OK):
+        sys.exit(f"no gtd at {args.gtd}: cargo build --profile dist --bin gtd, or --gtd PATH")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for v in args.only.split(","):
