@@ -14,5 +14,7 @@ mod harness;
 
 mod checks;
 mod failover;
+mod outlier;
+mod passive;
 mod ranking;
 mod udp;

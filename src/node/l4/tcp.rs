@@ -61,6 +61,9 @@ pub(crate) async fn serve(
             Ok(s) => {
                 group.connect_seconds.record(t0.elapsed().as_secs_f64());
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
+                // Established is the attempt's success (docs/design.md §5): a session may last
+                // for hours, and the endpoint's mark must not wait for it to end.
+                l.attempt_succeeded(attempt.group, &attempt.pick, Instant::now());
                 break (s, attempt);
             }
             // Out of open files: the client is closed, the endpoint not blamed.
@@ -94,7 +97,6 @@ pub(crate) async fn serve(
         &m.bytes_down,
     )
     .await;
-    let now = Instant::now();
     match relayed {
         Ok(r) => {
             if r.ended == Ended::Idle {
@@ -104,7 +106,6 @@ pub(crate) async fn serve(
                 attempt.pick.record_timing(Measure::FirstByte, first);
             }
             attempt.pick.record_timing(Measure::LastByte, r.last_byte);
-            l.attempt_succeeded(attempt.group, &attempt.pick, now);
         }
         Err(e) => {
             tracing::debug!(listener = %l.cfg.name, %peer, error = %e, "relay ended with an error")

@@ -442,6 +442,11 @@ async fn replies(
             }
         };
         last.store(ms_since(origin), Ordering::Relaxed);
+        // A reply is the flow's success (docs/design.md §5): it ends a mark when this flow is
+        // the probe after fail_timeout. The clock is read only when failures are counted.
+        if pick.success_pending() {
+            l.attempt_succeeded(group, &pick, Instant::now());
+        }
         if let Some(n) = relayed {
             l.metrics.bytes_down.increment(n as u64);
         }
