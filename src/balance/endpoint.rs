@@ -236,6 +236,18 @@ impl EndpointState {
         self.available(self.rt.hub.nanos(now))
     }
 
+    /// May keep serving what is already bound to it (a sticky client, a UDP flow): usable, or
+    /// draining — a draining endpoint finishes what it has.
+    pub fn is_serving(&self, now: Instant) -> bool {
+        self.serving(self.rt.hub.nanos(now))
+    }
+
+    /// Enabled and not `down`: what fail-open still requires of an endpoint that keeps what is
+    /// bound to it (draining or not).
+    pub fn is_admitted(&self) -> bool {
+        self.admitted()
+    }
+
     /// Admissible: enabled, not `down`, not draining — usable but for the health verdicts
     /// (active checks, passive marking), which fail-open ignores (docs/design.md §3.3).
     pub fn is_admissible(&self) -> bool {
