@@ -187,6 +187,7 @@ async fn a_restarted_udp_endpoint_regains_its_share_once_its_checks_pass() {
         }
         all += 1;
     }
+    eprintln!("udp, checks: B got {to_b} of {all} new flows {BOUND:?} after its restart");
     assert!(all >= 90, "{all} of 100 new flows answered");
     assert!(
         to_b * 100 >= all * 30,
@@ -249,6 +250,7 @@ async fn a_restarted_udp_endpoint_without_checks_is_back_once_a_flow_gets_a_repl
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (to_b, all) = last;
+    eprintln!("udp, no checks: B got {to_b} of the last {all} new flows");
     assert!(all >= 10, "{all} flows in the last second");
     assert!(
         to_b * 100 >= all * 30,
@@ -298,6 +300,7 @@ async fn a_restarted_tcp_endpoint_regains_its_share_under_long_sessions() {
         }
         held.push((s, name));
     }
+    eprintln!("tcp, checks: B got {to_b} of 40 new sessions {BOUND:?} after its restart");
     assert!(
         to_b >= 12,
         "B got {to_b} of 40 new sessions {BOUND:?} after its restart (expected about half)"
@@ -348,6 +351,7 @@ async fn a_restarted_tcp_endpoint_without_checks_is_back_once_a_session_connects
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (to_b, all) = last;
+    eprintln!("tcp, no checks: B got {to_b} of the last {all} new sessions");
     assert!(all >= 10, "{all} sessions in the last second");
     assert!(
         to_b * 100 >= all * 30,
