@@ -53,6 +53,8 @@ struct Flow {
     /// until an attempt fails on it after this).
     opened: Instant,
     group: usize,
+    /// The endpoint's index in `listener`'s group (a reload may move it).
+    endpoint: usize,
     listener: Arc<ListenerState>,
     /// Last activity, ms since the loop's origin (written by both directions).
     last: Arc<AtomicU64>,
@@ -276,7 +278,7 @@ pub(crate) async fn udp_loop(
                 // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
                 // the flow moves on the next datagram once the endpoint is marked.
                 tracing::debug!(client = %peer.client, error = %e, "udp send to endpoint failed");
-                l.groups[flow.group].endpoints[flow.pick.index()]
+                l.groups[flow.group].endpoints[flow.endpoint]
                     .failures
                     .increment(1);
                 l.attempt_failed(flow.group, &flow.pick, &e);
@@ -301,27 +303,26 @@ fn drain_until(node: &Inner, port: u16) -> Option<Instant> {
 /// datagram, but one whose endpoint fails it moves. The endpoint is read as the running config
 /// has it (a reload may have set `drain` or `down` on it).
 fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
-    let e = if Arc::ptr_eq(&flow.listener, l) {
-        Arc::clone(flow.pick.endpoint())
-    } else {
+    if !Arc::ptr_eq(&flow.listener, l) {
         // A reload: keep the flow only if its endpoint survived (same run-time state, its
         // configuration perhaps changed).
         let survived = l.groups.iter().enumerate().find_map(|(gi, g)| {
-            g.balancer
-                .endpoints()
+            let endpoints = g.balancer.endpoints();
+            let ei = endpoints
                 .iter()
-                .find(|e| e.same_runtime(flow.pick.endpoint()))
-                .map(|e| (gi, Arc::clone(e)))
+                .position(|e| e.same_runtime(flow.pick.endpoint()))?;
+            Some((gi, ei))
         });
         match survived {
-            Some((gi, e)) => {
+            Some((gi, ei)) => {
                 flow.group = gi;
+                flow.endpoint = ei;
                 flow.listener = l.clone();
-                e
             }
             None => return false,
         }
-    };
+    }
+    let e = &l.groups[flow.group].balancer.endpoints()[flow.endpoint];
     e.is_serving(now)
         || (l.planned.load().plan.admit() == Admit::IgnoringHealth
             && e.is_admitted()
@@ -403,6 +404,7 @@ async fn open_flow(
                 return Ok(Flow {
                     id: 0,
                     upstream,
+                    endpoint: pick.index(),
                     pick,
                     opened,
                     group: attempt.group,
