@@ -197,14 +197,14 @@ impl EndpointState {
     }
 
     /// Records the active health check's verdict. A transition to healthy ends a passive mark
-    /// (the checks saw the endpoint come back after the failures that marked it: docs/design.md
-    /// §5) and starts the slow-start ramp. It does not end an outlier ejection: that fault is
-    /// one the checks do not see.
+    /// and an outlier ejection (the checks saw the endpoint go and come back: it was restarted
+    /// or repaired, docs/design.md §5) and starts the slow-start ramp. Checks that pass all
+    /// along end neither: they are what missed the fault.
     pub fn set_active_healthy(&self, healthy: bool, now: Instant) {
         let was = self.rt.active_healthy.swap(healthy, Ordering::AcqRel);
         if healthy && !was {
             let t = self.rt.hub.nanos(now);
-            self.rt.marks.clear(self.limits());
+            self.clear_record(t);
             self.start_ramp(t);
         }
     }
@@ -674,22 +674,23 @@ mod tests {
     }
 
     #[test]
-    fn the_checks_turning_healthy_and_an_admin_enable_clear_a_mark() {
+    fn the_checks_turning_healthy_and_an_admin_enable_clear_a_mark_and_an_ejection() {
         let base = Instant::now();
         let at = |s: u64| base + Duration::from_secs(s);
         let e = EndpointState::new(endpoint(1, 1, None), Hub::new(base));
         assert!(e.record_failure(S));
+        assert!(e.eject(S, &Outlier::default()).is_some());
         e.set_active_healthy(true, at(2));
-        assert!(!e.available(2 * S), "no change of verdict: still marked");
+        assert!(
+            !e.available(2 * S) && e.is_ejected(at(2)),
+            "checks passing all along: still marked and ejected"
+        );
         e.set_active_healthy(false, at(2));
         e.set_active_healthy(true, at(3));
-        assert!(e.available(3 * S), "the checks saw it come back");
+        assert!(e.available(3 * S), "the checks saw it go and come back");
 
         assert!(e.record_failure(4 * S));
         assert!(e.eject(4 * S, &Outlier::default()).is_some());
-        e.set_active_healthy(false, at(4));
-        e.set_active_healthy(true, at(5));
-        assert!(e.is_ejected(at(5)), "the checks do not end an ejection");
         e.set_enabled(true, at(5));
         assert!(e.available(5 * S), "an admin enable ends both");
     }

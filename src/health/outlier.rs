@@ -16,8 +16,9 @@
 //!   again), so a fault that hits every endpoint alike cannot empty a group.
 //!
 //! An ejected endpoint is out of rotation like a passively marked one, and comes back when its
-//! time is over (or when an admin enables it or a reload changes it). Passing active checks do
-//! not end an ejection: the checks are what missed the fault.
+//! time is over (or when an admin enables it, a reload changes it, or its active checks turn it
+//! healthy after failing: it was down and is back). Checks that pass all along do not end an
+//! ejection: they are what missed the fault.
 //!
 //! The atomics these rules drive live with the endpoint's state ([`crate::balance`]); here are
 //! only numbers in, decisions out, tested without sockets or clocks.
