@@ -2,7 +2,8 @@
 //! under UDP flows is marked by the attempts that fail on it; restarted, it regains its full
 //! share of new sessions and flows within `healthy_threshold × interval + 2 s` — the checks'
 //! turn to healthy clears the mark — and, without checks, as soon as the attempt after
-//! `fail_timeout` connects (TCP) or gets a reply (UDP), whatever the sessions' length.
+//! `fail_timeout` connects (TCP) or gets a reply (UDP), whatever the sessions' length; an admin
+//! enable and a reload that changes the endpoint end a mark at once.
 //!
 //! Every flow and session is counted by the name its endpoint answers with; the shares are
 //! taken over new flows and sessions opened after the bound, with a generous margin.
@@ -358,5 +359,126 @@ async fn a_restarted_tcp_endpoint_without_checks_is_back_once_a_session_connects
         "B got {to_b} of the last {all} new sessions (expected about half)"
     );
     drop(held);
+    node.shutdown().await;
+}
+
+/// Client sockets with a flow on endpoint `name` (up to two of 40 tried).
+async fn flows_on(to: SocketAddr, name: &str) -> Vec<UdpSocket> {
+    let mut on = Vec::new();
+    for _ in 0..40 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        if udp_ask(&c, to, "hello").await.as_deref() == Some(name) {
+            on.push(c);
+        }
+        if on.len() == 2 {
+            break;
+        }
+    }
+    assert!(!on.is_empty(), "some flows on {name}");
+    on
+}
+
+/// Keeps the flows talking until the node marks `address` (its endpoint is dead).
+async fn until_marked(
+    node: &gtd::node::Node,
+    to: SocketAddr,
+    flows: &[UdpSocket],
+    address: SocketAddr,
+) {
+    until("the endpoint marked by its refused flows", || {
+        for c in flows {
+            let _ = c.try_send_to(b"anyone?", to);
+        }
+        passive_down(node, "voice", address)
+    })
+    .await;
+}
+
+/// Of 40 new flows, (those `name` answered, those answered).
+async fn share_of(to: SocketAddr, name: &str) -> (u32, u32) {
+    let (mut on, mut all) = (0, 0);
+    for _ in 0..40 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        match udp_ask(&c, to, "new").await {
+            Some(n) if n == name => on += 1,
+            Some(_) => {}
+            None => continue,
+        }
+        all += 1;
+    }
+    (on, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_enable_and_a_reload_that_changes_the_endpoint_clear_a_udp_mark() {
+    let (a, ha) = udp_on("127.0.0.1:0", "A").await;
+    let (b, hb) = udp_on("127.0.0.1:0", "B").await;
+    let _a = Backends(vec![ha]);
+    let port = free_port(true);
+    // Marks that would last a minute.
+    let config = |b_timeout: &str| {
+        let g = group(
+            "g",
+            "cn-beijing",
+            100.0,
+            "",
+            &[
+                (a, "fail_timeout = \"60s\"".to_owned()),
+                (b, format!("fail_timeout = \"{b_timeout}\"")),
+            ]
+            .iter()
+            .map(|(addr, k)| (*addr, k.as_str()))
+            .collect::<Vec<_>>(),
+        );
+        listener_on(port, "voice", "udp", &["cn-beijing"], "", &g)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &config("60s"));
+    let node = start(&cfg).await;
+    let to = listener_addr(&node, "voice").await;
+
+    // An admin enable (of an endpoint that was never disabled) ends the mark.
+    let on_b = flows_on(to, "B").await;
+    hb.abort();
+    until_marked(&node, to, &on_b, b).await;
+    let (_, hb) = udp_on(&b.to_string(), "B").await;
+    let (to_b, all) = share_of(to, "B").await;
+    assert_eq!(to_b, 0, "marked for a minute: B got {to_b} of {all}");
+    let (code, body) = admin(
+        &node,
+        "POST",
+        &format!("/endpoints/voice/g/{b}/enable"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (to_b, all) = share_of(to, "B").await;
+    assert!(
+        to_b * 100 >= all * 30,
+        "after enable: B got {to_b} of {all}"
+    );
+
+    // A reload that changes B ends its mark too.
+    let on_b = flows_on(to, "B").await;
+    hb.abort();
+    until_marked(&node, to, &on_b, b).await;
+    let (_, hb) = udp_on(&b.to_string(), "B").await;
+    let _b = Backends(vec![hb]);
+    let (to_b, all) = share_of(to, "B").await;
+    assert_eq!(to_b, 0, "marked again: B got {to_b} of {all}");
+    let admin_port = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::fs::write(&cfg, config_text(admin_port, &config("50s"))).unwrap();
+    node.reload().await.unwrap();
+    let (to_b, all) = share_of(to, "B").await;
+    assert!(
+        to_b * 100 >= all * 30,
+        "after the reload: B got {to_b} of {all}"
+    );
     node.shutdown().await;
 }
