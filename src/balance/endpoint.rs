@@ -1,24 +1,18 @@
 //! Per-endpoint run-time state shared by every thread of a node, and the rules that change it:
-//! passive failure marking, effective-weight recovery and the slow-start ramp.
+//! passive failure marking ([`super::passive`]), outlier ejection ([`super::outlier`]),
+//! effective-weight recovery and the slow-start ramp.
 //!
-//! Everything here is an atomic. The rules are nginx's (`ngx_http_upstream_round_robin.c`),
+//! Everything here is an atomic. The weight rules are nginx's (`ngx_http_upstream_round_robin.c`),
 //! restated for atomics:
 //!
-//! - a failure stores `accessed = checked = now`, adds one to `fails` and lowers the effective
-//!   weight by `weight / max_fails` (integer division, floored at zero) — or, with `slow_start`,
-//!   steps the endpoint back `slow_start / max_fails` down its ramp instead;
-//! - `fails >= max_fails` with `now - checked <= fail_timeout` marks the endpoint unavailable;
-//!   once `fail_timeout` has passed, exactly one pick (the one that wins the compare-and-swap
-//!   on `checked`) probes it, and everyone else waits another `fail_timeout` for its outcome;
-//! - a success resets `fails` when a pick happened more than `fail_timeout` after the last
-//!   failure (`accessed < checked`), which is what ends a marking;
+//! - a failure lowers the effective weight by `weight / max_fails` (integer division, floored
+//!   at zero) — or, with `slow_start`, steps the endpoint back `slow_start / max_fails` down its
+//!   ramp instead;
 //! - every pick that considers an endpoint in the weighted rotation restores one unit of
 //!   effective weight.
 //!
-//! One deliberate difference: a failure arriving more than `fail_timeout` after the previous one
-//! starts a new count at 1, so "`max_fails` failures within `fail_timeout`" (docs/design.md §4) holds
-//! literally; nginx keeps counting until a success. And nginx never marks the only server of an
-//! upstream; gtd does, because a group whose only endpoint fails must fail over (docs/design.md §3.3).
+//! nginx never marks the only server of an upstream; gtd does, because a group whose only
+//! endpoint fails must fail over (docs/design.md §3.3).
 //!
 //! Times are nanoseconds since the balancer lineage's epoch (an injected `Instant`), so tests
 //! drive every transition with instants built from a base, without waiting.
@@ -27,7 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::{Address, Endpoint};
+use super::outlier::Ejection;
+use super::passive::{Limits, Marks};
+use crate::config::{Address, Endpoint, Outlier};
+use crate::health::outlier::Answer;
 
 /// Full weight on the slow-start ramp, in thousandths.
 pub(crate) const RAMP_SCALE: u64 = 1000;
@@ -81,12 +78,10 @@ struct Runtime {
     hub: Arc<Hub>,
     /// Connections/requests in flight (counted by [`super::Pick`] guards).
     active: AtomicU32,
-    /// Failures counted towards `max_fails`.
-    fails: AtomicU32,
-    /// Time of the last failure.
-    accessed: AtomicU64,
-    /// Start of the current failure window / time of the last probe.
-    checked: AtomicU64,
+    /// Passive marking (`max_fails` within `fail_timeout`).
+    marks: Marks,
+    /// Outlier detection's streaks and ejection (HTTP).
+    ejection: Ejection,
     /// Weight units lost to failures, restored one per pick (nginx's `weight - effective_weight`).
     deficit: AtomicU32,
     /// Start of the slow-start ramp (may lie before the epoch after a step back), or `NO_RAMP`.
@@ -119,9 +114,8 @@ impl EndpointState {
         let rt = Runtime {
             hub,
             active: AtomicU32::new(0),
-            fails: AtomicU32::new(0),
-            accessed: AtomicU64::new(0),
-            checked: AtomicU64::new(0),
+            marks: Marks::default(),
+            ejection: Ejection::default(),
             deficit: AtomicU32::new(0),
             ramp_start: AtomicI64::new(NO_RAMP),
             enabled: AtomicBool::new(config.enabled),
@@ -137,26 +131,19 @@ impl EndpointState {
 
     /// The same run-time state under a new configuration (a reload changed parameters). An
     /// `enabled` that changed in the file takes effect; one left alone keeps the admin's choice.
-    /// A new `max_fails` keeps the failure count, but a reload alone never takes the endpoint
-    /// out of rotation (the failure that does is the one that warns) nor lets a marked one
-    /// skip its probe: see [`carried_fails`].
-    pub(crate) fn reconfigured(&self, config: Endpoint) -> Self {
+    /// The changed endpoint starts with a clean record: its passive mark and any outlier
+    /// ejection end (docs/design.md §5), as the operator who changed it expects it tried again.
+    pub(crate) fn reconfigured(&self, config: Endpoint, now: Instant) -> Self {
         if config.enabled != self.config.enabled {
             self.rt.enabled.store(config.enabled, Ordering::Release);
         }
-        let (old, new) = (self.config.max_fails, config.max_fails);
-        if old != new {
-            let _ = self
-                .rt
-                .fails
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
-                    Some(carried_fails(f, old, new))
-                });
-        }
-        EndpointState {
+        let t = self.rt.hub.nanos(now);
+        let next = EndpointState {
             config,
             rt: Arc::clone(&self.rt),
-        }
+        };
+        next.clear_record(t);
+        next
     }
 
     /// True when `other` is the same endpoint at run time (its state was carried over by a
@@ -182,7 +169,7 @@ impl EndpointState {
 
     /// Recent failures (the count compared with `max_fails`).
     pub fn fails(&self) -> u32 {
-        self.rt.fails.load(Ordering::Relaxed)
+        self.rt.marks.fails()
     }
 
     /// Administratively enabled.
@@ -190,12 +177,17 @@ impl EndpointState {
         self.rt.enabled.load(Ordering::Acquire)
     }
 
-    /// Enables or disables the endpoint (admin API). Enabling a disabled endpoint starts its
-    /// slow-start ramp.
+    /// Enables or disables the endpoint (admin API). Enabling ends a passive mark and an
+    /// outlier ejection (docs/design.md §5), even of an endpoint enabled already; enabling a
+    /// disabled endpoint starts its slow-start ramp.
     pub fn set_enabled(&self, enabled: bool, now: Instant) {
+        let t = self.rt.hub.nanos(now);
         let was = self.rt.enabled.swap(enabled, Ordering::AcqRel);
+        if enabled {
+            self.clear_record(t);
+        }
         if enabled && !was {
-            self.start_ramp(self.rt.hub.nanos(now));
+            self.start_ramp(t);
         }
     }
 
@@ -204,13 +196,32 @@ impl EndpointState {
         self.rt.active_healthy.load(Ordering::Acquire)
     }
 
-    /// Records the active health check's verdict. A transition to healthy starts the slow-start
-    /// ramp.
+    /// Records the active health check's verdict. A transition to healthy ends a passive mark
+    /// and an outlier ejection (the checks saw the endpoint go and come back: it was restarted
+    /// or repaired, docs/design.md §5) and starts the slow-start ramp. Checks that pass all
+    /// along end neither: they are what missed the fault.
     pub fn set_active_healthy(&self, healthy: bool, now: Instant) {
         let was = self.rt.active_healthy.swap(healthy, Ordering::AcqRel);
         if healthy && !was {
-            self.start_ramp(self.rt.hub.nanos(now));
+            let t = self.rt.hub.nanos(now);
+            self.clear_record(t);
+            self.start_ramp(t);
         }
+    }
+
+    /// Ejected by outlier detection at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        self.rt.ejection.ejected(self.rt.hub.nanos(now))
+    }
+
+    /// What is left of an outlier ejection at `now`, if the endpoint is ejected.
+    pub fn ejected_for(&self, now: Instant) -> Option<Duration> {
+        self.rt.ejection.remaining(self.rt.hub.nanos(now))
+    }
+
+    /// Outlier ejections so far (kept across reloads that leave the endpoint alone).
+    pub fn ejections(&self) -> u64 {
+        self.rt.ejection.total()
     }
 
     /// True while passive checks keep the endpoint out (`max_fails` reached within
@@ -225,6 +236,18 @@ impl EndpointState {
         self.available(self.rt.hub.nanos(now))
     }
 
+    /// May keep serving what is already bound to it (a sticky client, a UDP flow): usable, or
+    /// draining — a draining endpoint finishes what it has.
+    pub fn is_serving(&self, now: Instant) -> bool {
+        self.serving(self.rt.hub.nanos(now))
+    }
+
+    /// Enabled and not `down`: what fail-open still requires of an endpoint that keeps what is
+    /// bound to it (draining or not).
+    pub fn is_admitted(&self) -> bool {
+        self.admitted()
+    }
+
     /// Admissible: enabled, not `down`, not draining — usable but for the health verdicts
     /// (active checks, passive marking), which fail-open ignores (docs/design.md §3.3).
     pub fn is_admissible(&self) -> bool {
@@ -234,7 +257,7 @@ impl EndpointState {
     /// True when an attempt on this endpoint failed after `since` (a UDP flow opened then
     /// leaves an endpoint that fails it even while fail-open keeps marked endpoints in use).
     pub fn failed_since(&self, since: Instant) -> bool {
-        self.rt.accessed.load(Ordering::Acquire) > self.rt.hub.nanos(since)
+        self.rt.marks.failed_after(self.rt.hub.nanos(since))
     }
 
     /// The weight a weighted rotation currently gives the endpoint: configured weight minus the
@@ -260,14 +283,22 @@ impl EndpointState {
         self.rt.hub.nanos(now)
     }
 
-    fn marked(&self) -> bool {
-        self.config.max_fails > 0 && self.rt.fails.load(Ordering::Acquire) >= self.config.max_fails
+    fn limits(&self) -> Limits {
+        Limits {
+            max_fails: self.config.max_fails,
+            fail_timeout: nanos(self.config.fail_timeout),
+        }
     }
 
     fn passive_allows(&self, t: u64) -> bool {
-        !self.marked()
-            || t.saturating_sub(self.rt.checked.load(Ordering::Acquire))
-                > nanos(self.config.fail_timeout)
+        self.rt.marks.allows(t, self.limits())
+    }
+
+    /// Ends a passive mark and an outlier ejection: the endpoint starts again with a clean
+    /// record (admin enable, a reload that changed it).
+    fn clear_record(&self, t: u64) {
+        self.rt.marks.clear(self.limits());
+        self.rt.ejection.clear(t);
     }
 
     /// May be chosen at `t`, `max_conns` aside: admissible and healthy.
@@ -292,9 +323,11 @@ impl EndpointState {
         !self.config.down && self.rt.enabled.load(Ordering::Relaxed)
     }
 
-    /// Allowed at `t` by the active check's verdict and by passive marking.
+    /// Allowed at `t` by the active check's verdict, passive marking and outlier detection.
     pub(crate) fn healthy(&self, t: u64) -> bool {
-        self.rt.active_healthy.load(Ordering::Relaxed) && self.passive_allows(t)
+        self.rt.active_healthy.load(Ordering::Relaxed)
+            && self.passive_allows(t)
+            && !self.rt.ejection.ejected(t)
     }
 
     /// Below `max_conns` (always, when unlimited).
@@ -329,16 +362,9 @@ impl EndpointState {
                 rt.active.fetch_add(1, Ordering::AcqRel);
             }
         }
-        // nginx: "if (now - peer->checked > peer->fail_timeout) peer->checked = now". For a
-        // marked endpoint this is the probe; the compare-and-swap lets exactly one pick have it.
-        let checked = rt.checked.load(Ordering::Acquire);
-        let window_over = t.saturating_sub(checked) > nanos(self.config.fail_timeout);
-        let probe_won = window_over
-            && rt
-                .checked
-                .compare_exchange(checked, t, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok();
-        if honour_marking && self.marked() && !probe_won {
+        let lim = self.limits();
+        let probe_won = rt.marks.claim_probe(t, lim);
+        if honour_marking && rt.marks.marked(lim) && !probe_won {
             self.release();
             return false;
         }
@@ -417,32 +443,11 @@ impl EndpointState {
     pub(crate) fn record_failure(&self, t: u64) -> bool {
         let rt = &self.rt;
         let cfg = &self.config;
-        let prev = rt.accessed.swap(t, Ordering::AcqRel);
-        let checked = rt.checked.swap(t, Ordering::AcqRel);
-        let max = cfg.max_fails;
-        if max == 0 {
-            // Marking is off: nothing to count towards, and a count kept now would mark the
-            // endpoint the moment a reload turns marking on.
+        let failed = rt.marks.failure(t, self.limits());
+        if !failed.counted {
             return false;
         }
-        let window = nanos(cfg.fail_timeout);
-        let next = |f: u32| {
-            if f >= max {
-                f.saturating_add(1)
-            } else if f > 0 && t.saturating_sub(prev) > window {
-                1
-            } else {
-                f + 1
-            }
-        };
-        let before = rt
-            .fails
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| Some(next(f)))
-            .unwrap_or_else(|f| f);
-        // Out from now on. Just before, it was in unless already marked: a marking ends when a
-        // pick probes it after fail_timeout (that pick moved `checked` past `accessed`).
-        let was_out = before >= max && prev >= checked && t.saturating_sub(checked) <= window;
-        let marked = next(before) >= max && !was_out;
+        let max = cfg.max_fails;
         match cfg.slow_start {
             Some(ss) => {
                 let ss = i64::try_from(nanos(ss)).unwrap_or(i64::MAX);
@@ -466,24 +471,39 @@ impl EndpointState {
             }
         }
         rt.hub.bump();
-        marked
+        failed.marked
     }
 
     /// A successful attempt at `t`. True when it ended a passive marking (the probe after
     /// `fail_timeout` succeeded).
     pub(crate) fn record_success(&self, t: u64) -> bool {
-        let rt = &self.rt;
-        // The common case, nothing to reset, costs two loads and no write.
-        if rt.fails.load(Ordering::Relaxed) > 0
-            && rt.accessed.load(Ordering::Acquire) < rt.checked.load(Ordering::Acquire)
-        {
-            let old = rt.fails.swap(0, Ordering::AcqRel);
-            if self.config.max_fails > 0 && old >= self.config.max_fails {
-                self.start_ramp(t);
-                return true;
-            }
+        let ended = self.rt.marks.success(self.limits());
+        if ended {
+            self.start_ramp(t);
         }
-        false
+        ended
+    }
+
+    /// True when a success may have something to end (failures are counted): lets a caller
+    /// that would read the clock for every datagram read it only then.
+    pub(crate) fn success_pending(&self) -> bool {
+        self.rt.marks.fails() > 0
+    }
+
+    /// Counts an HTTP answer into the outlier streaks; true when a streak reached its limit
+    /// (the group then decides whether the endpoint may be ejected).
+    pub(crate) fn observe_answer(&self, answer: Answer, rules: &Outlier) -> bool {
+        self.rt.ejection.observe(answer, rules)
+    }
+
+    /// Ejects the endpoint at `t` for as long as the rules say; `None` if another thread did.
+    pub(crate) fn eject(&self, t: u64, rules: &Outlier) -> Option<Duration> {
+        self.rt.ejection.eject(t, rules)
+    }
+
+    /// Ejected at `t`.
+    pub(crate) fn ejected_at(&self, t: u64) -> bool {
+        self.rt.ejection.ejected(t)
     }
 
     /// Folds a response-time sample (nanoseconds) into the `least_time` EWMA.
@@ -504,20 +524,6 @@ impl EndpointState {
 
     pub(crate) fn feedback_value(&self) -> Option<f64> {
         load_ewma(&self.rt.feedback)
-    }
-}
-
-/// The failure count `fails` (under `max_fails = old`) becomes under `max_fails = new`:
-/// - marking off (`new = 0`): none, as [`EndpointState::record_failure`] then counts none;
-/// - marked (`fails >= old > 0`): `new`, so it stays out until its probe after `fail_timeout`;
-/// - otherwise the same count, but at most `new - 1`: the next failure marks it, and warns.
-fn carried_fails(fails: u32, old: u32, new: u32) -> u32 {
-    if new == 0 {
-        0
-    } else if old > 0 && fails >= old {
-        new
-    } else {
-        fails.min(new - 1)
     }
 }
 
@@ -644,7 +650,7 @@ mod tests {
         for i in 1..=6 {
             e.record_failure(i * S);
         }
-        let e = e.reconfigured(endpoint(1, 1, None));
+        let e = e.reconfigured(endpoint(1, 1, None), Instant::now());
         assert!(e.available(7 * S), "the reload alone does not mark it");
         assert!(
             e.record_failure(8 * S),
@@ -654,27 +660,55 @@ mod tests {
     }
 
     #[test]
-    fn a_new_max_fails_keeps_the_count_but_never_marks_or_unmarks_by_itself() {
-        // Below the threshold: kept, capped one short of the new one.
-        assert_eq!(carried_fails(2, 5, 10), 2);
-        assert_eq!(carried_fails(3, 5, 2), 1);
-        // Marked: stays marked under the new threshold until its probe.
-        assert_eq!(carried_fails(5, 5, 2), 2);
-        assert_eq!(carried_fails(6, 5, 10), 10);
-        // Marking turned off or on.
-        assert_eq!(carried_fails(5, 5, 0), 0);
-        assert_eq!(carried_fails(0, 0, 1), 0);
+    fn a_reload_that_changes_the_endpoint_clears_its_mark_and_ejection() {
+        let base = Instant::now();
+        let e = EndpointState::new(endpoint(1, 2, None), Hub::new(base));
+        e.record_failure(S);
+        assert!(e.record_failure(2 * S));
+        assert!(e.eject(2 * S, &Outlier::default()).is_some());
+        assert!(!e.available(3 * S));
+        let e = e.reconfigured(endpoint(2, 2, None), base + Duration::from_secs(3));
+        assert!(e.available(3 * S), "back at once");
+        assert_eq!(e.fails(), 0);
+        assert!(!e.record_failure(4 * S), "counting starts again");
+    }
 
-        let e = EndpointState::new(endpoint(1, 5, None), Hub::new(Instant::now()));
-        for i in 1..=3 {
-            assert!(!e.record_failure(i * S));
-        }
-        let e = e.reconfigured(endpoint(1, 2, None));
-        assert!(e.available(4 * S));
+    #[test]
+    fn the_checks_turning_healthy_and_an_admin_enable_clear_a_mark_and_an_ejection() {
+        let base = Instant::now();
+        let at = |s: u64| base + Duration::from_secs(s);
+        let e = EndpointState::new(endpoint(1, 1, None), Hub::new(base));
+        assert!(e.record_failure(S));
+        assert!(e.eject(S, &Outlier::default()).is_some());
+        e.set_active_healthy(true, at(2));
         assert!(
-            e.record_failure(4 * S),
-            "one more failure reaches the new max_fails"
+            !e.available(2 * S) && e.is_ejected(at(2)),
+            "checks passing all along: still marked and ejected"
         );
+        e.set_active_healthy(false, at(2));
+        e.set_active_healthy(true, at(3));
+        assert!(e.available(3 * S), "the checks saw it go and come back");
+
+        assert!(e.record_failure(4 * S));
+        assert!(e.eject(4 * S, &Outlier::default()).is_some());
+        e.set_enabled(true, at(5));
+        assert!(e.available(5 * S), "an admin enable ends both");
+    }
+
+    #[test]
+    fn a_success_ends_a_mark_only_as_the_probe_after_fail_timeout() {
+        let base = Instant::now();
+        let e = EndpointState::new(endpoint(1, 1, None), Hub::new(base));
+        assert!(e.record_failure(S));
+        assert!(e.success_pending());
+        assert!(
+            !e.record_success(2 * S),
+            "a connection from before the failure"
+        );
+        assert!(e.try_acquire(12 * S, true), "the probe");
+        assert!(e.record_success(12 * S), "connected: back");
+        e.release();
+        assert!(!e.success_pending());
     }
 
     #[test]

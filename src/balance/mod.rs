@@ -44,6 +44,8 @@ mod ip_hash;
 mod key;
 mod least_conn;
 mod least_time;
+mod outlier;
+mod passive;
 mod random;
 mod rng;
 mod round_robin;
@@ -53,7 +55,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::{self, Address, Balance, Endpoint, Measure, Protocol};
+use crate::config::{self, Address, Balance, Endpoint, Measure, Outlier, Protocol};
+use crate::health::outlier::{Answer, room_for_one_more};
 
 pub use endpoint::EndpointState;
 pub use key::{RequestKey, StaticRequest};
@@ -319,6 +322,8 @@ pub struct GroupBalancer {
     params: PickParams,
     protocol: Protocol,
     feedback_header: Option<Box<str>>,
+    /// HTTP: outlier detection's rules (`None`: off, or not HTTP).
+    outlier: Option<Outlier>,
 }
 
 impl GroupBalancer {
@@ -355,7 +360,7 @@ impl GroupBalancer {
             let old = by_address.get_mut(&cfg.address).and_then(|q| q.pop_front());
             let state = match old {
                 Some(old) if old.config() == cfg => Arc::clone(old),
-                Some(old) => Arc::new(old.reconfigured(cfg.clone())),
+                Some(old) => Arc::new(old.reconfigured(cfg.clone(), now)),
                 None => {
                     let fresh = EndpointState::new(cfg.clone(), Arc::clone(&hub));
                     fresh.start_ramp_at(now);
@@ -423,6 +428,7 @@ impl GroupBalancer {
                 Balance::Feedback { header, .. } => Some(header.as_str().into()),
                 _ => None,
             },
+            outlier: group.outlier.filter(|_| protocol.is_http()),
         }
     }
 
@@ -606,6 +612,28 @@ impl GroupBalancer {
         self.usable_count(now) >= min_healthy as usize
     }
 
+    /// Counts an HTTP attempt's `answer` on `pick` into outlier detection (docs/design.md §5,
+    /// [`crate::health::outlier`]). When a streak reaches its limit and the group has room
+    /// under `max_ejection_percent`, the endpoint is ejected: the ejection's length is returned.
+    /// Cheap on the common path (a fine answer with no streak: two loads); the group is scanned
+    /// only when a streak has tripped.
+    pub fn observe_answer(&self, pick: &Pick, answer: Answer, now: Instant) -> Option<Duration> {
+        let rules = self.outlier.as_ref()?;
+        let e = pick.endpoint();
+        if !e.observe_answer(answer, rules) {
+            return None;
+        }
+        let t = self.full.hub.nanos(now);
+        if e.ejected_at(t) {
+            return None;
+        }
+        let ejected = self.endpoints.iter().filter(|x| x.ejected_at(t)).count();
+        if !room_for_one_more(ejected, self.endpoints.len(), rules) {
+            return None;
+        }
+        e.eject(t, rules)
+    }
+
     /// The endpoints in config order: admin and health checks set `enabled` and
     /// `active_healthy` here; status reads counters.
     pub fn endpoints(&self) -> &[Arc<EndpointState>] {
@@ -685,6 +713,12 @@ impl Pick {
     /// when this was the probe after `fail_timeout`, and then returns true.
     pub fn success(&self, now: Instant) -> bool {
         self.endpoint.record_success(self.endpoint.nanos(now))
+    }
+
+    /// True when [`Self::success`] may have something to end (the endpoint has failures
+    /// counted): a caller that would read the clock for every reply datagram reads it only then.
+    pub fn success_pending(&self) -> bool {
+        self.endpoint.success_pending()
     }
 
     /// The attempt failed (connect error, timeout, unhealthy status): counts towards

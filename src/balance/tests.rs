@@ -205,3 +205,61 @@ fn exactly_one_of_many_racing_picks_gets_the_probe() {
     });
     assert_eq!(winners, 1);
 }
+
+/// Outlier detection through the balancer (docs/design.md §5): a streak ejects, picks skip the
+/// ejected endpoint until its time is over, and never more than `max_ejection_percent` of the
+/// group is out at once.
+#[test]
+fn outlier_ejection_skips_the_endpoint_for_its_time_within_the_group_cap() {
+    use crate::config::Outlier;
+    use crate::health::outlier::Answer;
+    let t0 = Instant::now();
+    let mut g = group(Balance::RoundRobin, weighted(&[1, 1, 1, 1]));
+    g.outlier = Some(Outlier::default());
+    let b = GroupBalancer::new(&g, Protocol::Http, t0);
+    let request = StaticRequest::from_ip([192, 0, 2, 1].into());
+    // Endpoint 0 answers 503 five times in a row: ejected for the base time.
+    let p0 = b.pick_sticky(0, t0).unwrap();
+    for _ in 0..4 {
+        assert_eq!(b.observe_answer(&p0, Answer::GatewayFailure, t0), None);
+    }
+    assert_eq!(
+        b.observe_answer(&p0, Answer::GatewayFailure, t0),
+        Some(Duration::from_secs(30))
+    );
+    drop(p0);
+    let during = t0 + Duration::from_secs(10);
+    for _ in 0..30 {
+        assert_ne!(b.pick(&request, during).unwrap().index(), 0);
+    }
+    assert_eq!(b.usable_count(during), 3);
+    // A second one may go (2 of 4 is 50 %), a third may not.
+    for i in [1, 2] {
+        let p = b.pick_sticky(i, t0).unwrap();
+        let mut last = None;
+        for _ in 0..5 {
+            last = b.observe_answer(&p, Answer::ServerError, t0);
+        }
+        assert_eq!(last.is_some(), i == 1, "endpoint {i}");
+    }
+    assert_eq!(b.usable_count(during), 2);
+    // Time over: back in rotation.
+    let after = t0 + Duration::from_secs(31);
+    assert_eq!(b.usable_count(after), 4);
+    assert!((0..8).any(|_| b.pick(&request, after).unwrap().index() == 0));
+}
+
+/// Outlier rules are for HTTP: a TCP group's answers are never counted.
+#[test]
+fn outlier_detection_is_off_outside_http() {
+    use crate::config::Outlier;
+    use crate::health::outlier::Answer;
+    let t0 = Instant::now();
+    let mut g = group(Balance::RoundRobin, weighted(&[1, 1]));
+    g.outlier = Some(Outlier::default());
+    let b = GroupBalancer::new(&g, Protocol::Tcp, t0);
+    let p = b.pick_sticky(0, t0).unwrap();
+    for _ in 0..20 {
+        assert_eq!(b.observe_answer(&p, Answer::GatewayFailure, t0), None);
+    }
+}

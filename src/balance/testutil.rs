@@ -39,6 +39,7 @@ pub(crate) fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,
         tls: None,
+        outlier: None,
         endpoints,
     }
 }

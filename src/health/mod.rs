@@ -2,6 +2,8 @@
 //!
 //! - [`verdict`]: the state machine (thresholds, `explicit`, `essential`, flap damping) that
 //!   turns each check's result into "healthy" or "unhealthy" and says why;
+//! - [`outlier`]: what the answers real requests get say of an endpoint (HTTP): streaks of
+//!   5xx and gateway failures that eject it for a while;
 //! - [`rtt`]: each probe's round trip into an average per endpoint, and a group's RTT;
 //! - [`spread`]: where in its interval each endpoint's checks fall, so that a node's checks do
 //!   not all start at once.
@@ -10,6 +12,7 @@
 //! ([`crate::node::checks`]); they hand results to these, as pingora keeps `observe_health`
 //! beside its prober.
 
+pub mod outlier;
 pub mod rtt;
 pub mod verdict;
 

@@ -300,6 +300,8 @@ pub(crate) fn status(node: &Inner) -> Value {
                                 "address": e.address.text, "healthy": state.is_usable(now), "enabled": state.is_enabled(),
                                 "active": state.active(), "weight": e.weight, "fails": state.fails(),
                                 "passive_down": state.is_passively_down(now),
+                                "ejected": state.is_ejected(now), "ejections": state.ejections(),
+                                "ejected_for_s": state.ejected_for(now).map(|d| d.as_secs_f64()),
                                 "check": check, "rtt_ms": w.rtt.value().map(micros),
                                 "backup": e.backup, "down": e.down, "drain": e.drain,
                             });

@@ -316,7 +316,12 @@ impl Node {
         self.inner.tracker.close();
         let open = self.inner.tracker.len();
         if open > 0 {
-            tracing::info!(open, drain_s = drain.as_secs_f64(), "draining connections");
+            // `open` counts connections and each UDP listener with its flows.
+            tracing::info!(
+                open,
+                drain_s = drain.as_secs_f64(),
+                "draining connections and UDP flows"
+            );
         }
         if tokio::time::timeout(drain, self.inner.tracker.wait())
             .await

@@ -24,6 +24,7 @@ use metrics::{Counter, Gauge, Histogram};
 use crate::balance::{GroupBalancer, Pick};
 use crate::config::{Config, Listener, PriorityBy};
 use crate::geoip::Place;
+use crate::health::outlier::Answer;
 use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
@@ -154,6 +155,8 @@ pub struct EndpointMetrics {
     pub connections: Counter,
     /// Failed attempts.
     pub failures: Counter,
+    /// Outlier ejections (no-op handle on TCP/UDP listeners).
+    pub ejections: Counter,
     /// Usable now (gauge kept by the planner).
     pub healthy: Gauge,
     /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
@@ -285,6 +288,11 @@ impl ListenerState {
                             checks,
                             connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
                             failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
+                            ejections: if http_listener {
+                                registry.counter(&m::OUTLIER_EJECTIONS_TOTAL, &labels)
+                            } else {
+                                Counter::noop()
+                            },
                             healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
                             requests: if http_listener {
                                 code_classes(registry, &labels)
@@ -444,6 +452,26 @@ impl ListenerState {
                 "endpoint back in rotation: the attempt after fail_timeout succeeded"
             );
         }
+    }
+
+    /// An HTTP attempt on `pick` got `answer` (a status, or none): counted by outlier
+    /// detection; an ejection is logged, counted and re-planned for, as the group may be
+    /// degraded now.
+    pub fn answered(&self, group: usize, pick: &Pick, answer: Answer, now: Instant) {
+        let g = &self.groups[group];
+        let Some(length) = g.balancer.observe_answer(pick, answer, now) else {
+            return;
+        };
+        g.endpoints[pick.index()].ejections.increment(1);
+        tracing::warn!(
+            listener = %self.cfg.name,
+            group = %g.name,
+            endpoint = %pick.address(),
+            ejection_s = length.as_secs_f64(),
+            ejections = pick.endpoint().ejections(),
+            "endpoint ejected by outlier detection: too many 5xx answers or gateway failures in a row"
+        );
+        self.replan(now);
     }
 
     /// Re-reads the facts (health of every group); when they changed, installs a new plan.

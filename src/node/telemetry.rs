@@ -91,6 +91,13 @@ pub const CONNECT_FAILURES_TOTAL: Def = Def {
     labels: &["listener", "group", "endpoint"],
     help: "Failed connection attempts to an endpoint (TCP and HTTP), each counted as a passive failure",
 };
+/// Outlier ejections of an endpoint (HTTP).
+pub const OUTLIER_EJECTIONS_TOTAL: Def = Def {
+    name: "gtd_outlier_ejections_total",
+    kind: Kind::Counter,
+    labels: &["listener", "group", "endpoint"],
+    help: "Times outlier detection ejected an HTTP endpoint (consecutive_5xx or consecutive_gateway_failures answers in a row); /status shows an ejection in progress",
+};
 /// Attempts after the first one.
 pub const RETRIES_TOTAL: Def = Def {
     name: "gtd_retries_total",
@@ -233,6 +240,7 @@ pub const ALL: &[Def] = &[
     BYTES_TOTAL,
     NO_ROUTE_TOTAL,
     CONNECT_FAILURES_TOTAL,
+    OUTLIER_EJECTIONS_TOTAL,
     RETRIES_TOTAL,
     CONNECT_SECONDS,
     CLIENT_CONNECTIONS_TOTAL,

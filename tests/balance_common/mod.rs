@@ -64,6 +64,7 @@ pub fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,
         tls: None,
+        outlier: None,
         endpoints,
     }
 }

@@ -412,3 +412,65 @@ fn dns_settings() {
     // A name server nobody answers on: the file is still valid (nothing is resolved).
     valid(&with("nameservers = [\"127.0.0.1:9\"]"));
 }
+
+/// Outlier detection's keys (docs/design.md §5): on by default for HTTP groups, each key
+/// validated where it is written, and ignored with a warning on a tcp/udp listener.
+#[test]
+fn outlier_keys_default_validate_and_warn_off_http() {
+    use gtd::config::Outlier;
+    let c = valid(&one_group(WEB, "", ""));
+    assert_eq!(c.listeners[0].groups[0].outlier, Some(Outlier::default()));
+    let off = valid(&one_group(
+        WEB,
+        "  consecutive_5xx = 0\n  consecutive_gateway_failures = 0\n",
+        "",
+    ));
+    assert_eq!(off.listeners[0].groups[0].outlier, None, "both streaks off");
+    let set = valid(&one_group(
+        WEB,
+        "  consecutive_5xx = 0\n  base_ejection_time = \"10s\"\n  max_ejection_percent = 100\n",
+        "",
+    ));
+    assert_eq!(
+        set.listeners[0].groups[0].outlier,
+        Some(Outlier {
+            consecutive_5xx: 0,
+            base_ejection_time: std::time::Duration::from_secs(10),
+            max_ejection_percent: 100,
+            ..Outlier::default()
+        })
+    );
+    assert_errors(&[
+        (
+            one_group(
+                WEB,
+                "  base_ejection_time = \"1m\"\n  max_ejection_time = \"30s\"\n",
+                "",
+            ),
+            &[
+                r#"config.toml:11:23: listener "web" group "beijing": max_ejection_time 30s is shorter than base_ejection_time 60s"#,
+            ],
+        ),
+        (
+            one_group(WEB, "  max_ejection_percent = 101\n", ""),
+            &[
+                r#"config.toml:10:26: listener "web" group "beijing": max_ejection_percent 101 is out of range 0..=100"#,
+            ],
+        ),
+        (
+            one_group(WEB, "  base_ejection_time = \"0s\"\n", ""),
+            &[
+                r#"config.toml:10:24: listener "web" group "beijing": "base_ejection_time" must be greater than 0"#,
+            ],
+        ),
+    ]);
+    let tcp = valid(&one_group(GAME, "  consecutive_5xx = 3\n", ""));
+    assert_eq!(tcp.listeners[0].groups[0].outlier, None);
+    let warnings: Vec<String> = tcp.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"config.toml:10:3: listener "game" group "beijing": "consecutive_5xx" is only for http/https listeners; ignored"#
+        ]
+    );
+}

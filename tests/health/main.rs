@@ -14,6 +14,8 @@ mod harness;
 
 mod checks;
 mod failover;
+mod outlier;
+mod passive;
 mod ranking;
 mod talk;
 mod udp;

@@ -464,3 +464,176 @@ fn datagrams_the_kernel_drops_are_counted() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An endpoint set to `drain` by a reload keeps the flows it has; new flows go elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_flows_stay_on_an_endpoint_set_to_drain() {
+    let (a1, h1) = udp_backend("one").await;
+    let (a2, h2) = udp_backend("two").await;
+    let _b = Backends(vec![h1, h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let config = |drain_one: bool| {
+        udp_listener(
+            port,
+            "",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(a1, if drain_one { "drain = true" } else { "" }), (a2, "")],
+            ),
+        )
+    };
+    let cfg = write_config(dir.path(), &config(false));
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "u").await;
+    // A flow on "one".
+    let mut on_one = None;
+    for _ in 0..20 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        if udp_name(&c, addr).await == "one" {
+            on_one = Some(c);
+            break;
+        }
+    }
+    let on_one = on_one.expect("a flow on one");
+    let admin_port = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &cfg,
+        config_text(admin_port.parse().unwrap(), &config(true)),
+    )
+    .unwrap();
+    node.reload().await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(udp_name(&on_one, addr).await, "one", "the flow stays");
+    }
+    for _ in 0..10 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        assert_eq!(
+            udp_name(&c, addr).await,
+            "two",
+            "new flows avoid the draining one"
+        );
+    }
+    node.shutdown().await;
+}
+
+/// SIGTERM drains UDP as TCP: a live flow keeps getting replies until it goes idle (or
+/// `drain_timeout` ends), a new client gets none, and the process exits once the flow is idle.
+#[test]
+fn sigterm_keeps_live_udp_flows_until_they_go_idle() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, h) = rt.block_on(udp_backend("x"));
+    let _b = Backends(vec![h]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(true);
+    let cfg = write_config(
+        dir.path(),
+        &udp_listener(
+            port,
+            "idle_timeout = \"2s\"\ndrain_timeout = \"60s\"",
+            &group("g", "cn-beijing", 100.0, "", &[(a, 1)]),
+        ),
+    );
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let ask = |text: &[u8]| -> bool {
+        let mut buf = [0_u8; 256];
+        client.send_to(text, to).unwrap();
+        matches!(client.recv_from(&mut buf), Ok((n, _)) if buf[..n].starts_with(b"x:"))
+    };
+    // Up (a reply), the flow open.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ask(b"up?") {
+        assert!(Instant::now() < deadline, "gtd did not start");
+    }
+    let admin: SocketAddr = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "exited at once on SIGTERM, dropping the live flow"
+        );
+        if StdTcpStream::connect(admin).is_ok() && admin_at(admin, "GET", "/healthz", None).0 == 503
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no drain after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The live flow is served, datagram after datagram (each well within idle_timeout).
+    for i in 0..10 {
+        let mut answered = false;
+        // A datagram may be lost on a busy machine: up to 5 tries each.
+        for _ in 0..5 {
+            if ask(format!("still there {i}?").as_bytes()) {
+                answered = true;
+                break;
+            }
+        }
+        assert!(answered, "no reply to datagram {i} after SIGTERM");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "exited while the flow was live"
+    );
+    // A new client opens no flow.
+    let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    stranger
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    stranger.send_to(b"new?", to).unwrap();
+    assert!(
+        stranger.recv_from(&mut [0_u8; 256]).is_err(),
+        "a new flow during the drain"
+    );
+    // Quiet now: the flow goes idle (2 s) and the process exits, long before drain_timeout.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gtd did not exit once the flow went idle"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+}

@@ -54,6 +54,8 @@ pub struct Group {
     pub keepalive: u32,
     /// TLS towards the endpoints.
     pub tls: Option<UpstreamTls>,
+    /// HTTP: outlier detection (on by default); `None` on TCP and UDP listeners.
+    pub outlier: Option<Outlier>,
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
 }
@@ -66,6 +68,49 @@ impl Group {
     pub const DEFAULT_MIN_HEALTHY: u32 = 1;
     /// `keepalive` (HTTP).
     pub const DEFAULT_KEEPALIVE: u32 = 32;
+}
+
+/// Outlier detection of an HTTP group (docs/design.md §5, [`crate::health::outlier`]): the
+/// answers real requests get eject an endpoint its checks still pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outlier {
+    /// 5xx answers in a row that eject (0: never).
+    pub consecutive_5xx: u32,
+    /// Gateway failures (502, 503, 504, no answer) in a row that eject (0: never).
+    pub consecutive_gateway_failures: u32,
+    /// The first ejection's length; the n-th lasts n times this.
+    pub base_ejection_time: Duration,
+    /// The longest an ejection lasts.
+    pub max_ejection_time: Duration,
+    /// At most this percentage of the group's endpoints is ejected at once.
+    pub max_ejection_percent: u32,
+}
+
+/// The defaults of the outlier keys of a group (docs/design.md §5), Envoy's but for
+/// `max_ejection_percent` (Envoy: 10, which never ejects one endpoint of a group under ten).
+impl Outlier {
+    /// `consecutive_5xx`.
+    pub const DEFAULT_CONSECUTIVE_5XX: u32 = 5;
+    /// `consecutive_gateway_failures`.
+    pub const DEFAULT_CONSECUTIVE_GATEWAY_FAILURES: u32 = 5;
+    /// `base_ejection_time`.
+    pub const DEFAULT_BASE_EJECTION_TIME: Duration = Duration::from_secs(30);
+    /// `max_ejection_time`.
+    pub const DEFAULT_MAX_EJECTION_TIME: Duration = Duration::from_secs(300);
+    /// `max_ejection_percent`.
+    pub const DEFAULT_MAX_EJECTION_PERCENT: u32 = 50;
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            consecutive_5xx: Self::DEFAULT_CONSECUTIVE_5XX,
+            consecutive_gateway_failures: Self::DEFAULT_CONSECUTIVE_GATEWAY_FAILURES,
+            base_ejection_time: Self::DEFAULT_BASE_EJECTION_TIME,
+            max_ejection_time: Self::DEFAULT_MAX_EJECTION_TIME,
+            max_ejection_percent: Self::DEFAULT_MAX_EJECTION_PERCENT,
+        }
+    }
 }
 
 /// The usable part of a group, 0..=1: the weight of its usable endpoints over the weight of

@@ -35,6 +35,12 @@ const GROUP_KEYS: &[&str] = &[
     "keepalive",
     "tls",
     "endpoint",
+    // Outlier detection (HTTP).
+    "consecutive_5xx",
+    "consecutive_gateway_failures",
+    "base_ejection_time",
+    "max_ejection_time",
+    "max_ejection_percent",
 ];
 
 /// A group as read, with what the listener-wide checks need to point at.
@@ -228,6 +234,7 @@ fn group<'t>(
             .table(ctx, "tls", t.path.clone())
             .and_then(|tls| upstream_tls(ctx, env, &tls)),
     };
+    let outlier = outlier(ctx, &t, protocol);
     let endpoints = endpoints(ctx, &t, balance.as_ref().map(|b| b.1));
 
     let min_healthy = match t.u32(ctx, "min_healthy", 1, None) {
@@ -263,10 +270,61 @@ fn group<'t>(
             path_prefix,
             keepalive,
             tls,
+            outlier,
             endpoints,
         },
         table: t,
     }
+}
+
+/// The outlier keys (HTTP; docs/design.md §5): on with Envoy's defaults unless both streak
+/// limits are 0; `None` on other listeners, where each key set warns that it is ignored.
+fn outlier(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, protocol: Option<Protocol>) -> Option<Outlier> {
+    const KEYS: [&str; 5] = [
+        "consecutive_5xx",
+        "consecutive_gateway_failures",
+        "base_ejection_time",
+        "max_ejection_time",
+        "max_ejection_percent",
+    ];
+    let http = protocol.is_none_or(Protocol::is_http);
+    let mut allowed = true;
+    for key in KEYS {
+        allowed &= only_for(ctx, t, key, http, HTTP);
+    }
+    if !http || !allowed {
+        return None;
+    }
+    let d = Outlier::default();
+    let base = t
+        .positive_duration(ctx, "base_ejection_time")
+        .map_or(d.base_ejection_time, |v| v.v);
+    let max = match t.positive_duration(ctx, "max_ejection_time") {
+        Some(m) if m.v < base => {
+            let msg = format!(
+                "max_ejection_time {:?} is shorter than base_ejection_time {base:?}",
+                m.v
+            );
+            ctx.error(m.at, &t.path, msg);
+            d.max_ejection_time.max(base)
+        }
+        Some(m) => m.v,
+        None => d.max_ejection_time.max(base),
+    };
+    Some(Outlier {
+        consecutive_5xx: t
+            .u32(ctx, "consecutive_5xx", 0, None)
+            .map_or(d.consecutive_5xx, |n| n.v),
+        consecutive_gateway_failures: t
+            .u32(ctx, "consecutive_gateway_failures", 0, None)
+            .map_or(d.consecutive_gateway_failures, |n| n.v),
+        base_ejection_time: base,
+        max_ejection_time: max,
+        max_ejection_percent: t
+            .u32(ctx, "max_ejection_percent", 0, Some(100))
+            .map_or(d.max_ejection_percent, |n| n.v),
+    })
+    .filter(|o| o.consecutive_5xx > 0 || o.consecutive_gateway_failures > 0)
 }
 
 /// `ratio`: an integer or float in 0..=100, default 100.

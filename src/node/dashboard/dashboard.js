@@ -148,6 +148,8 @@
     if (e.healthy === true) return [e.backup ? "backup" : "up", "up", ""];
     if (e.healthy === undefined) return ["?", "off", ""];
     if (e.dns_error) return ["unresolved", "down", e.dns_error];
+    if (e.ejected)
+      return ["ejected", "down", "ejected by outlier detection (5xx or gateway failures in a row) for " + Math.ceil(num(e.ejected_for_s) || 0) + " s more; ejection " + (e.ejections || 1)];
     if (e.passive_down)
       return ["failing", "down", "out after " + (e.fails || 0) + " failed attempts (max_fails), tried again after fail_timeout"];
     if (e.check && e.check.healthy === false) return ["failing", "down", "its health checks fail"];

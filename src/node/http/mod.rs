@@ -72,6 +72,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::balance::RequestKey;
 use crate::config::{Listener, Measure, Protocol};
+use crate::health::outlier::Answer;
 use crate::split::StickyTable;
 use crate::split::rules::{Match, RouteRequest, Rules};
 
@@ -436,6 +437,12 @@ async fn proxy(
                     }
                     let status = response.status();
                     endpoint.requests[class(status)].increment(1);
+                    l.answered(
+                        attempt.group,
+                        &attempt.pick,
+                        Answer::of_status(status.as_u16()),
+                        now,
+                    );
                     if cfg.unhealthy_status.contains(status.as_u16()) {
                         l.attempt_failed(attempt.group, &attempt.pick, &status);
                         if retry_ok(true, &budget, now, &body) {
@@ -502,6 +509,8 @@ async fn proxy(
                         endpoint.failures.increment(1);
                     }
                     l.attempt_failed(attempt.group, &attempt.pick, &failure);
+                    // No answer at all (refused, timed out, broken): a gateway failure.
+                    l.answered(attempt.group, &attempt.pick, Answer::GatewayFailure, now);
                     drop(attempt);
                     last = Last::Failed(failure);
                     if !retry_ok(!matches!(failure, Failure::Connect(_)), &budget, now, &body) {

@@ -64,7 +64,13 @@ pub(crate) async fn serve(
                 group.connect_seconds.record(t0.elapsed().as_secs_f64());
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
                 match open(l, &client, s, peer, local, &mut kept).await {
-                    Opened::Ready(s, waited) => break (s, attempt, waited),
+                    Opened::Ready(s, waited) => {
+                        // Established (and, with first_byte_timeout, the endpoint's first byte
+                        // arrived) is the attempt's success (docs/design.md §5): a session may
+                        // last for hours, and the endpoint's mark must not wait for it to end.
+                        l.attempt_succeeded(attempt.group, &attempt.pick, Instant::now());
+                        break (s, attempt, waited);
+                    }
                     Opened::Gone => return,
                     Opened::Silent(why) => {
                         tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
@@ -95,7 +101,6 @@ pub(crate) async fn serve(
         &m.bytes_down,
     )
     .await;
-    let now = Instant::now();
     match relayed {
         Ok(r) => {
             if r.ended == Ended::Idle {
@@ -105,7 +110,6 @@ pub(crate) async fn serve(
                 attempt.pick.record_timing(Measure::FirstByte, first);
             }
             attempt.pick.record_timing(Measure::LastByte, r.last_byte);
-            l.attempt_succeeded(attempt.group, &attempt.pick, now);
         }
         Err(e) => {
             tracing::debug!(listener = %l.cfg.name, %peer, error = %e, "relay ended with an error")

@@ -3,10 +3,15 @@
 //! to the client from the listener's socket. Flows expire when idle and the table is bounded:
 //! at `udp_max_flows`, or when the node runs out of open files (each flow holds a socket), the
 //! least recently active flow is evicted. A flow whose endpoint becomes unusable moves to another
-//! endpoint (or group) on its next datagram; while the listener is fail-open, only a flow whose
-//! endpoint is disabled, `down` or draining, or failed since the flow opened, moves. A flow is a
-//! client address and the local address it wrote to (known on a wildcard listener, see
-//! [`Listen`]), which its replies come from.
+//! endpoint (or group) on its next datagram — but not when it is only draining: a draining
+//! endpoint keeps the flows it has; while the listener is fail-open, only a flow whose endpoint
+//! is disabled or `down`, or failed since the flow opened, moves. A flow is a client address
+//! and the local address it wrote to (known on a wildcard listener, see [`Listen`]), which its
+//! replies come from.
+//!
+//! Stopping (SIGTERM, or a reload that removes the port) drains, as TCP and HTTP do: no new
+//! flow is opened, and the flows there are carry on until they go idle or the listener's
+//! `drain_timeout` ends (docs/design.md §6).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -48,6 +53,8 @@ struct Flow {
     /// until an attempt fails on it after this).
     opened: Instant,
     group: usize,
+    /// The endpoint's index in `listener`'s group (a reload may move it).
+    endpoint: usize,
     listener: Arc<ListenerState>,
     /// Last activity, ms since the loop's origin (written by both directions).
     last: Arc<AtomicU64>,
@@ -181,13 +188,27 @@ pub(crate) async fn udp_loop(
     let mut control: Control = [0; 128];
     let mut sweep = tokio::time::interval(Duration::from_millis(250));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The node's shutdown waits for this loop's drain as for a connection (taken now: one taken
+    // when `stop` fires could come after the shutdown found nothing to wait for).
+    let _drain = node.tracker.token();
+    // Set once `stop` fires: when the drain ends.
+    let mut draining: Option<Instant> = None;
     loop {
         let received = tokio::select! {
-            () = stop.cancelled() => break,
+            () = stop.cancelled(), if draining.is_none() => {
+                let Some(until) = drain_until(&node, port) else { break };
+                tracing::debug!(port, flows = flows.map.len(), "udp listener draining its flows");
+                draining = Some(until);
+                continue;
+            }
+            () = node.drained.cancelled() => break,
             _ = sweep.tick() => {
                 expire(&node, port, &mut flows, origin);
                 if let Some(l) = node.snapshot.load().listener_on(port, true) {
                     l.metrics.udp_kernel_drops.absolute(socket.dropped());
+                }
+                if draining.is_some_and(|until| flows.map.is_empty() || Instant::now() >= until) {
+                    break;
                 }
                 continue;
             }
@@ -201,6 +222,10 @@ pub(crate) async fn udp_loop(
                 continue;
             }
         };
+        // Draining: only the flows there are carry on.
+        if draining.is_some() && !flows.map.contains_key(&peer) {
+            continue;
+        }
         let snapshot = node.snapshot.load();
         let Some(l) = snapshot.listener_on(port, true) else {
             continue;
@@ -253,7 +278,7 @@ pub(crate) async fn udp_loop(
                 // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
                 // the flow moves on the next datagram once the endpoint is marked.
                 tracing::debug!(client = %peer.client, error = %e, "udp send to endpoint failed");
-                l.groups[flow.group].endpoints[flow.pick.index()]
+                l.groups[flow.group].endpoints[flow.endpoint]
                     .failures
                     .increment(1);
                 l.attempt_failed(flow.group, &flow.pick, &e);
@@ -263,32 +288,44 @@ pub(crate) async fn udp_loop(
     flows.clear();
 }
 
-/// True when the flow may keep its endpoint: still in the running config, and usable — or, while
-/// the listener is fail-open, admissible (enabled, not `down`, not draining) and not failed
-/// since the flow was opened: fail-open ignores the marks that keep every endpoint out, so
-/// flows stay put instead of moving on every datagram, but one whose endpoint fails it moves.
+/// When a stopped loop's drain ends: its listener's `drain_timeout` from now; `None` when the
+/// port is no longer configured (a reload removed it: its flows have nowhere to go).
+fn drain_until(node: &Inner, port: u16) -> Option<Instant> {
+    let snapshot = node.snapshot.load();
+    let l = snapshot.listener_on(port, true)?;
+    Some(Instant::now() + l.cfg.drain_timeout)
+}
+
+/// True when the flow may keep its endpoint: still in the running config, and serving (usable,
+/// or draining: a draining endpoint keeps the flows it has) — or, while the listener is
+/// fail-open, enabled, not `down` and not failed since the flow was opened: fail-open ignores
+/// the marks that keep every endpoint out, so flows stay put instead of moving on every
+/// datagram, but one whose endpoint fails it moves. The endpoint is read as the running config
+/// has it (a reload may have set `drain` or `down` on it).
 fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
     if !Arc::ptr_eq(&flow.listener, l) {
-        // A reload: keep the flow only if its endpoint survived (same state object).
+        // A reload: keep the flow only if its endpoint survived (same run-time state, its
+        // configuration perhaps changed).
         let survived = l.groups.iter().enumerate().find_map(|(gi, g)| {
-            g.balancer
-                .endpoints()
+            let endpoints = g.balancer.endpoints();
+            let ei = endpoints
                 .iter()
-                .any(|e| Arc::ptr_eq(e, flow.pick.endpoint()))
-                .then_some(gi)
+                .position(|e| e.same_runtime(flow.pick.endpoint()))?;
+            Some((gi, ei))
         });
         match survived {
-            Some(gi) => {
+            Some((gi, ei)) => {
                 flow.group = gi;
+                flow.endpoint = ei;
                 flow.listener = l.clone();
             }
             None => return false,
         }
     }
-    let e = flow.pick.endpoint();
-    e.is_usable(now)
+    let e = &l.groups[flow.group].balancer.endpoints()[flow.endpoint];
+    e.is_serving(now)
         || (l.planned.load().plan.admit() == Admit::IgnoringHealth
-            && e.is_admissible()
+            && e.is_admitted()
             && !e.failed_since(flow.opened))
 }
 
@@ -367,6 +404,7 @@ async fn open_flow(
                 return Ok(Flow {
                     id: 0,
                     upstream,
+                    endpoint: pick.index(),
                     pick,
                     opened,
                     group: attempt.group,
@@ -442,6 +480,11 @@ async fn replies(
             }
         };
         last.store(ms_since(origin), Ordering::Relaxed);
+        // A reply is the flow's success (docs/design.md §5): it ends a mark when this flow is
+        // the probe after fail_timeout. The clock is read only when failures are counted.
+        if pick.success_pending() {
+            l.attempt_succeeded(group, &pick, Instant::now());
+        }
         if let Some(n) = relayed {
             l.metrics.bytes_down.increment(n as u64);
         }
