@@ -157,10 +157,10 @@ async fn a_restarted_udp_endpoint_regains_its_share_once_its_checks_pass() {
     }
     assert!(!on_b.is_empty(), "some flows on B");
 
-    // B dies (its datagrams are refused) and its check port closes; its flows keep talking,
-    // and the refusals mark it.
+    // B dies (its datagrams are refused); its flows keep talking, and the refusals mark it.
+    // Then its check port closes too. In that order: were the check to fail first, B's flows
+    // would move to A before any refusal marked B (seen on a loaded machine).
     hb.abort();
-    cb.abort();
     until("B marked by its refused flows", || {
         for c in &on_b {
             let _ = c.try_send_to(b"anyone?", to);
@@ -168,6 +168,7 @@ async fn a_restarted_udp_endpoint_regains_its_share_once_its_checks_pass() {
         passive_down(&node, "voice", b)
     })
     .await;
+    cb.abort();
     until("B's check failed", || !check_healthy(&node, "voice", b)).await;
 
     // B comes back where it was.
