@@ -17,6 +17,7 @@ mod access_log;
 mod drain;
 mod fail_open;
 mod feedback;
+mod hostile;
 mod limits;
 mod own_client;
 mod protocols;

@@ -13,8 +13,11 @@
 //!   Go's client do.
 //! - [`RawBody`]: the response body, read as the client takes it (backpressure), framed by
 //!   Content-Length, chunked coding or the connection's end; `upstream_timeout` bounds any
-//!   silence of the endpoint meanwhile. A connection whose response ended cleanly goes back to
-//!   the pool.
+//!   silence of the endpoint meanwhile. A connection goes back to the pool only when its
+//!   response ended exactly where its framing said, with no byte read past it (none after a
+//!   HEAD, 204 or 304 answer, none past a Content-Length); while idle, any byte or end on it
+//!   closes it ([`quiet`], asked of the socket when it is taken and at every sweep), so that
+//!   nothing an endpoint writes unasked is ever read as another request's answer.
 
 use std::io;
 use std::pin::Pin;
@@ -105,6 +108,32 @@ impl Reusable for RawConn {
     fn reusable(&self) -> bool {
         self.buf.is_empty()
     }
+
+    /// Nothing arrived since (see [`quiet`]).
+    fn quiet(&self) -> bool {
+        quiet(&self.stream)
+    }
+}
+
+/// True when nothing waits to be read on `stream`: no byte, no end, no error. Asked of the
+/// socket with a peek that does not block, not of tokio's readiness, which may not have
+/// heard of bytes that already arrived. An endpoint that writes on an idle connection (an
+/// unasked response, a body after a HEAD or 204 answer, bytes past a Content-Length that came
+/// apart from the rest) would otherwise have it read as the answer to the next request: the
+/// connection is closed instead.
+#[cfg(unix)]
+pub(super) fn quiet(stream: &TcpStream) -> bool {
+    use rustix::net::{RecvFlags, recv};
+    let mut byte = [0_u8; 1];
+    let peeked = recv(stream, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    matches!(peeked, Err(rustix::io::Errno::AGAIN))
+}
+
+/// Elsewhere, what the runtime knows (a readiness it has not heard of goes unseen).
+#[cfg(not(unix))]
+pub(super) fn quiet(stream: &TcpStream) -> bool {
+    let mut byte = [0_u8; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 impl RawPool {
