@@ -471,6 +471,8 @@ pub(crate) struct Sending<'a> {
     pub(crate) bytes_up: &'a Counter,
 }
 
+static CHUNKED: http::HeaderValue = http::HeaderValue::from_static("chunked");
+
 /// One attempt through hyper's client: what it sends.
 struct Hyper {
     method: Method,
@@ -498,6 +500,11 @@ impl Hyper {
             headers.insert(header::TRAILER, names);
         }
         let (up_body, back) = body.take(bytes_up);
+        // A body of unknown length goes chunked whatever the method: left to itself, hyper
+        // sends a GET's or HEAD's as no body at all (nginx and HAProxy forward it).
+        if hyper::body::Body::size_hint(&up_body).exact().is_none() {
+            headers.insert(header::TRANSFER_ENCODING, CHUNKED.clone());
+        }
         let mut request = Request::new(up_body);
         *request.method_mut() = self.method;
         *request.uri_mut() = self.target;
