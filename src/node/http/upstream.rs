@@ -381,6 +381,9 @@ impl Upstream {
         let (sender, conn) = http1::Builder::new()
             // One flat write per request, as on the listener side (src/node/http/mod.rs).
             .writev(false)
+            // At most 64 KiB read ahead of the client (and a response head of 64 KiB at most,
+            // as gtd's own client): hyper's default lets a slow reader cost 400 KiB.
+            .max_buf_size(64 * 1024)
             .handshake::<_, UpBody>(TokioIo::new(moving))
             .await
             .map_err(|e| {
