@@ -258,8 +258,9 @@ for t in $targets; do
   # One whole download first: the proxy's allocator has seen a response.
   timeout 120 curl -fs -o /dev/null "http://127.0.0.1:${PORT[$t]}/big" || die "$t: download failed"
   sleep 1
-  read -r base peak < <(timeout $((hold + 90)) python3 "$run_dir/readers.py" \
-    "${PORT[$t]}" "${PGID[$t]}" "$readers" "$read_kb" "$hold") || die "$t: readers failed"
+  out="$(timeout $((hold + 90)) python3 "$run_dir/readers.py" \
+    "${PORT[$t]}" "${PGID[$t]}" "$readers" "$read_kb" "$hold")" || die "$t: readers failed"
+  read -r base peak <<<"$out"
   per=$(( (peak - base) / readers ))
   log "$t: $base KiB before, $peak KiB with $readers slow readers: $per KiB each"
   echo "| $t | $base | $peak | $per |" >>"$summary"
