@@ -4,7 +4,8 @@
 //! bounded memory, HTTP/2 to HTTP/1.1, fail-open, forwarding rules and their 404, sticky cookies,
 //! HTTPS with SNI and ALPN, TLS and mTLS to endpoints, header timeouts, WebSocket upgrades,
 //! endpoints that stall mid-body, every response framing through gtd's own client and its
-//! keep-alive race, and the access log of all of them.
+//! keep-alive race, the access log of all of them, and hostile endpoints and clients (an endpoint
+//! that writes unasked must never answer the wrong client; request framing and `Connection`).
 //!
 //! Every backend and node a test starts is stopped by its own handle. Waits are for events
 //! (with generous bounds), never fixed sleeps standing in for them; nothing asserts timing.
@@ -17,6 +18,7 @@ mod access_log;
 mod drain;
 mod fail_open;
 mod feedback;
+mod hostile;
 mod limits;
 mod own_client;
 mod protocols;

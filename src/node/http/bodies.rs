@@ -51,15 +51,23 @@ pub(super) const STREAMING: u64 = u64::MAX;
 /// The group's keep-alive pool of hyper connections.
 pub(super) type Pool = KeepAlive<Idle>;
 
-/// One connection to an endpoint: its sender, and when it went idle ([`BUSY`] in use).
+/// One connection to an endpoint: its sender, when it went idle ([`BUSY`] in use), and its
+/// socket (looked at before it is reused).
 pub(super) struct Idle {
     pub(super) sender: http1::SendRequest<UpBody>,
     pub(super) clock: Arc<AtomicU64>,
+    pub(super) socket: Arc<super::upstream::Socket>,
 }
 
 impl Reusable for Idle {
     fn reusable(&self) -> bool {
         !self.sender.is_closed()
+    }
+
+    /// hyper's task closes the connection on any byte or end it reads while idle; bytes it
+    /// has not read yet are seen on the socket.
+    fn quiet(&self) -> bool {
+        super::client::quiet(&self.socket.tcp)
     }
 }
 

@@ -13,8 +13,11 @@
 //!   Go's client do.
 //! - [`RawBody`]: the response body, read as the client takes it (backpressure), framed by
 //!   Content-Length, chunked coding or the connection's end; `upstream_timeout` bounds any
-//!   silence of the endpoint meanwhile. A connection whose response ended cleanly goes back to
-//!   the pool.
+//!   silence of the endpoint meanwhile. A connection goes back to the pool only when its
+//!   response ended exactly where its framing said, with no byte read past it (none after a
+//!   HEAD, 204 or 304 answer, none past a Content-Length); while idle, any byte or end on it
+//!   closes it ([`quiet`], asked of the socket when it is taken and at every sweep), so that
+//!   nothing an endpoint writes unasked is ever read as another request's answer.
 
 use std::io;
 use std::pin::Pin;
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::AsyncWrite;
@@ -35,11 +38,12 @@ use crate::node::timers::Deadline;
 
 /// Room made for the first read of a body; it doubles while reads fill it, up to
 /// [`MAX_READ`] (as hyper's adaptive reads: a bulk download through a node pinned to one CPU
-/// ran at 1.8 GB/s with fixed 32 KiB reads, and level with hyper's client, 2.0-2.3 GB/s, with
-/// reads growing to 256 KiB).
+/// ran at 1.8 GB/s with fixed 32 KiB reads, 2.0-2.3 GB/s with reads growing to 256 KiB).
 const FIRST_READ: usize = 16 * 1024;
-/// The largest read of a body.
-const MAX_READ: usize = 256 * 1024;
+/// The largest read of a body, and so the most of a response gtd holds read from the endpoint
+/// and not yet taken by the client: the next read waits until the client's side took the last
+/// one. 256 KiB cost a slow reader about 0.9 MB of memory (nginx 49 KB, HAProxy 53 KB).
+const MAX_READ: usize = 64 * 1024;
 
 /// Errors of a relayed body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -105,6 +109,32 @@ impl Reusable for RawConn {
     fn reusable(&self) -> bool {
         self.buf.is_empty()
     }
+
+    /// Nothing arrived since (see [`quiet`]).
+    fn quiet(&self) -> bool {
+        quiet(&self.stream)
+    }
+}
+
+/// True when nothing waits to be read on `stream`: no byte, no end, no error. Asked of the
+/// socket with a peek that does not block, not of tokio's readiness, which may not have
+/// heard of bytes that already arrived. An endpoint that writes on an idle connection (an
+/// unasked response, a body after a HEAD or 204 answer, bytes past a Content-Length that came
+/// apart from the rest) would otherwise have it read as the answer to the next request: the
+/// connection is closed instead.
+#[cfg(unix)]
+pub(super) fn quiet(stream: &TcpStream) -> bool {
+    use rustix::net::{RecvFlags, recv};
+    let mut byte = [0_u8; 1];
+    let peeked = recv(stream, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    matches!(peeked, Err(rustix::io::Errno::AGAIN))
+}
+
+/// Elsewhere, what the runtime knows (a readiness it has not heard of goes unseen).
+#[cfg(not(unix))]
+pub(super) fn quiet(stream: &TcpStream) -> bool {
+    let mut byte = [0_u8; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 impl RawPool {
@@ -353,7 +383,9 @@ impl Body for RawBody {
                 return Poll::Ready(None);
             };
             conn.buf.reserve(this.read_size);
-            let read = tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf);
+            // At most `read_size`, whatever room the buffer happens to have.
+            let mut room = (&mut conn.buf).limit(this.read_size);
+            let read = tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut room);
             match read {
                 Poll::Pending => {
                     let since = *this.silent_since.get_or_insert_with(Instant::now);

@@ -108,6 +108,9 @@ pub(super) fn forward_headers(
 ///   (RFC 9112 section 3.2: 400, as nginx and HAProxy answer; routes and the endpoint would
 ///   otherwise see different hosts);
 /// - the asterisk target with a method other than OPTIONS (RFC 9112 section 3.2.4);
+/// - a transfer coding other than a lone `chunked` (501, RFC 9112 section 6.1: gtd implements
+///   no other, and forwarding `gzip, chunked` re-chunked would drop the gzip coding; a list
+///   that does not end in `chunked` hyper already refuses with 400, section 6.3);
 /// - more than 100 header fields (431): hyper holds HTTP/1.1 heads to that, as HAProxy and
 ///   Envoy do, and HTTP/2 gets the same here, its cookie fields (browsers send one per cookie)
 ///   counted as the one field they become.
@@ -124,6 +127,13 @@ pub(super) fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'sta
     if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
         return bad("the target * is for OPTIONS only\n");
     }
+    let mut codings = parts.headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next()
+        && (codings.next().is_some() || !lone_chunked(first))
+    {
+        let status = StatusCode::NOT_IMPLEMENTED;
+        return Some((status, "only the chunked transfer coding is forwarded\n"));
+    }
     let headers = &parts.headers;
     if headers.len() > h1::MAX_HEADERS {
         let cookies = headers.get_all(header::COOKIE).iter().count();
@@ -133,6 +143,12 @@ pub(super) fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'sta
         }
     }
     None
+}
+
+/// True for `chunked` alone (any case, optional whitespace around it).
+fn lone_chunked(value: &HeaderValue) -> bool {
+    let value = value.as_bytes().trim_ascii();
+    value.eq_ignore_ascii_case(b"chunked")
 }
 
 /// The host (and port) the request target names: HTTP/2's :authority, or the host of an
@@ -157,6 +173,12 @@ fn joined<'a>(
     }
     HeaderValue::from_maybe_shared(Bytes::from(out)).ok()
 }
+
+/// Fields `Connection` may name but never removes: the request was routed by its Host and is
+/// framed by its Content-Length (Transfer-Encoding is the hop's own, removed with the fixed
+/// list and set again for the endpoint). Removing Host made gtd send the endpoint's address
+/// instead of the host it routed by.
+const KEPT: [HeaderName; 2] = [header::HOST, header::CONTENT_LENGTH];
 
 /// True for the fixed hop-by-hop headers (Proxy-* and `Proxy` itself included: httpoxy).
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -203,8 +225,12 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
         for v in &listed {
             for token in v.to_str().unwrap_or("").split(',') {
                 let token = token.trim();
-                // keep-alive is in the fixed list, removed below.
-                if !token.is_empty() && !token.eq_ignore_ascii_case("keep-alive") {
+                // keep-alive is in the fixed list, removed below; what the message was routed
+                // or framed by is never Connection's to remove.
+                if !token.is_empty()
+                    && !token.eq_ignore_ascii_case("keep-alive")
+                    && !KEPT.iter().any(|k| token.eq_ignore_ascii_case(k.as_str()))
+                {
                     headers.remove(token);
                 }
             }
@@ -293,6 +319,18 @@ pub(super) mod tests {
         strip_hop_by_hop(&mut h);
         let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(names, ["x-b"]);
+
+        // What the request was routed and framed by stays, whatever Connection names.
+        let mut h = map(&[
+            ("connection", "Host, content-length, x-a"),
+            ("host", "routed.example"),
+            ("content-length", "5"),
+            ("x-a", "1"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["content-length", "host"]);
     }
 
     #[test]

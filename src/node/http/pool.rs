@@ -2,7 +2,10 @@
 //! (hyper's connections and gtd's own, [`super::client`]): up to `keepalive` idle connections
 //! per endpoint, last in first out (the most recently used is the likeliest still open), each
 //! closed once idle for `idle_timeout` — when next looked at, or by [`KeepAlive::sweep`],
-//! which the node calls every second. The request path takes one short, uncontended lock per
+//! which the node calls every second. A connection is handed out only when provably idle: its
+//! endpoint has neither written nor closed since its last response ended
+//! ([`Reusable::quiet`], asked outside the lock when it is taken; the sweep asks every idle
+//! one and closes those that spoke). The request path takes one short, uncontended lock per
 //! endpoint and hashes nothing.
 
 use std::sync::Mutex;
@@ -16,8 +19,17 @@ pub(crate) fn stamp(base: Instant) -> u64 {
 
 /// A connection that may go back to the pool.
 pub(crate) trait Reusable {
-    /// Whether it can carry another request (not closed, nothing unread on it).
+    /// Whether it can carry another request (not closed, nothing unread on it), as far as the
+    /// connection's own state tells: asked when it comes back and when it is taken.
     fn reusable(&self) -> bool;
+
+    /// Whether the endpoint has been silent since the connection went idle: no byte and no end
+    /// waiting on it. Asked of the socket itself (it may cost a system call, never blocks) when
+    /// the connection is taken and at every [`KeepAlive::sweep`]; one that is not is closed.
+    /// A connection with its own task watching it while idle (hyper's) leaves this true.
+    fn quiet(&self) -> bool {
+        true
+    }
 }
 
 /// An idle connection and when it went idle ([`stamp`]).
@@ -56,16 +68,25 @@ impl<C: Reusable> KeepAlive<C> {
     }
 
     /// The most recently idle connection to endpoint `index` that can still be used; those
-    /// idle too long or no longer reusable are dropped (closed) on the way.
+    /// idle too long, no longer reusable or no longer [`Reusable::quiet`] (the endpoint wrote
+    /// or closed while it was idle) are dropped (closed) on the way.
     pub(crate) fn take(&self, index: usize) -> Option<C> {
-        let now = self.stamp();
-        let mut slot = self.slots[index].lock().ok()?;
-        while let Some((conn, since)) = slot.pop() {
-            if now.saturating_sub(since) < self.idle_ms && conn.reusable() {
+        loop {
+            let conn = {
+                let now = self.stamp();
+                let mut slot = self.slots[index].lock().ok()?;
+                loop {
+                    let (conn, since) = slot.pop()?;
+                    if now.saturating_sub(since) < self.idle_ms && conn.reusable() {
+                        break conn;
+                    }
+                }
+            };
+            // Outside the lock: it may cost a system call.
+            if conn.quiet() {
                 return Some(conn);
             }
         }
-        None
     }
 
     /// Gives a connection back after its response ended; dropped when it cannot be reused, the
@@ -82,21 +103,26 @@ impl<C: Reusable> KeepAlive<C> {
         }
     }
 
-    /// Closes the connections idle for `idle_timeout` (outside the lock).
+    /// Closes the connections idle for `idle_timeout`, and those on which the endpoint wrote
+    /// or closed while they were idle (not [`Reusable::quiet`]): every idle connection is
+    /// looked at, so one an endpoint spoke on unasked does not wait for a request to be found
+    /// out (the closing is done outside the lock).
     pub(crate) fn sweep(&self) {
         let now = self.stamp();
         for slot in &self.slots {
-            let expired: Vec<Parked<C>> = match slot.lock() {
+            let gone: Vec<Parked<C>> = match slot.lock() {
                 Ok(mut idle) => {
                     let keep = idle
                         .iter()
                         .position(|(_, since)| now.saturating_sub(*since) < self.idle_ms)
                         .unwrap_or(idle.len());
-                    idle.drain(..keep).collect()
+                    let mut gone: Vec<Parked<C>> = idle.drain(..keep).collect();
+                    gone.extend(idle.extract_if(.., |(conn, _)| !conn.quiet()));
+                    gone
                 }
                 Err(_) => continue,
             };
-            drop(expired);
+            drop(gone);
         }
     }
 
@@ -113,18 +139,40 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// A stand-in connection: reusable until told otherwise.
-    struct Conn(u32, Arc<AtomicBool>);
+    /// A stand-in connection: reusable until told otherwise, quiet until its endpoint speaks.
+    struct Conn(u32, Arc<AtomicBool>, Arc<AtomicBool>);
 
     impl Reusable for Conn {
         fn reusable(&self) -> bool {
             !self.1.load(Ordering::Relaxed)
         }
+
+        fn quiet(&self) -> bool {
+            !self.2.load(Ordering::Relaxed)
+        }
     }
 
     fn conn(id: u32) -> (Conn, Arc<AtomicBool>) {
         let closed = Arc::new(AtomicBool::new(false));
-        (Conn(id, closed.clone()), closed)
+        (Conn(id, closed.clone(), Arc::default()), closed)
+    }
+
+    #[test]
+    fn a_connection_its_endpoint_spoke_on_while_idle_is_never_handed_out() {
+        let pool = KeepAlive::new(1, 4, Duration::from_secs(60));
+        let spoke = [(); 3].map(|()| Arc::new(AtomicBool::new(false)));
+        for (id, flag) in (1..).zip(&spoke) {
+            pool.put(0, Conn(id, Arc::default(), flag.clone()));
+        }
+        spoke[2].store(true, Ordering::Relaxed);
+        assert_eq!(
+            pool.take(0).map(|c| c.0),
+            Some(2),
+            "3 spoke: closed, skipped"
+        );
+        spoke[0].store(true, Ordering::Relaxed);
+        pool.sweep();
+        assert_eq!(pool.idle(0), 0, "the sweep looks at every idle connection");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -315,6 +315,7 @@ impl Upstream {
             let (mut idle, fresh) = match self.pool.take(index) {
                 Some(idle) => {
                     idle.clock.store(BUSY, Ordering::Relaxed);
+                    idle.socket.reused.store(true, Ordering::Relaxed);
                     (idle, false)
                 }
                 None => (Box::pin(self.open(index)).await?, true),
@@ -374,11 +375,15 @@ impl Upstream {
             tracing::debug!(error = %e, "connect failed");
             connect_failure(&e)
         })?;
+        let socket = stream.socket();
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
             // One flat write per request, as on the listener side (src/node/http/mod.rs).
             .writev(false)
+            // At most 64 KiB read ahead of the client (and a response head of 64 KiB at most,
+            // as gtd's own client): hyper's default lets a slow reader cost 400 KiB.
+            .max_buf_size(64 * 1024)
             .handshake::<_, UpBody>(TokioIo::new(moving))
             .await
             .map_err(|e| {
@@ -397,7 +402,11 @@ impl Upstream {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
         });
-        Ok(Idle { sender, clock })
+        Ok(Idle {
+            sender,
+            clock,
+            socket,
+        })
     }
 }
 
@@ -465,6 +474,8 @@ pub(crate) struct Sending<'a> {
     pub(crate) bytes_up: &'a Counter,
 }
 
+static CHUNKED: http::HeaderValue = http::HeaderValue::from_static("chunked");
+
 /// One attempt through hyper's client: what it sends.
 struct Hyper {
     method: Method,
@@ -492,6 +503,11 @@ impl Hyper {
             headers.insert(header::TRAILER, names);
         }
         let (up_body, back) = body.take(bytes_up);
+        // A body of unknown length goes chunked whatever the method: left to itself, hyper
+        // sends a GET's or HEAD's as no body at all (nginx and HAProxy forward it).
+        if hyper::body::Body::size_hint(&up_body).exact().is_none() {
+            headers.insert(header::TRANSFER_ENCODING, CHUNKED.clone());
+        }
         let mut request = Request::new(up_body);
         *request.method_mut() = self.method;
         *request.uri_mut() = self.target;
@@ -527,7 +543,10 @@ impl ConnectCfg {
     /// A connection to `address`, through TLS when the group asks for it (`host` names the
     /// endpoint for SNI).
     async fn open(&self, address: &Address, host: &str) -> io::Result<Stream> {
-        let tcp = self.tcp(address).await?;
+        let tcp = Shared(Arc::new(Socket {
+            tcp: self.tcp(address).await?,
+            reused: AtomicBool::new(false),
+        }));
         let Some((connector, sni)) = &self.tls else {
             return Ok(Stream::Plain(tcp));
         };
@@ -544,9 +563,122 @@ impl ConnectCfg {
 /// A connection to an endpoint, plain or TLS.
 pub(crate) enum Stream {
     /// Cleartext.
-    Plain(TcpStream),
+    Plain(Shared),
     /// TLS (boxed: the session state is large).
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<Shared>>),
+}
+
+impl Stream {
+    /// The socket underneath, for the pool to look at while the connection is idle.
+    fn socket(&self) -> Arc<Socket> {
+        match self {
+            Stream::Plain(s) => Arc::clone(&s.0),
+            Stream::Tls(s) => Arc::clone(&s.get_ref().0.0),
+        }
+    }
+}
+
+/// A TCP socket that hyper's connection task reads and writes while the pool keeps a handle
+/// on it: an idle connection is taken only when nothing waits on its socket
+/// ([`super::client::quiet`]), which hyper's task, reading through the runtime's readiness,
+/// may not have heard of yet; and looked at once more just before the next request's first
+/// byte leaves (the request went through hyper's channel and task meanwhile).
+pub(crate) struct Shared(Arc<Socket>);
+
+/// The socket of a connection through hyper's client, shared with its pool entry.
+pub(crate) struct Socket {
+    pub(crate) tcp: TcpStream,
+    /// Taken from the pool: the next write first checks that nothing came meanwhile.
+    pub(crate) reused: AtomicBool,
+}
+
+impl Shared {
+    /// Fails the write when the connection was reused and the endpoint wrote or closed on it
+    /// since it was idle: what it wrote would be read as this request's answer.
+    fn check_reuse(&self) -> io::Result<()> {
+        if self.0.reused.load(Ordering::Relaxed) {
+            self.0.reused.store(false, Ordering::Relaxed);
+            if !super::client::quiet(&self.0.tcp) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the endpoint wrote on an idle connection",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AsyncRead for Shared {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            std::task::ready!(self.0.tcp.poll_read_ready(cx))?;
+            // Straight into the caller's unfilled (uninitialised) room, as TcpStream's own read.
+            match self.0.tcp.try_read_buf(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r.map(drop)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Shared {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            self.check_reuse()?;
+            std::task::ready!(self.0.tcp.poll_write_ready(cx))?;
+            match self.0.tcp.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            self.check_reuse()?;
+            std::task::ready!(self.0.tcp.poll_write_ready(cx))?;
+            match self.0.tcp.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(shutdown_write(&self.0.tcp))
+    }
+}
+
+/// Ends the sending side of `socket` (a FIN after what was written).
+#[cfg(unix)]
+fn shutdown_write(socket: &TcpStream) -> io::Result<()> {
+    rustix::net::shutdown(socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
+}
+
+#[cfg(not(unix))]
+fn shutdown_write(_: &TcpStream) -> io::Result<()> {
+    Ok(())
 }
 
 impl AsyncRead for Stream {
