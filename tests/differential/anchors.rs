@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where `name` is: `$env`, then /usr/sbin, then `$PATH`.
+/// Where `name` is: `$env` (and nowhere else when that is set), then /usr/sbin, then `$PATH`.
 pub(crate) fn binary(name: &str, env: &str) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
     }
     let sbin = Path::new("/usr/sbin").join(name);
     if sbin.exists() {
