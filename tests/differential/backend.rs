@@ -1,6 +1,6 @@
 //! The recording endpoint: one port per proxy, each recording every request that arrives there
 //! (normalised, in order) and answering each with a fixed `200 ok`. Bytes that do not make a
-//! whole request by the end of a case are recorded as `(partial) …`.
+//! whole request by the end of a case are recorded as well (`wire::unfinished`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,8 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::corpus::show;
-use crate::wire::{Parsed, parse_request};
+use crate::wire::{Parsed, parse_request, unfinished};
 
 #[derive(Default)]
 struct Log {
@@ -59,7 +58,7 @@ impl Recorder {
     }
 
     /// What arrived since the last call (whole requests, then what is pending on each
-    /// connection as `(partial) …`); pending bytes are forgotten, so the next case starts clean.
+    /// connection, unfinished); pending bytes are forgotten, so the next case starts clean.
     pub(crate) fn take(&self) -> Vec<String> {
         let mut log = self.log.lock().unwrap();
         let mut out = std::mem::take(&mut log.requests);
@@ -68,7 +67,7 @@ impl Recorder {
         for id in ids {
             let bytes = log.pending.get_mut(&id).unwrap();
             if !bytes.is_empty() {
-                out.push(partial(bytes));
+                out.push(unfinished(bytes));
                 bytes.clear();
             }
         }
@@ -76,16 +75,8 @@ impl Recorder {
     }
 }
 
-fn partial(bytes: &[u8]) -> String {
-    let mut text = show(&bytes[..bytes.len().min(300)]);
-    if bytes.len() > 300 {
-        text.push('…');
-    }
-    format!("(partial) {text}")
-}
-
 /// One connection from a proxy: records and answers each request; a request that is not HTTP
-/// is recorded as partial and the connection closed.
+/// is recorded as unparsable and the connection closed.
 async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
     let mut chunk = vec![0_u8; 65536];
     let mut continued = false;
@@ -96,7 +87,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
             if let Some(rest) = log.pending.remove(&id)
                 && !rest.is_empty()
             {
-                log.requests.push(partial(&rest));
+                log.requests.push(unfinished(&rest));
             }
             return;
         }
@@ -136,7 +127,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
                         }
                     }
                     Parsed::Invalid => {
-                        requests.push(partial(buf));
+                        requests.push(unfinished(buf));
                         buf.clear();
                         close = true;
                         break;

@@ -51,8 +51,8 @@ pub(crate) struct Outcome {
     /// `closed` when the proxy closed before all expected responses, `timeout` when it went
     /// silent, `junk` when it sent bytes that are not a response.
     pub(crate) status: String,
-    /// Each request that reached the endpoint, normalised (see `wire::normalise`); empty: not
-    /// forwarded.
+    /// Each request that reached the endpoint, normalised (`wire::describe`, and
+    /// `wire::unfinished` for one that never ended); empty: not forwarded.
     #[serde(default)]
     pub(crate) forwarded: Vec<String>,
 }

@@ -101,26 +101,7 @@ pub(crate) fn parse_request(buf: &[u8]) -> Parsed {
     } else {
         (Vec::new(), Vec::new(), 0)
     };
-    let mut headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .map(|h| (h.name.to_ascii_lowercase(), show(h.value)))
-        .filter(|(n, _)| !IGNORED.contains(&n.as_str()))
-        .collect();
-    headers.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut text = format!("{method} {}", req.path.unwrap_or(""));
-    if version == 0 {
-        text.push_str(" (1.0)");
-    }
-    for (n, v) in headers {
-        text.push_str(&format!("; {n}={v}"));
-    }
-    if !body.is_empty() {
-        text.push_str(&format!("; body={}", show(&body)));
-    }
-    for (n, v) in trailers {
-        text.push_str(&format!("; trailer {n}={v}"));
-    }
+    let mut text = describe(&req, &body, &trailers);
     if has_cl && has_te {
         text.push_str("; cl+te");
     }
@@ -129,6 +110,54 @@ pub(crate) fn parse_request(buf: &[u8]) -> Parsed {
         len: head_len + body_len,
         close,
         head: method == "HEAD",
+    }
+}
+
+/// A request as the corpus writes it: method, target, `(1.0)` for HTTP/1.0, the fields that
+/// matter sorted by name, the decoded body and the trailer fields.
+fn describe(req: &httparse::Request<'_, '_>, body: &[u8], trailers: &Fields) -> String {
+    let mut headers: Vec<(String, String)> = req
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), show(h.value)))
+        .filter(|(n, _)| !IGNORED.contains(&n.as_str()))
+        .collect();
+    headers.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut text = format!("{} {}", req.method.unwrap_or(""), req.path.unwrap_or(""));
+    if req.version == Some(0) {
+        text.push_str(" (1.0)");
+    }
+    for (n, v) in headers {
+        text.push_str(&format!("; {n}={v}"));
+    }
+    if !body.is_empty() {
+        text.push_str(&format!("; body={}", show(body)));
+    }
+    for (n, v) in trailers {
+        text.push_str(&format!("; trailer {n}={v}"));
+    }
+    text
+}
+
+/// Bytes that are not a whole request, as the corpus writes them: a whole head as
+/// [`describe`] writes it and `(unfinished)` (how much of the body came depends on timing), or
+/// the bytes themselves, marked `(partial)` (a head that never ended) or `(unparsable)`.
+pub(crate) fn unfinished(buf: &[u8]) -> String {
+    let mut fields = [httparse::EMPTY_HEADER; 512];
+    let mut req = httparse::Request::new(&mut fields);
+    let raw = |what: &str| {
+        let mut text = show(&buf[..buf.len().min(300)]);
+        if buf.len() > 300 {
+            text.push('…');
+        }
+        format!("({what}) {text}")
+    };
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => {
+            format!("{}; (unfinished)", describe(&req, b"", &Vec::new()))
+        }
+        Ok(httparse::Status::Partial) => raw("partial"),
+        Err(_) => raw("unparsable"),
     }
 }
 
