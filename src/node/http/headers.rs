@@ -107,6 +107,12 @@ pub(super) fn forward_headers(
 /// - more than one Host field, or none in an HTTP/1.1 request whose target does not name one
 ///   (RFC 9112 section 3.2: 400, as nginx and HAProxy answer; routes and the endpoint would
 ///   otherwise see different hosts);
+/// - a Host value that is not `uri-host [":" port]` (RFC 9112 section 3.2 again: `a b`,
+///   `a, b`, `a/x`, `u@a` or `a:xyz` would reach the endpoint as a host other than the one
+///   routed by, or as none);
+/// - an authority-form target (`GET a.example:80`) with a method other than CONNECT (RFC 9112
+///   section 3.2.3), and userinfo in a target (`http://u:p@a/`, RFC 9110 section 4.2.4): gtd
+///   used to forward both rewritten into requests the client did not send;
 /// - the asterisk target with a method other than OPTIONS (RFC 9112 section 3.2.4);
 /// - a transfer coding other than a lone `chunked` (501, RFC 9112 section 6.1: gtd implements
 ///   no other, and forwarding `gzip, chunked` re-chunked would drop the gzip coding; a list
@@ -122,7 +128,18 @@ pub(super) fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'sta
         (None, _) if parts.version == Version::HTTP_11 && authority(&parts.uri).is_none() => {
             return bad("no Host header\n");
         }
+        (Some(host), None) if !host_and_port(host.as_bytes()) => {
+            return bad("the Host header is not a host[:port]\n");
+        }
         _ => {}
+    }
+    if let Some(a) = parts.uri.authority() {
+        if parts.uri.scheme().is_none() && parts.method != Method::CONNECT {
+            return bad("an authority-form target is for CONNECT only\n");
+        }
+        if a.as_str().contains('@') {
+            return bad("userinfo in the request target\n");
+        }
     }
     if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
         return bad("the target * is for OPTIONS only\n");
@@ -143,6 +160,35 @@ pub(super) fn refused(parts: &http::request::Parts) -> Option<(StatusCode, &'sta
         }
     }
     None
+}
+
+/// True for a Host value of the form `uri-host [":" port]` (RFC 3986): an IP literal in
+/// brackets, or a registered name / IPv4 address (unreserved characters, `%`-escapes and
+/// sub-delimiters, possibly empty), then optionally a colon and digits.
+fn host_and_port(value: &[u8]) -> bool {
+    let (host, port) = match value.split_first() {
+        Some((b'[', rest)) => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &rest[..end];
+            let ip = |b: &u8| b.is_ascii_hexdigit() || *b == b':' || *b == b'.';
+            if literal.is_empty() || !literal.iter().all(ip) {
+                return false;
+            }
+            (&b""[..], &rest[end + 1..])
+        }
+        _ => match value.iter().position(|&b| b == b':') {
+            Some(i) => value.split_at(i),
+            None => (value, &b""[..]),
+        },
+    };
+    let name = |b: &u8| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b);
+    let digits = |p: &[u8]| p.iter().all(u8::is_ascii_digit);
+    host.iter().all(name)
+        && port
+            .split_first()
+            .is_none_or(|(c, p)| *c == b':' && digits(p))
 }
 
 /// True for `chunked` alone (any case, optional whitespace around it).
@@ -358,5 +404,60 @@ pub(super) mod tests {
         assert_eq!(h["host"], "h2.example.com");
         assert_eq!(h["x-forwarded-host"], "h2.example.com");
         assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+    }
+
+    /// The head of `METHOD TARGET` with `headers`, as the server hands it over.
+    fn head(method: &str, target: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut req = http::Request::builder().method(method).uri(target);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_host_that_is_not_host_and_port_and_targets_with_the_wrong_form_are_refused() {
+        for host in [
+            "a.example",
+            "a.example:8080",
+            "a_b.example",
+            "A.EXAMPLE.",
+            "a%2eexample",
+            "[::1]:80",
+            "[::1]",
+            "127.0.0.1:80",
+            "",
+        ] {
+            let parts = head("GET", "/", &[("host", host)]);
+            assert_eq!(refused(&parts), None, "Host: {host:?}");
+        }
+        for host in [
+            "a b",
+            "a.example, b.example",
+            "a.example/x",
+            "::1",
+            "a.example:xyz",
+            "a.example:80:80",
+            "u@a.example",
+            "[::1",
+            "[a.example]",
+            "a\"b",
+        ] {
+            let parts = head("GET", "/", &[("host", host)]);
+            assert_eq!(
+                refused(&parts).map(|(s, _)| s),
+                Some(StatusCode::BAD_REQUEST),
+                "Host: {host:?}"
+            );
+        }
+        let bad = Some(StatusCode::BAD_REQUEST);
+        let h = [("host", "a.example")];
+        // Authority-form is CONNECT's alone (RFC 9112 3.2.3); userinfo is an error (RFC 9110
+        // 4.2.4).
+        assert_eq!(refused(&head("GET", "a.example:80", &h)).map(|r| r.0), bad);
+        let userinfo = head("GET", "http://u:p@a.example/x", &h);
+        assert_eq!(refused(&userinfo).map(|r| r.0), bad);
+        assert_eq!(refused(&head("GET", "http://a.example/x", &h)), None);
+        assert_eq!(refused(&head("OPTIONS", "*", &h)), None);
     }
 }
