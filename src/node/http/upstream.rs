@@ -156,14 +156,19 @@ impl Upstream {
     /// `path_prefix` goes in front. Allocates only when there is a prefix.
     fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
         let original = path.map_or("/", PathAndQuery::as_str);
-        let path = match Some(self.prefix(original)).filter(|p| !p.is_empty()) {
+        // An absolute-form target with an empty path (`http://a.example?q=1`) keeps its query
+        // behind the path `/` (RFC 9112 §3.2.1), not as `?q=1`.
+        let slash = if original.starts_with('?') { "/" } else { "" };
+        let prefix = self.prefix(original);
+        let path = match Some(prefix).filter(|p| !p.is_empty() || !slash.is_empty()) {
             None => match path {
                 Some(p) => p.clone(),
                 None => PathAndQuery::from_static("/"),
             },
             Some(prefix) => {
-                let mut joined = String::with_capacity(prefix.len() + original.len());
+                let mut joined = String::with_capacity(prefix.len() + 1 + original.len());
                 joined.push_str(prefix);
+                joined.push_str(slash);
                 joined.push_str(original);
                 PathAndQuery::from_maybe_shared(Bytes::from(joined)).map_err(|e| e.to_string())?
             }
