@@ -16,6 +16,7 @@ mod model;
 mod summary;
 mod syntax;
 mod validate;
+mod wire;
 
 pub(crate) use document::format_duration;
 pub use document::parse_duration;

@@ -25,6 +25,8 @@ pub mod http;
 pub mod l4;
 pub mod location;
 pub mod snapshot;
+#[cfg(test)]
+mod start_props;
 pub mod telemetry;
 mod timers;
 mod tls;

@@ -27,6 +27,7 @@ mod mistakes;
 mod protocol;
 mod tls;
 mod valid;
+mod wire;
 
 fn catalog_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("regions/catalog.toml")
