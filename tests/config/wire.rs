@@ -132,3 +132,35 @@ fn wire_values_that_can_be_sent_pass() {
     }
     valid(&group(r#"path_prefix = "/v1/a%20b/""#));
 }
+
+/// `[admin] hosts`: the names the admin server answers to in `Host` (docs/design.md §7).
+#[test]
+fn admin_hosts_are_names_without_a_port() {
+    let admin = |hosts: &str| format!("[admin]\nhosts = {hosts}\n\n{}", one_group(WEB, "", ""));
+    let cases: Vec<(String, &str)> = vec![
+        (
+            admin(r#"["gtd-1.internal:9100"]"#),
+            r#"config.toml:2:10: admin: host "gtd-1.internal:9100" has a port: list the name alone (any port the server is reached on is answered)"#,
+        ),
+        (
+            admin(r#"["rebind attacker"]"#),
+            r#"config.toml:2:10: admin: host "rebind attacker" is not a host name, like "gtd-1.example.com""#,
+        ),
+        (
+            admin(r#"["ok.example", 7]"#),
+            r#"config.toml:2:24: admin: each entry of "hosts" must be a string, found integer 7"#,
+        ),
+        (
+            admin(r#""gtd-1.internal""#),
+            r#"config.toml:2:9: admin: "hosts" must be an array, found string "gtd-1.internal""#,
+        ),
+    ];
+    for (text, expected) in &cases {
+        assert_eq!(&error(text), expected, "config:\n{text}");
+    }
+    let config = valid(&admin(r#"["GTD-1.internal", "10.0.0.5", "ok.example."]"#));
+    assert_eq!(
+        config.admin.hosts,
+        ["gtd-1.internal", "10.0.0.5", "ok.example."]
+    );
+}
