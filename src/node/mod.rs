@@ -19,6 +19,7 @@ pub mod attempt;
 pub(crate) mod checks;
 pub mod connect;
 pub mod dashboard;
+pub(crate) mod descriptors;
 pub(crate) mod dns;
 pub mod fleet;
 pub mod http;

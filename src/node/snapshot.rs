@@ -28,6 +28,7 @@ use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
 use super::checks::{Watch, probe};
+use super::descriptors::{self, Share, Shared};
 use super::dns;
 use super::http::HttpState;
 use super::http::access::Handle;
@@ -94,6 +95,8 @@ pub struct ListenerState {
     pub geoip: Option<Arc<crate::geoip::Database>>,
     /// `priority_by = "client-location"`: the plans by the client's order of groups.
     pub by_location: Option<ByLocation>,
+    /// Its part of the node's open files (see [`crate::node::descriptors`]).
+    pub(crate) fds: Arc<Share>,
 }
 
 /// One group's runtime state.
@@ -125,6 +128,8 @@ pub struct ListenerMetrics {
     pub connections_active: Gauge,
     /// Connections refused at `max_connections`.
     pub refused_full: Counter,
+    /// Connections refused because the listener used its part of the open files.
+    pub refused_files: Counter,
     /// Paces the warning about those refusals (at most one every 10 s).
     pub(crate) refused_warning: Pace,
     /// Decisions with no route.
@@ -177,26 +182,37 @@ impl Snapshot {
         now: Instant,
     ) -> Result<Snapshot, String> {
         let registry = &registry.scope();
-        let listeners = config
+        let serving: Vec<&Listener> = config
             .listeners
             .iter()
             .filter(|l| l.regions.iter().any(|r| r == region))
+            .collect();
+        let is_udp = |l: &Listener| l.protocol == crate::config::Protocol::Udp;
+        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let udp_flow_share = open_files.map_or(usize::MAX, |n| {
+            usize::try_from(n / 4 * 3).unwrap_or(usize::MAX)
+                / serving.iter().filter(|l| is_udp(l)).count().max(1)
+        });
+        let tcp_borne = serving.iter().filter(|l| !is_udp(l)).count();
+        let (own, shared) =
+            descriptors::split(open_files, reserve(&serving, udp_flow_share), tcp_borne);
+        let shared = Shared::new(shared);
+        let listeners = serving
+            .iter()
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
+                let fds = Share::new(if is_udp(l) { 0 } else { own }, shared.clone());
                 let l = dns::expand(l, names);
-                ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, region, now)
+                let at = (region, fds);
+                ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, at, now)
                     .map(Arc::new)
             })
             .collect::<Result<Vec<Arc<ListenerState>>, _>>()?;
         let udp: Vec<&ListenerState> = listeners
             .iter()
             .map(AsRef::as_ref)
-            .filter(|l| l.cfg.protocol == crate::config::Protocol::Udp)
+            .filter(|l| is_udp(&l.cfg))
             .collect();
-        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        let udp_flow_share = open_files.map_or(usize::MAX, |n| {
-            usize::try_from(n / 4 * 3).unwrap_or(usize::MAX) / udp.len().max(1)
-        });
         for l in udp.iter().filter(|l| l.cfg.udp_max_flows > udp_flow_share) {
             let what = "the flow table holds fewer flows than udp_max_flows, evicting the least \
                         recently active; raise the hard limit (ulimit -Hn, LimitNOFILE=) for more";
@@ -240,13 +256,51 @@ impl Snapshot {
     }
 }
 
+/// The descriptors `listeners` need besides their connections (see
+/// [`crate::node::descriptors`]): their listening sockets, a check or probe per endpoint, the
+/// idle connections HTTP groups keep, and UDP flows (at most `udp_flow_share` a listener).
+fn reserve(listeners: &[&Listener], udp_flow_share: usize) -> u64 {
+    let mut n: usize = 0;
+    for l in listeners {
+        n = n.saturating_add(1);
+        if l.protocol == crate::config::Protocol::Udp {
+            n = n.saturating_add(l.udp_max_flows.min(udp_flow_share));
+        }
+        for g in &l.groups {
+            let keep = if l.protocol.is_http() {
+                g.keepalive as usize
+            } else {
+                0
+            };
+            n = n.saturating_add(g.endpoints.len().saturating_mul(1 + keep));
+        }
+    }
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 impl ListenerState {
+    /// Connection refused: the listener used its part of the open files (and the shared part
+    /// is gone). Counted, and warned about at most every 10 s.
+    pub(crate) fn refused_files(&self) {
+        static PACE: Pace = Pace::new();
+        self.metrics.refused_files.increment(1);
+        if PACE.due() {
+            tracing::warn!(
+                listener = %self.cfg.name,
+                "this listener used its part of the open files limit: new connections and \
+                 requests are refused (counted in gtd_connections_refused_total{{reason=\"open_files\"}}) \
+                 while other listeners and the admin API keep theirs; raise the hard limit \
+                 (ulimit -Hn, LimitNOFILE=); this warning at most every 10 s"
+            );
+        }
+    }
+
     fn build(
         l: &Listener,
         old: Option<&ListenerState>,
         registry: &Registry,
         config: &Config,
-        region: &str,
+        (region, fds): (&str, Arc<Share>),
         now: Instant,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
@@ -357,6 +411,7 @@ impl ListenerState {
             connections_active: registry.gauge(&m::CONNECTIONS_ACTIVE, &[name]),
             refused_full: registry
                 .counter(&m::CONNECTIONS_REFUSED_TOTAL, &[name, "max_connections"]),
+            refused_files: registry.counter(&m::CONNECTIONS_REFUSED_TOTAL, &[name, "open_files"]),
             refused_warning: Pace::new(),
             no_route: registry.counter(&m::NO_ROUTE_TOTAL, &[name]),
             bytes_up: registry.counter(&m::BYTES_TOTAL, &[name, "upstream"]),
@@ -405,6 +460,7 @@ impl ListenerState {
             http,
             geoip: config.geoip.as_ref().map(|g| Arc::clone(&g.db)),
             by_location,
+            fds,
         };
         Ok(rt)
     }
