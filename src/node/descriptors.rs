@@ -31,50 +31,84 @@ pub(crate) fn split(limit: Option<u64>, reserve: u64, listeners: usize) -> (isiz
     (own, budget - own * n)
 }
 
+/// A number of descriptors, and how many of them are free. Carried across reloads (and DNS
+/// rebuilds): the connections of the running snapshot give back to what the next one takes
+/// from, so a rebuild never hands out a second budget.
+#[derive(Debug)]
+struct Part {
+    free: AtomicIsize,
+    size: AtomicIsize,
+}
+
+impl Part {
+    fn new(size: isize) -> Part {
+        Part {
+            free: AtomicIsize::new(size),
+            size: AtomicIsize::new(size),
+        }
+    }
+
+    /// Makes it `size` descriptors, those in use staying in use.
+    fn resize(&self, size: isize) {
+        let was = self.size.swap(size, Ordering::Relaxed);
+        self.free.fetch_add(size - was, Ordering::Relaxed);
+    }
+}
+
 /// The shared part of a node's budget.
 #[derive(Debug)]
-pub(crate) struct Shared(AtomicIsize);
+pub(crate) struct Shared(Part);
 
 impl Shared {
-    pub(crate) fn new(free: isize) -> Arc<Shared> {
-        Arc::new(Shared(AtomicIsize::new(free)))
+    pub(crate) fn new(size: isize) -> Arc<Shared> {
+        Arc::new(Shared(Part::new(size)))
+    }
+
+    /// Makes it `size` descriptors (a snapshot put in service).
+    pub(crate) fn resize(&self, size: isize) {
+        self.0.resize(size);
     }
 }
 
 /// One listener's part: its own descriptors and the node's shared ones.
 #[derive(Debug)]
 pub(crate) struct Share {
-    own: AtomicIsize,
+    own: Part,
     shared: Arc<Shared>,
 }
 
 impl Share {
     pub(crate) fn new(own: isize, shared: Arc<Shared>) -> Arc<Share> {
         Arc::new(Share {
-            own: AtomicIsize::new(own),
+            own: Part::new(own),
             shared,
         })
+    }
+
+    /// Makes the listener's own part `size` descriptors (a snapshot put in service).
+    pub(crate) fn resize(&self, size: isize) {
+        self.own.resize(size);
     }
 
     /// `n` descriptors, from the listener's own part or else the shared one; `None` when
     /// neither has them.
     pub(crate) fn take(self: &Arc<Share>, n: isize) -> Option<Fds> {
-        if self.own.fetch_sub(n, Ordering::Relaxed) >= n {
+        if self.own.free.fetch_sub(n, Ordering::Relaxed) >= n {
             return Some(Fds {
                 share: Arc::clone(self),
                 n,
                 own: true,
             });
         }
-        self.own.fetch_add(n, Ordering::Relaxed);
-        if self.shared.0.fetch_sub(n, Ordering::Relaxed) >= n {
+        self.own.free.fetch_add(n, Ordering::Relaxed);
+        if self.shared.0.free.fetch_sub(n, Ordering::Relaxed) >= n {
             return Some(Fds {
                 share: Arc::clone(self),
                 n,
                 own: false,
             });
         }
-        self.shared.0.fetch_add(n, Ordering::Relaxed);
+        self.shared.0.free.fetch_add(n, Ordering::Relaxed);
         None
     }
 }
@@ -90,9 +124,9 @@ pub(crate) struct Fds {
 impl Drop for Fds {
     fn drop(&mut self) {
         let free = if self.own {
-            &self.share.own
+            &self.share.own.free
         } else {
-            &self.share.shared.0
+            &self.share.shared.0.free
         };
         free.fetch_add(self.n, Ordering::Relaxed);
     }
@@ -125,5 +159,22 @@ mod tests {
         assert!(a.take(3).is_none());
         assert!(a.take(2).is_some());
         drop((b_own, b_shared));
+    }
+
+    #[test]
+    fn a_resize_keeps_what_is_in_use() {
+        let shared = Shared::new(2);
+        let a = Share::new(1, shared.clone());
+        let held = (a.take(1).unwrap(), a.take(2).unwrap());
+        // A rebuild with the same budget hands out nothing more…
+        shared.resize(2);
+        a.resize(1);
+        assert!(a.take(1).is_none());
+        // …a larger one the difference, and what is given back lands in the new sizes.
+        shared.resize(3);
+        let third = a.take(1).unwrap();
+        assert!(a.take(1).is_none());
+        drop((held, third));
+        assert!(a.take(4).is_none() && a.take(3).is_some());
     }
 }

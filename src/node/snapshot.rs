@@ -54,6 +54,9 @@ pub struct Snapshot {
     /// Where HTTP requests send their access log lines; `None` when `[log] access` is off.
     /// Set once the node's writer has the config's sink (see [`super::http::access`]).
     pub(crate) access: Option<Handle>,
+    /// The shared part of the open files (carried from the snapshot before) and its size
+    /// for this config, set when it goes into service.
+    fds: (Arc<Shared>, isize),
 }
 
 impl Snapshot {
@@ -95,8 +98,10 @@ pub struct ListenerState {
     pub geoip: Option<Arc<crate::geoip::Database>>,
     /// `priority_by = "client-location"`: the plans by the client's order of groups.
     pub by_location: Option<ByLocation>,
-    /// Its part of the node's open files (see [`crate::node::descriptors`]).
+    /// Its part of the node's open files (see [`crate::node::descriptors`]), and that part's
+    /// size under this config (set when the snapshot goes into service).
     pub(crate) fds: Arc<Share>,
+    fds_own: isize,
 }
 
 /// One group's runtime state.
@@ -196,12 +201,18 @@ impl Snapshot {
         let tcp_borne = serving.iter().filter(|l| !is_udp(l)).count();
         let (own, shared) =
             descriptors::split(open_files, reserve(&serving, udp_flow_share), tcp_borne);
-        let shared = Shared::new(shared);
+        let shared_size = shared;
+        let shared = previous.map_or_else(|| Shared::new(shared_size), |p| p.fds.0.clone());
         let listeners = serving
             .iter()
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
-                let fds = Share::new(if is_udp(l) { 0 } else { own }, shared.clone());
+                let own = if is_udp(l) { 0 } else { own };
+                // A listener that stays keeps its part (its connections give back to it).
+                let fds = match old {
+                    Some(o) => (o.fds.clone(), own),
+                    None => (Share::new(own, shared.clone()), own),
+                };
                 let l = dns::expand(l, names);
                 let at = (region, fds);
                 ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, at, now)
@@ -243,6 +254,7 @@ impl Snapshot {
             udp_flow_share,
             series: registry.registered(),
             access: None,
+            fds: (shared, shared_size),
         })
     }
 
@@ -250,7 +262,9 @@ impl Snapshot {
     /// does not, since the gauges of what stays are shared with the running snapshot, and a
     /// rejected reload must leave them alone).
     pub fn publish(&self, now: Instant) {
+        self.fds.0.resize(self.fds.1);
         for l in &self.listeners {
+            l.fds.resize(l.fds_own);
             l.publish(now);
         }
     }
@@ -300,7 +314,7 @@ impl ListenerState {
         old: Option<&ListenerState>,
         registry: &Registry,
         config: &Config,
-        (region, fds): (&str, Arc<Share>),
+        (region, (fds, fds_own)): (&str, (Arc<Share>, isize)),
         now: Instant,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
@@ -461,6 +475,7 @@ impl ListenerState {
             geoip: config.geoip.as_ref().map(|g| Arc::clone(&g.db)),
             by_location,
             fds,
+            fds_own,
         };
         Ok(rt)
     }
