@@ -347,9 +347,7 @@ async fn proxy(
         }
         // A place on the client connection and a descriptor for the endpoint connection, kept
         // until the response body ends (see `server::Slot`, `crate::node::descriptors`).
-        let Some(slot) =
-            Slot::take(conn_arc, tokio::time::Instant::now() + cfg.upstream_timeout).await
-        else {
+        let Some(slot) = Slot::take(conn_arc, cfg.upstream_timeout).await else {
             break 'request own(
                 http,
                 StatusCode::SERVICE_UNAVAILABLE,

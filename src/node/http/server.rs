@@ -104,13 +104,16 @@ pub(crate) const UPSTREAM_PER_CONNECTION: u32 = 32;
 pub(crate) struct Slot(Arc<Conn>);
 
 impl Slot {
-    /// A place on `conn`, waiting until `by` for one to free; `None` then.
-    pub(super) async fn take(conn: &Arc<Conn>, by: tokio::time::Instant) -> Option<Slot> {
+    /// A place on `conn`, waiting up to `wait` for one to free; `None` then.
+    pub(super) async fn take(conn: &Arc<Conn>, wait: Duration) -> Option<Slot> {
+        let mut by = None;
         loop {
             if conn.upstream.fetch_add(1, Ordering::Relaxed) < UPSTREAM_PER_CONNECTION {
                 return Some(Slot(Arc::clone(conn)));
             }
             conn.upstream.fetch_sub(1, Ordering::Relaxed);
+            // The clock is read only when there is a wait.
+            let by = *by.get_or_insert_with(|| tokio::time::Instant::now() + wait);
             // A place freed between the two lines above left its notification stored.
             tokio::time::timeout_at(by, conn.upstream_freed.notified())
                 .await
