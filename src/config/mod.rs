@@ -16,11 +16,13 @@ mod model;
 mod summary;
 mod syntax;
 mod validate;
+mod wire;
 
 pub(crate) use document::format_duration;
 pub use document::parse_duration;
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
+pub(crate) use syntax::split_route_host as split_host;
 
 use std::path::Path;
 

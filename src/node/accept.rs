@@ -1,5 +1,6 @@
 //! The accept loop of every TCP-borne listener (TCP, HTTP, HTTPS): admits a connection while
-//! the listener has room (`max_connections`), then hands it to its data plane ([`super::l4`]
+//! the listener has room (`max_connections`, and its part of the open files:
+//! [`super::descriptors`]), then hands it to its data plane ([`super::l4`]
 //! for TCP, [`super::http`] for HTTP and HTTPS). Transient accept errors are logged and backed
 //! off, never fatal.
 
@@ -56,6 +57,18 @@ pub(crate) async fn accept_loop(
                 {
                     super::http::answers::answer_and_close(stream, FULL).await;
                 }
+                return;
+            };
+            // Its descriptors: the client's, and the endpoint connection a TCP relay opens at
+            // once (an HTTP request takes its own, see `http::proxy`). Without them the client
+            // is closed: the rest of the node keeps what it needs.
+            let needs = if listener.cfg.protocol.is_http() {
+                1
+            } else {
+                2
+            };
+            let Some(_fds) = listener.fds.take(needs) else {
+                listener.refused_files();
                 return;
             };
             match listener.cfg.protocol {

@@ -19,12 +19,15 @@ pub mod attempt;
 pub(crate) mod checks;
 pub mod connect;
 pub mod dashboard;
+pub(crate) mod descriptors;
 pub(crate) mod dns;
 pub mod fleet;
 pub mod http;
 pub mod l4;
 pub mod location;
 pub mod snapshot;
+#[cfg(test)]
+mod start_props;
 pub mod telemetry;
 mod timers;
 mod tls;

@@ -29,6 +29,7 @@ use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
 use super::checks::{Watch, probe};
+use super::descriptors::{self, Share, Shared};
 use super::dns;
 use super::http::HttpState;
 use super::http::access::Handle;
@@ -54,6 +55,9 @@ pub struct Snapshot {
     /// Where HTTP requests send their access log lines; `None` when `[log] access` is off.
     /// Set once the node's writer has the config's sink (see [`super::http::access`]).
     pub(crate) access: Option<Handle>,
+    /// The shared part of the open files (carried from the snapshot before) and its size
+    /// for this config, set when it goes into service.
+    fds: (Arc<Shared>, isize),
 }
 
 impl Snapshot {
@@ -95,6 +99,10 @@ pub struct ListenerState {
     pub geoip: Option<Arc<crate::geoip::Database>>,
     /// `priority_by = "client-location"`: the plans by the client's order of groups.
     pub by_location: Option<ByLocation>,
+    /// Its part of the node's open files (see [`crate::node::descriptors`]), and that part's
+    /// size under this config (set when the snapshot goes into service).
+    pub(crate) fds: Arc<Share>,
+    fds_own: isize,
 }
 
 /// One group's runtime state.
@@ -126,6 +134,8 @@ pub struct ListenerMetrics {
     pub connections_active: Gauge,
     /// Connections refused at `max_connections`.
     pub refused_full: Counter,
+    /// Connections refused because the listener used its part of the open files.
+    pub refused_files: Counter,
     /// Paces the warning about those refusals (at most one every 10 s).
     pub(crate) refused_warning: Pace,
     /// Decisions with no route.
@@ -180,26 +190,43 @@ impl Snapshot {
         now: Instant,
     ) -> Result<Snapshot, String> {
         let registry = &registry.scope();
-        let listeners = config
+        let serving: Vec<&Listener> = config
             .listeners
             .iter()
             .filter(|l| l.regions.iter().any(|r| r == region))
+            .collect();
+        let is_udp = |l: &Listener| l.protocol == crate::config::Protocol::Udp;
+        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let udp_flow_share = open_files.map_or(usize::MAX, |n| {
+            usize::try_from(n / 4 * 3).unwrap_or(usize::MAX)
+                / serving.iter().filter(|l| is_udp(l)).count().max(1)
+        });
+        let tcp_borne = serving.iter().filter(|l| !is_udp(l)).count();
+        let (own, shared) =
+            descriptors::split(open_files, reserve(&serving, udp_flow_share), tcp_borne);
+        let shared_size = shared;
+        let shared = previous.map_or_else(|| Shared::new(shared_size), |p| p.fds.0.clone());
+        let listeners = serving
+            .iter()
             .map(|l| {
                 let old = previous.and_then(|p| p.listener(&l.name));
+                let own = if is_udp(l) { 0 } else { own };
+                // A listener that stays keeps its part (its connections give back to it).
+                let fds = match old {
+                    Some(o) => (o.fds.clone(), own),
+                    None => (Share::new(own, shared.clone()), own),
+                };
                 let l = dns::expand(l, names);
-                ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, region, now)
+                let at = (region, fds);
+                ListenerState::build(&l, old.map(|o| o.as_ref()), registry, &config, at, now)
                     .map(Arc::new)
             })
             .collect::<Result<Vec<Arc<ListenerState>>, _>>()?;
         let udp: Vec<&ListenerState> = listeners
             .iter()
             .map(AsRef::as_ref)
-            .filter(|l| l.cfg.protocol == crate::config::Protocol::Udp)
+            .filter(|l| is_udp(&l.cfg))
             .collect();
-        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        let udp_flow_share = open_files.map_or(usize::MAX, |n| {
-            usize::try_from(n / 4 * 3).unwrap_or(usize::MAX) / udp.len().max(1)
-        });
         for l in udp.iter().filter(|l| l.cfg.udp_max_flows > udp_flow_share) {
             let what = "the flow table holds fewer flows than udp_max_flows, evicting the least \
                         recently active; raise the hard limit (ulimit -Hn, LimitNOFILE=) for more";
@@ -230,6 +257,7 @@ impl Snapshot {
             udp_flow_share,
             series: registry.registered(),
             access: None,
+            fds: (shared, shared_size),
         })
     }
 
@@ -237,19 +265,59 @@ impl Snapshot {
     /// does not, since the gauges of what stays are shared with the running snapshot, and a
     /// rejected reload must leave them alone).
     pub fn publish(&self, now: Instant) {
+        self.fds.0.resize(self.fds.1);
         for l in &self.listeners {
+            l.fds.resize(l.fds_own);
             l.publish(now);
         }
     }
 }
 
+/// The descriptors `listeners` need besides their connections (see
+/// [`crate::node::descriptors`]): their listening sockets, a check or probe per endpoint, the
+/// idle connections HTTP groups keep, and UDP flows (at most `udp_flow_share` a listener).
+fn reserve(listeners: &[&Listener], udp_flow_share: usize) -> u64 {
+    let mut n: usize = 0;
+    for l in listeners {
+        n = n.saturating_add(1);
+        if l.protocol == crate::config::Protocol::Udp {
+            n = n.saturating_add(l.udp_max_flows.min(udp_flow_share));
+        }
+        for g in &l.groups {
+            let keep = if l.protocol.is_http() {
+                g.keepalive as usize
+            } else {
+                0
+            };
+            n = n.saturating_add(g.endpoints.len().saturating_mul(1 + keep));
+        }
+    }
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 impl ListenerState {
+    /// Connection refused: the listener used its part of the open files (and the shared part
+    /// is gone). Counted, and warned about at most every 10 s.
+    pub(crate) fn refused_files(&self) {
+        static PACE: Pace = Pace::new();
+        self.metrics.refused_files.increment(1);
+        if PACE.due() {
+            tracing::warn!(
+                listener = %self.cfg.name,
+                "this listener used its part of the open files limit: new connections and \
+                 requests are refused (counted in gtd_connections_refused_total{{reason=\"open_files\"}}) \
+                 while other listeners and the admin API keep theirs; raise the hard limit \
+                 (ulimit -Hn, LimitNOFILE=); this warning at most every 10 s"
+            );
+        }
+    }
+
     fn build(
         l: &Listener,
         old: Option<&ListenerState>,
         registry: &Registry,
         config: &Config,
-        region: &str,
+        (region, (fds, fds_own)): (&str, (Arc<Share>, isize)),
         now: Instant,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
@@ -370,6 +438,7 @@ impl ListenerState {
             connections_active: registry.gauge(&m::CONNECTIONS_ACTIVE, &[name]),
             refused_full: registry
                 .counter(&m::CONNECTIONS_REFUSED_TOTAL, &[name, "max_connections"]),
+            refused_files: registry.counter(&m::CONNECTIONS_REFUSED_TOTAL, &[name, "open_files"]),
             refused_warning: Pace::new(),
             no_route: registry.counter(&m::NO_ROUTE_TOTAL, &[name]),
             bytes_up: registry.counter(&m::BYTES_TOTAL, &[name, "upstream"]),
@@ -418,6 +487,8 @@ impl ListenerState {
             http,
             geoip: config.geoip.as_ref().map(|g| Arc::clone(&g.db)),
             by_location,
+            fds,
+            fds_own,
         };
         Ok(rt)
     }

@@ -68,7 +68,7 @@ pub const CONNECTIONS_REFUSED_TOTAL: Def = Def {
     name: "gtd_connections_refused_total",
     kind: Kind::Counter,
     labels: &["listener", "reason"],
-    help: "Client TCP connections refused before any decision (reason max_connections: the listener had max_connections open; HTTP clients got 503)",
+    help: "Client TCP connections refused before any decision (reason max_connections: the listener had max_connections open, HTTP clients got 503; reason open_files: the listener used its part of the open files limit)",
 };
 /// Payload bytes relayed.
 pub const BYTES_TOTAL: Def = Def {

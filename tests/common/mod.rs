@@ -143,7 +143,7 @@ pub(crate) fn admin_at(
         .unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n{auth}\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n{auth}\r\n"
     )
     .unwrap();
     let mut text = String::new();

@@ -28,6 +28,7 @@ mod protocol;
 mod talk_and_rank;
 mod tls;
 mod valid;
+mod wire;
 
 fn catalog_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("regions/catalog.toml")

@@ -698,7 +698,7 @@ pub(crate) fn http(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, S
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
     )
     .ok()?;
     let mut text = String::new();

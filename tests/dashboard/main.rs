@@ -13,6 +13,7 @@
 mod cdp;
 #[path = "../common/mod.rs"]
 mod common;
+mod web_page;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -476,7 +477,7 @@ async fn assets_are_served_with_their_types_and_policy() {
         ["/", "/dashboard.js", "/dashboard.css"].map(|path| {
             let mut s = TcpStream::connect(admin_addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-            write!(s, "GET {path} HTTP/1.0\r\nHost: admin\r\n\r\n").unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: {admin_addr}\r\n\r\n").unwrap();
             let mut text = String::new();
             s.read_to_string(&mut text).unwrap();
             text

@@ -15,6 +15,7 @@ mod common;
 mod harness;
 
 mod access_log;
+mod descriptors;
 mod drain;
 mod fail_open;
 mod feedback;

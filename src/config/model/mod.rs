@@ -131,6 +131,9 @@ pub struct Admin {
     /// `allow_without_token`: serve a bind reachable beyond this host without a token (the
     /// operator's explicit choice; refused otherwise).
     pub open: bool,
+    /// `hosts`: names the server answers to in `Host` besides its address and `localhost`
+    /// (lower-case, without a port).
+    pub hosts: Vec<String>,
 }
 
 impl Admin {
@@ -147,6 +150,7 @@ impl Default for Admin {
             bind: SocketAddr::from(([127, 0, 0, 1], 9100)),
             token: None,
             open: false,
+            hosts: Vec::new(),
         }
     }
 }

@@ -6,9 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::Env;
 use super::balance::balance;
 use super::endpoint::endpoints;
-use super::fields::{
-    HTTP, capacity, check_name, item_path, only_for, peek_str, required_tables, slash_path,
-};
+use super::fields::{HTTP, capacity, check_name, item_path, only_for, peek_str, required_tables};
 use super::health_check::health_check;
 use super::tls::upstream_tls;
 use crate::config::document::{At, Ctx, Table, as_int, describe, did_you_mean, quote};
@@ -193,10 +191,15 @@ fn group<'t>(
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
     let mut path_prefix = None;
     if only_for(ctx, &t, "path_prefix", is(Protocol::is_http), HTTP) {
-        path_prefix = t
-            .str(ctx, "path_prefix")
-            .filter(|p| slash_path(ctx, *p, &t.path, "path_prefix"))
-            .map(|p| p.v.to_owned());
+        path_prefix =
+            t.str(ctx, "path_prefix")
+                .and_then(|p| match crate::config::wire::path_prefix(p.v) {
+                    Ok(_) => Some(p.v.to_owned()),
+                    Err(e) => {
+                        ctx.error(p.at, &t.path, format!("path_prefix {e}"));
+                        None
+                    }
+                });
     }
     let mut keepalive = Group::DEFAULT_KEEPALIVE;
     if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::fields::{choice, only_for, slash_path, status_set};
+use super::fields::{choice, only_for, status_set};
 use crate::config::document::{Ctx, Table, format_duration, quote};
 use crate::config::model::*;
-use crate::config::syntax;
+use crate::config::wire;
 
 const CHECK_KEYS: &[&str] = &[
     "protocol",
@@ -133,19 +133,27 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     }
     let mut path = HealthCheck::DEFAULT_PATH.to_owned();
     if read("path")
-        && let Some(p) = t
-            .str(ctx, "path")
-            .filter(|p| slash_path(ctx, *p, &t.path, "path"))
+        && let Some(p) = t.str(ctx, "path")
     {
-        path = p.v.to_owned();
+        match wire::path(p.v) {
+            Ok(_) => path = p.v.to_owned(),
+            Err(e) => ctx.error(p.at, &t.path, format!("path {e}")),
+        }
     }
     let host = if read("host") {
-        t.nonempty_str(ctx, "host").map(|h| h.v.to_owned())
+        t.nonempty_str(ctx, "host")
+            .and_then(|h| match wire::host(h.v) {
+                Ok(_) => Some(h.v.to_owned()),
+                Err(e) => {
+                    ctx.error(h.at, &t.path, format!("host {e}"));
+                    None
+                }
+            })
     } else {
         None
     };
     let headers = if read("headers") {
-        header_map(ctx, t, "headers")
+        header_map(ctx, t, "headers", true)
     } else {
         BTreeMap::new()
     };
@@ -176,7 +184,7 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
         }
     }
     let expect_headers = if read("expect_headers") {
-        header_map(ctx, t, "expect_headers")
+        header_map(ctx, t, "expect_headers", false)
     } else {
         BTreeMap::new()
     };
@@ -343,18 +351,29 @@ fn check_timeouts(
     }
 }
 
-/// A table of header name → value with valid names.
-fn header_map(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, key: &str) -> BTreeMap<String, String> {
+/// A table of header name → value with valid names; values too when they are `sent` (an
+/// expected value is only compared).
+fn header_map(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    key: &str,
+    sent: bool,
+) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (name, value) in t.string_map(ctx, key).unwrap_or_default() {
-        if syntax::is_header_name(name.v) {
-            out.insert(name.v.to_owned(), value.v.to_owned());
-        } else {
-            ctx.error(
-                name.at,
-                &t.path,
-                format!("{} is not a valid header name", quote(name.v)),
-            );
+        let value_ok = match wire::header_value(value.v) {
+            Err(e) if sent => {
+                ctx.error(value.at, &t.path, format!("header {}: {e}", quote(name.v)));
+                false
+            }
+            _ => true,
+        };
+        match wire::header_name(name.v) {
+            Ok(_) if value_ok => {
+                out.insert(name.v.to_owned(), value.v.to_owned());
+            }
+            Ok(_) => {}
+            Err(e) => ctx.error(name.at, &t.path, e),
         }
     }
     out

@@ -24,7 +24,7 @@ mod tls;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use super::document::{At, Ctx, Table, did_you_mean, quote};
+use super::document::{At, Ctx, Table, as_str, did_you_mean, quote};
 use super::error::{ConfigError, ConfigErrors};
 use super::model::*;
 use crate::regions::Catalog;
@@ -262,7 +262,7 @@ fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
     let Some(t) = root.table(ctx, "admin", "admin".to_owned()) else {
         return admin;
     };
-    t.check_keys(ctx, &["bind", "token", "allow_without_token"]);
+    t.check_keys(ctx, &["bind", "token", "allow_without_token", "hosts"]);
     let mut bind_at = None;
     if let Some(s) = t.str(ctx, "bind") {
         match s.v.parse::<SocketAddr>() {
@@ -282,6 +282,7 @@ fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
     }
     admin.token = t.nonempty_str(ctx, "token").map(|s| s.v.to_owned());
     admin.open = t.bool(ctx, "allow_without_token").unwrap_or(false);
+    admin.hosts = admin_hosts(ctx, &t);
     if let Some(at) = bind_at
         && admin.exposed(admin.bind)
     {
@@ -297,4 +298,34 @@ fn admin(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> Admin {
         );
     }
     admin
+}
+
+/// `hosts`: the names the admin server answers to besides its address and `localhost` (the
+/// Host a browser sends; docs/design.md §7), without a port.
+fn admin_hosts(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in t.array(ctx, "hosts").unwrap_or_default() {
+        let Some(name) = as_str(ctx, item, &t.path, "each entry of \"hosts\"") else {
+            continue;
+        };
+        let at = item.span().start;
+        let (host, port) = super::syntax::split_route_host(name);
+        if port.is_some() {
+            let msg = format!(
+                "host {} has a port: list the name alone (any port the server is reached on \
+                 is answered)",
+                quote(name)
+            );
+            ctx.error(at, &t.path, msg);
+        } else if super::syntax::is_host_name(host) || host.parse::<IpAddr>().is_ok() {
+            out.push(host.to_ascii_lowercase());
+        } else {
+            let msg = format!(
+                "host {} is not a host name, like \"gtd-1.example.com\"",
+                quote(name)
+            );
+            ctx.error(at, &t.path, msg);
+        }
+    }
+    out
 }

@@ -52,7 +52,7 @@ use self::answers::{Last, bare, class, failed, own};
 use self::headers::{
     UPGRADE, authority, forward_headers, refused, strip_hop_by_hop, wants_upgrade,
 };
-use self::server::Conn;
+use self::server::{Conn, Held, Slot};
 pub mod upstream;
 
 use std::convert::Infallible;
@@ -275,6 +275,7 @@ async fn proxy(
     };
     // The access log line follows the request (each of its calls below is one branch when the
     // log is off) and goes with the response body, or with this future if the client leaves.
+    let mut held = None;
     let response = 'request: {
         // The listener on this port was removed or changed protocol by a reload.
         let Some(l) = listener.as_deref() else {
@@ -282,6 +283,7 @@ async fn proxy(
         };
         line.listener(&l.cfg);
         let _busy = Busy::new(&conn.inflight);
+        let conn_arc = &conn;
         let conn = &*conn;
         l.count_request(conn.place.as_ref());
         let http = l.http.as_ref().expect("looked up with http state");
@@ -344,6 +346,20 @@ async fn proxy(
         {
             break 'request failed(http, l, Last::Failed(failure));
         }
+        // A place on the client connection and a descriptor for the endpoint connection, kept
+        // until the response body ends (see `server::Slot`, `crate::node::descriptors`).
+        let Some(slot) = Slot::take(conn_arc, cfg.upstream_timeout).await else {
+            break 'request own(
+                http,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many requests of this connection wait for an endpoint\n",
+            );
+        };
+        let Some(fds) = l.fds.take(1) else {
+            l.refused_files();
+            break 'request failed(http, l, Last::Failed(Failure::Exhausted));
+        };
+        held = Some(Held::new(slot, fds));
         let started = Instant::now();
         // One clock read per attempt and one per response: `now` is when this attempt is
         // decided and sent.
@@ -523,7 +539,10 @@ async fn proxy(
     };
     // Tested here rather than in `respond`, so that with the log off the response is not
     // moved once more on its way out.
-    if line.is_on() {
+    if let Some(held) = held {
+        line.hold(held);
+    }
+    if line.travels() {
         Ok(line.respond(response))
     } else {
         Ok(response)

@@ -54,6 +54,10 @@ pub(super) struct Conn {
     pub(super) h2: AtomicBool,
     /// Told of each request that comes while the node drains (see [`run`]).
     pub(super) drain_wake: tokio::sync::Notify,
+    /// Requests of this connection holding an endpoint connection (see [`Slot`]).
+    upstream: AtomicU32,
+    /// Told when one of them ends.
+    upstream_freed: tokio::sync::Notify,
     /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
     /// and the first request head must be in.
     pub(super) first_by: tokio::time::Instant,
@@ -84,7 +88,59 @@ impl Conn {
             asked: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             drain_wake: tokio::sync::Notify::new(),
+            upstream: AtomicU32::new(0),
+            upstream_freed: tokio::sync::Notify::new(),
             first_by,
+        }
+    }
+}
+
+/// Most requests of one client connection that hold an endpoint connection at once: an HTTP/2
+/// client's further streams wait for one of them to end (an HTTP/1.1 connection has one request
+/// at a time). Without it, 100 streams whose bodies never come hold 100 endpoint connections.
+pub(crate) const UPSTREAM_PER_CONNECTION: u32 = 32;
+
+/// One of a connection's [`UPSTREAM_PER_CONNECTION`] places, held until dropped.
+pub(crate) struct Slot(Arc<Conn>);
+
+impl Slot {
+    /// A place on `conn`, waiting up to `wait` for one to free; `None` then.
+    pub(super) async fn take(conn: &Arc<Conn>, wait: Duration) -> Option<Slot> {
+        let mut by = None;
+        loop {
+            if conn.upstream.fetch_add(1, Ordering::Relaxed) < UPSTREAM_PER_CONNECTION {
+                return Some(Slot(Arc::clone(conn)));
+            }
+            conn.upstream.fetch_sub(1, Ordering::Relaxed);
+            // The clock is read only when there is a wait.
+            let by = *by.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+            // A place freed between the two lines above left its notification stored.
+            tokio::time::timeout_at(by, conn.upstream_freed.notified())
+                .await
+                .ok()?;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.upstream.fetch_sub(1, Ordering::Relaxed);
+        self.0.upstream_freed.notify_one();
+    }
+}
+
+/// What an exchange holds until its response body ends: its place on the client connection
+/// and the descriptor of its endpoint connection.
+pub(crate) struct Held {
+    _slot: Slot,
+    _fds: crate::node::descriptors::Fds,
+}
+
+impl Held {
+    pub(super) fn new(slot: Slot, fds: crate::node::descriptors::Fds) -> Held {
+        Held {
+            _slot: slot,
+            _fds: fds,
         }
     }
 }

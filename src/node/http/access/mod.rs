@@ -216,25 +216,28 @@ impl Handle {
         place: Option<crate::geoip::Place>,
         req: &http::Request<B>,
     ) -> Line {
-        Line(Some(Pending {
-            log: self.clone(),
-            entry: Box::new(Entry {
-                client,
-                place,
-                method: req.method().clone(),
-                version: req.version(),
-                path: line::Path::of(req.uri().path()),
-                started: Instant::now(),
-                ended: None,
-                listener: None,
-                status: None,
-                attempt: None,
-                retries: 0,
-                upload: None,
-                upstream: None,
-                sent: 0,
+        Line(
+            Some(Pending {
+                log: self.clone(),
+                entry: Box::new(Entry {
+                    client,
+                    place,
+                    method: req.method().clone(),
+                    version: req.version(),
+                    path: line::Path::of(req.uri().path()),
+                    started: Instant::now(),
+                    ended: None,
+                    listener: None,
+                    status: None,
+                    attempt: None,
+                    retries: 0,
+                    upload: None,
+                    upstream: None,
+                    sent: 0,
+                }),
             }),
-        }))
+            None,
+        )
     }
 
     /// Hands a finished entry to the writer, or drops and counts it when the queue is full.
@@ -355,8 +358,11 @@ pub(crate) struct Entry {
 /// sends, and handed to the writer when dropped: by the response body once the response is over,
 /// or with the request when the client went away before its head. With the log off it holds
 /// nothing, and each of its methods is one branch.
+///
+/// It also carries what the exchange holds until its response body ends (its endpoint
+/// connection's descriptor and its connection's slot, [`super::server::Held`]), logged or not.
 #[derive(Default)]
-pub(crate) struct Line(Option<Pending>);
+pub(crate) struct Line(Option<Pending>, Option<super::server::Held>);
 
 struct Pending {
     log: Handle,
@@ -367,7 +373,20 @@ impl Line {
     /// The line of a request that is not logged.
     #[inline]
     pub(crate) fn off() -> Line {
-        Line(None)
+        Line(None, None)
+    }
+
+    /// Keeps `held` until the response body ends (or the request is dropped).
+    #[inline]
+    pub(crate) fn hold(&mut self, held: super::server::Held) {
+        self.1 = Some(held);
+    }
+
+    /// True when the line must travel with the response body: it is logged, or holds
+    /// something.
+    #[inline]
+    pub(crate) fn travels(&self) -> bool {
+        self.0.is_some() || self.1.is_some()
     }
 
     /// True when the request is logged.
@@ -416,12 +435,13 @@ impl Line {
         mut self,
         response: http::Response<DownBody>,
     ) -> http::Response<DownBody> {
-        match &mut self.0 {
-            None => response,
-            Some(p) => {
-                p.entry.status = Some(response.status().as_u16());
-                response.map(|body| body.logged(self))
-            }
+        if let Some(p) = &mut self.0 {
+            p.entry.status = Some(response.status().as_u16());
+        }
+        if self.travels() {
+            response.map(|body| body.logged(self))
+        } else {
+            response
         }
     }
 

@@ -1,8 +1,12 @@
 //! The admin server (docs/design.md §7): the dashboard (`/`, [`super::dashboard`]), `/status`,
-//! `/metrics`, `/healthz`, endpoint enable/disable and `/reload`. Mutating calls need
-//! `Authorization: Bearer TOKEN` when `[admin] token` is set.
+//! `/metrics`, `/healthz`, endpoint enable/disable and `/reload`. Every request's `Host` must
+//! name the server and a POST must not come from another origin ([`guard`]); mutating calls
+//! need `Authorization: Bearer TOKEN` when `[admin] token` is set.
+
+pub mod guard;
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,12 +43,16 @@ pub(crate) async fn serve(node: Arc<Inner>, socket: TcpListener, stop: Cancellat
                 }
             },
         };
+        // The address the client reached: a Host naming it names this server.
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
         let node = node.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let node = node.clone();
-                async move { Ok::<_, Infallible>(handle(&node, req).await) }
+                async move { Ok::<_, Infallible>(handle(&node, req, local.ip()).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -166,7 +174,19 @@ impl Route {
     }
 }
 
-async fn handle(node: &Arc<Inner>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Response<Body> {
+    let judged = {
+        let snapshot = node.snapshot.load();
+        guard::admit(
+            req.method(),
+            req.headers(),
+            local,
+            &snapshot.config.admin.hosts,
+        )
+    };
+    if let Err(refused) = judged {
+        return json_reply(refused.status, &json!({"error": refused.message}));
+    }
     match Route::of(req.method(), req.uri().path()) {
         // Draining (SIGTERM): a load balancer in front should stop sending new clients here.
         Route::Healthz if node.draining.load(std::sync::atomic::Ordering::Relaxed) => {
