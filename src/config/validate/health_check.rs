@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::fields::{choice, only_for, status_set};
 use crate::config::document::{Ctx, Table, format_duration, quote};
 use crate::config::model::*;
-use crate::config::wire;
+use crate::config::{syntax, wire};
 
 const CHECK_KEYS: &[&str] = &[
     "protocol",

@@ -221,7 +221,11 @@ pub(crate) struct Outgoing<'a> {
 fn encode(request: &Outgoing<'_>, out: &mut Vec<u8>) {
     // An absolute-form target with an empty path (`http://a.example?q=1`) keeps its query
     // behind the path `/` (RFC 9112 §3.2.1), not as `?q=1`.
-    let slash = if request.path.starts_with('?') { "/" } else { "" };
+    let slash = if request.path.starts_with('?') {
+        "/"
+    } else {
+        ""
+    };
     let target = [request.prefix, slash, request.path];
     h1::encode_request(request.method, &target, request.headers, out);
     // A PUT says it has no body (some servers answer 411 otherwise); an HTTP/2 client's empty
