@@ -72,7 +72,11 @@ class Endpoint:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # gtd closing or resetting a pooled connection is no news here
+
+        self.server = Server(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.1,),
                                        daemon=True)
