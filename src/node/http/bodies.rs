@@ -525,9 +525,8 @@ impl DownBody {
 
     /// This body, counting what it sends into the request's access log line (sent when the
     /// body is dropped).
-    pub(crate) fn logged(mut self, line: Line) -> DownBody {
+    pub(crate) fn carry(&mut self, line: Line) {
         self.line = line;
-        self
     }
 }
 

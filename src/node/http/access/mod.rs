@@ -430,19 +430,12 @@ impl Line {
     }
 
     /// The response goes to the client: its status is noted and the line travels on with its
-    /// body, which counts what it sends.
-    pub(crate) fn respond(
-        mut self,
-        response: http::Response<DownBody>,
-    ) -> http::Response<DownBody> {
+    /// body (put there in place), which counts what it sends.
+    pub(crate) fn respond(mut self, response: &mut http::Response<DownBody>) {
         if let Some(p) = &mut self.0 {
             p.entry.status = Some(response.status().as_u16());
         }
-        if self.travels() {
-            response.map(|body| body.logged(self))
-        } else {
-            response
-        }
+        response.body_mut().carry(self);
     }
 
     /// `n` more response body bytes went to the client.
