@@ -26,8 +26,9 @@
 //!   [`node::checks`] (the active health checks and RTT probes), the admin server, and
 //!   [`node::telemetry`] (the metrics registry, below admin and the data planes).
 //! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
-//!   leases, and `gtd fleet`'s report; a node in a fleet follows revisions with
-//!   [`node::fleet`] and applies each as a reload.
+//!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
+//!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows
+//!   revisions with [`node::fleet`] and applies each as a reload.
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!
