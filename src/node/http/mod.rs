@@ -346,14 +346,20 @@ async fn proxy(
         {
             break 'request failed(http, l, Last::Failed(failure));
         }
-        // A place on the client connection and a descriptor for the endpoint connection, kept
-        // until the response body ends (see `server::Slot`, `crate::node::descriptors`).
-        let Some(slot) = Slot::take(conn_arc, cfg.upstream_timeout).await else {
-            break 'request own(
-                http,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many requests of this connection wait for an endpoint\n",
-            );
+        // A place on the client connection (HTTP/2 only: an HTTP/1 connection never has two
+        // exchanges at once) and a descriptor for the endpoint connection, kept until the
+        // response body ends (see `server::Slot`, `crate::node::descriptors`).
+        let slot = if conn.h2.load(std::sync::atomic::Ordering::Relaxed) {
+            let Some(slot) = Slot::take(conn_arc, cfg.upstream_timeout).await else {
+                break 'request own(
+                    http,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many requests of this connection wait for an endpoint\n",
+                );
+            };
+            Some(slot)
+        } else {
+            None
         };
         let Some(fds) = l.fds.take(1) else {
             l.refused_files();

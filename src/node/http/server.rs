@@ -132,12 +132,12 @@ impl Drop for Slot {
 /// What an exchange holds until its response body ends: its place on the client connection
 /// and the descriptor of its endpoint connection.
 pub(crate) struct Held {
-    _slot: Slot,
+    _slot: Option<Slot>,
     _fds: crate::node::descriptors::Fds,
 }
 
 impl Held {
-    pub(super) fn new(slot: Slot, fds: crate::node::descriptors::Fds) -> Held {
+    pub(super) fn new(slot: Option<Slot>, fds: crate::node::descriptors::Fds) -> Held {
         Held {
             _slot: slot,
             _fds: fds,
