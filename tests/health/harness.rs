@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// How the backend answers one check.
@@ -314,4 +314,19 @@ impl Drop for Backends {
             h.abort();
         }
     }
+}
+
+/// A UDP endpoint at `addr` (port 0: any) that answers "NAME:" + the datagram.
+pub(crate) async fn udp_on(addr: &str, name: &'static str) -> (SocketAddr, JoinHandle<()>) {
+    let socket = UdpSocket::bind(addr).await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let handle = tokio::spawn(async move {
+        let mut buf = vec![0_u8; 2048];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let mut reply = format!("{name}:").into_bytes();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = socket.send_to(&reply, from).await;
+        }
+    });
+    (addr, handle)
 }

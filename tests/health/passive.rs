@@ -18,21 +18,6 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinHandle;
 
-/// A UDP endpoint at `addr` that answers "NAME:" + the datagram.
-async fn udp_on(addr: &str, name: &'static str) -> (SocketAddr, JoinHandle<()>) {
-    let socket = UdpSocket::bind(addr).await.unwrap();
-    let addr = socket.local_addr().unwrap();
-    let handle = tokio::spawn(async move {
-        let mut buf = vec![0_u8; 2048];
-        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            let mut reply = format!("{name}:").into_bytes();
-            reply.extend_from_slice(&buf[..n]);
-            let _ = socket.send_to(&reply, from).await;
-        }
-    });
-    (addr, handle)
-}
-
 /// Sends `text` from `client` to `to`; the name of the endpoint that answered, `None` when
 /// nothing came back within 2 s.
 async fn udp_ask(client: &UdpSocket, to: SocketAddr, text: &str) -> Option<String> {

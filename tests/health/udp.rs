@@ -11,21 +11,6 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UdpSocket};
 
-/// A UDP endpoint on `ip` that answers "NAME:" + the datagram.
-async fn named_udp(ip: &str, name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let socket = UdpSocket::bind(format!("{ip}:0")).await.unwrap();
-    let addr = socket.local_addr().unwrap();
-    let handle = tokio::spawn(async move {
-        let mut buf = vec![0_u8; 2048];
-        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            let mut reply = format!("{name}:").into_bytes();
-            reply.extend_from_slice(&buf[..n]);
-            let _ = socket.send_to(&reply, from).await;
-        }
-    });
-    (addr, handle)
-}
-
 /// Sends `text` from `client` to `to` and returns the endpoint's name from the answer.
 async fn ask(client: &UdpSocket, to: SocketAddr, text: &str) -> String {
     client.send_to(text.as_bytes(), to).await.unwrap();
@@ -42,8 +27,8 @@ async fn ask(client: &UdpSocket, to: SocketAddr, text: &str) -> String {
 async fn a_flow_leaves_an_endpoint_its_check_fails_and_does_not_come_back() {
     // Endpoint A on 127.0.0.1, B on 127.0.0.3; each exposes the same TCP check port on its own
     // address.
-    let (a, ha) = named_udp("127.0.0.1", "A").await;
-    let (b, hb) = named_udp("127.0.0.3", "B").await;
+    let (a, ha) = udp_on("127.0.0.1:0", "A").await;
+    let (b, hb) = udp_on("127.0.0.3:0", "B").await;
     let _udp = Backends(vec![ha, hb]);
     // A port free on both addresses (one free on 127.0.0.1 may be in use on 127.0.0.3).
     let mut pair = None;
