@@ -98,17 +98,21 @@ class Procs:
                 p.wait()
 
 
-def etcd_cluster(procs, d):
+def etcd_cluster(procs, d, started=None):
+    """Three etcd members; their client URLs, comma-separated. `started`, a list, receives
+    each member's (name, client port, process)."""
     members = [(f"m{i}", free_port(), free_port()) for i in range(1, 4)]
     initial = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, _, peer in members)
     for n, client, peer in members:
-        procs.start(["etcd", "--name", n, "--data-dir", os.path.join(d, n),
-                     "--listen-client-urls", f"http://127.0.0.1:{client}",
-                     "--advertise-client-urls", f"http://127.0.0.1:{client}",
-                     "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                     "--initial-cluster", initial, "--initial-cluster-token", "gtd-bench"],
-                    os.path.join(d, f"{n}.log"))
+        p = procs.start(["etcd", "--name", n, "--data-dir", os.path.join(d, n),
+                         "--listen-client-urls", f"http://127.0.0.1:{client}",
+                         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                         "--initial-cluster", initial, "--initial-cluster-token", "gtd-bench"],
+                        os.path.join(d, f"{n}.log"))
+        if started is not None:
+            started.append((n, client, p))
     for _, client, _ in members:
         wait("etcd healthy", lambda: b"true" in get(f"http://127.0.0.1:{client}/health")[1])
     return ",".join(f"http://127.0.0.1:{c}" for _, c, _ in members)
