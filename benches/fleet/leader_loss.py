@@ -48,6 +48,17 @@ def lost_sessions(logs):
     return [open(p, errors="replace").read().count("etcd: not following") for p in logs]
 
 
+def reasons(logs, before):
+    """The distinct errors of the sessions lost since `before`."""
+    out = set()
+    for p, b in zip(logs, before):
+        lines = [l for l in open(p, errors="replace") if "etcd: not following" in l][b:]
+        for l in lines:
+            at = l.find("error=")
+            out.add(l[at:].strip()[:200] if at >= 0 else l.strip()[:200])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=6)
@@ -116,10 +127,12 @@ def main():
                                            config], stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, text=True)
                 others = [m for j, m in enumerate(members) if j != leader]
-                elected = None
+                elected = pushed = None
                 pending = set(admins)
-                while pending or elected is None:
+                while pending or elected is None or pushed is None:
                     now = time.monotonic()
+                    if pushed is None and pusher.poll() is not None:
+                        pushed = now
                     if elected is None:
                         for _, c, _ in others:
                             s = member_status(c)
@@ -140,7 +153,11 @@ def main():
                 print(f"  round {k + 1}: leader {name} killed; new leader after "
                       f"{(elected - killed) * 1000:6.0f} ms; {lost} of {args.nodes} nodes lost "
                       f"their session; every node serving the revision "
-                      f"{(done - elected) * 1000:6.0f} ms after the new leader", flush=True)
+                      f"{(done - elected) * 1000:6.0f} ms after the new leader "
+                      f"(the push returned {(pushed - elected) * 1000:.0f} ms after it)",
+                      flush=True)
+                for why in sorted(reasons(logs, before)):
+                    print(f"    {why}")
                 # The member back, as a restarted machine would be.
                 members[leader] = (name, client, procs.start(
                     p.args, os.path.join(d, f"{name}.log")))
