@@ -16,20 +16,17 @@ its figures and never fails on one.
   benches/failover/l4_blackhole.py [--gtd PATH] [--only connect,talk,fbt]
 """
 
-import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+import harness
+
+REPO = harness.REPO
 GTD_PORT, ADMIN_PORT, A1, A2 = 18560, 18569, 18561, 18562
 WARMUP, FAULT, AFTER, RATE, PROBE_TIMEOUT = 3.0, 10.0, 4.0, 50, 5.0
 
@@ -96,8 +93,7 @@ def probe(n, out):
 
 
 def admin(path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{ADMIN_PORT}{path}", timeout=5) as r:
-        return r.read().decode()
+    return harness.admin(ADMIN_PORT, path)
 
 
 def config(variant):
@@ -129,58 +125,37 @@ regions = ["cn-beijing"]
 
 
 def run(gtd, variant, tmp):
-    path = os.path.join(tmp, f"{variant}.toml")
-    with open(path, "w") as f:
-        f.write(config(variant))
     a1, a2 = Backend("a1", A1), Backend("a2", A2)
-    log = open(os.path.join(tmp, f"{variant}.log"), "w")
-    node = subprocess.Popen(
-        [gtd, "run", "--config", path, "--region", "cn-beijing", "--bind", "127.0.0.1"],
-        stdout=log, stderr=log, start_new_session=True,
-        env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"),
-    )
     probes, threads, verdict = [], [], None
-    try:
-        for _ in range(100):
-            try:
-                admin("/healthz")
-                break
-            except OSError:
-                time.sleep(0.1)
-        start = time.time()
-        t_fault = start + WARMUP
-        t_restore = t_fault + FAULT
-        end = t_restore + AFTER
-        n = 0
-        while time.time() < end:
-            now = time.time()
-            if not a1.hung and t_fault <= now < t_restore:
-                a1.hung = True
-            if a1.hung and now >= t_restore:
-                a1.hung = False
-            if verdict is None and a1.hung and n % 5 == 0:
-                doc = json.loads(admin("/status"))
-                for e in doc["listeners"][0]["groups"][0]["endpoints"]:
-                    if e["address"].endswith(str(A1)) and e["check"] and not e["check"]["healthy"]:
-                        verdict = now - t_fault
-            t = threading.Thread(target=probe, args=(n, probes), daemon=True)
-            t.start()
-            threads.append(t)
-            n += 1
-            time.sleep(max(0.0, start + n / RATE - time.time()))
-        for t in threads:
-            t.join(PROBE_TIMEOUT + 1)
-        metrics = admin("/metrics")
-    finally:
-        os.killpg(node.pid, signal.SIGTERM)
+    with harness.Node(gtd, config(variant), tmp, variant, ADMIN_PORT):
         try:
-            node.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
-        a1.stop = a2.stop = True
-        log.close()
-        time.sleep(0.3)
+            start = time.time()
+            t_fault = start + WARMUP
+            t_restore = t_fault + FAULT
+            end = t_restore + AFTER
+            n = 0
+            while time.time() < end:
+                now = time.time()
+                if not a1.hung and t_fault <= now < t_restore:
+                    a1.hung = True
+                if a1.hung and now >= t_restore:
+                    a1.hung = False
+                if verdict is None and a1.hung and n % 5 == 0:
+                    doc = json.loads(admin("/status"))
+                    for e in doc["listeners"][0]["groups"][0]["endpoints"]:
+                        if e["address"].endswith(str(A1)) and e["check"] and not e["check"]["healthy"]:
+                            verdict = now - t_fault
+                t = threading.Thread(target=probe, args=(n, probes), daemon=True)
+                t.start()
+                threads.append(t)
+                n += 1
+                time.sleep(max(0.0, start + n / RATE - time.time()))
+            for t in threads:
+                t.join(PROBE_TIMEOUT + 1)
+            metrics = admin("/metrics")
+        finally:
+            a1.stop = a2.stop = True
+            time.sleep(0.3)
     window = [p for p in probes if t_fault <= p[0] < t_restore]
     failed = [p for p in window if p[1] not in ("a1", "a2")]
     slow = sorted(p[2] for p in window if p[1] in ("a1", "a2"))
@@ -201,24 +176,14 @@ def run(gtd, variant, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    # The shipped build, as the other benchmarks use (cargo build --profile dist --bin gtd).
-    ap.add_argument("--gtd", default=os.path.join(target, "dist", "gtd"))
-    ap.add_argument("--only", default="connect,talk,fbt")
-    args = ap.parse_args()
-    if not os.access(args.gtd, os.X_OK):
-        sys.exit(f"no gtd at {args.gtd}: cargo build --profile dist --bin gtd, or --gtd PATH")
+    args = harness.arguments("connect,talk,fbt")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for v in args.only.split(","):
             rows.append(run(args.gtd, v, tmp))
             print(json.dumps(rows[-1]), file=sys.stderr)
     keys = list(rows[0])
-    print("| " + " | ".join(keys) + " |")
-    print("|" + "---|" * len(keys))
-    for r in rows:
-        print("| " + " | ".join(str(r[k]) for k in keys) + " |")
+    harness.table(keys, [[r[k] for k in keys] for r in rows])
 
 
 if __name__ == "__main__":

@@ -22,21 +22,18 @@ never fails on one.
   benches/failover/lying_endpoint.py [--gtd PATH] [--only default,off,status] [--lie-every N]
 """
 
-import argparse
 import http.client
 import http.server
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+import harness
+
+REPO = harness.REPO
 GTD_PORT, ADMIN_PORT = 18550, 18559
 ENDPOINTS = {"a": 18551, "b": 18552, "c": 18553}
 LIAR, DURATION, RATE, BUCKET, REQ_TIMEOUT = "c", 30.0, 100, 5.0, 5.0
@@ -102,8 +99,7 @@ def request(n, out):
 
 
 def admin(path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{ADMIN_PORT}{path}", timeout=5) as r:
-        return r.read().decode()
+    return harness.admin(ADMIN_PORT, path)
 
 
 def watch(until, start, out):
@@ -154,50 +150,29 @@ regions = ["cn-beijing"]
 
 
 def run(gtd, variant, lie_every, tmp):
-    path = os.path.join(tmp, f"{variant}.toml")
-    with open(path, "w") as f:
-        f.write(config(variant))
     eps = [Endpoint(name, port, lie_every if name == LIAR else 0)
            for name, port in ENDPOINTS.items()]
-    log = open(os.path.join(tmp, f"{variant}.log"), "w")
-    node = subprocess.Popen(
-        [gtd, "run", "--config", path, "--region", "cn-beijing", "--bind", "127.0.0.1"],
-        stdout=log, stderr=log, start_new_session=True,
-        env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"),
-    )
     answers, states, threads = [], [], []
-    try:
-        for _ in range(100):
-            try:
-                admin("/healthz")
-                break
-            except OSError:
-                time.sleep(0.1)
-        start = time.time()
-        end = start + DURATION
-        watcher = threading.Thread(target=watch, args=(end + 1, start, states), daemon=True)
-        watcher.start()
-        n = 0
-        while time.time() < end:
-            t = threading.Thread(target=request, args=(n, answers), daemon=True)
-            t.start()
-            threads.append(t)
-            n += 1
-            time.sleep(max(0.0, start + n / RATE - time.time()))
-        for t in threads:
-            t.join(REQ_TIMEOUT + 1)
-        watcher.join(3)
-        metrics = admin("/metrics")
-    finally:
-        os.killpg(node.pid, signal.SIGTERM)
+    with harness.Node(gtd, config(variant), tmp, variant, ADMIN_PORT):
         try:
-            node.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
-        for e in eps:
-            e.stop()
-        log.close()
+            start = time.time()
+            end = start + DURATION
+            watcher = threading.Thread(target=watch, args=(end + 1, start, states), daemon=True)
+            watcher.start()
+            n = 0
+            while time.time() < end:
+                t = threading.Thread(target=request, args=(n, answers), daemon=True)
+                t.start()
+                threads.append(t)
+                n += 1
+                time.sleep(max(0.0, start + n / RATE - time.time()))
+            for t in threads:
+                t.join(REQ_TIMEOUT + 1)
+            watcher.join(3)
+            metrics = admin("/metrics")
+        finally:
+            for e in eps:
+                e.stop()
     ejections = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
                     if l.startswith("gtd_outlier_ejections_total")
                     and str(ENDPOINTS[LIAR]) in l)
@@ -224,25 +199,12 @@ def run(gtd, variant, lie_every, tmp):
     }
 
 
-def table(keys, rows):
-    print("| " + " | ".join(keys) + " |")
-    print("|" + "---|" * len(keys))
-    for r in rows:
-        print("| " + " | ".join("—" if v is None else str(v) for v in r) + " |")
-    print()
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    # The shipped build, as the other benchmarks use (cargo build --profile dist --bin gtd).
-    ap.add_argument("--gtd", default=os.path.join(target, "dist", "gtd"))
-    ap.add_argument("--only", default="default,off")
-    ap.add_argument("--lie-every", type=int, default=2,
-                    help="c answers 503 to every Nth real request (1: all of them)")
-    args = ap.parse_args()
-    if not os.access(args.gtd, os.X_OK):
-        sys.exit(f"no gtd at {args.gtd}: cargo build --profile dist --bin gtd, or --gtd PATH")
+    def more(ap):
+        ap.add_argument("--lie-every", type=int, default=2,
+                        help="c answers 503 to every Nth real request (1: all of them)")
+
+    args = harness.arguments("default,off", more)
     if args.lie_every < 1:
         sys.exit("--lie-every: 1 or more")
     runs = []
@@ -253,7 +215,7 @@ def main():
             print(f"{v}: c's ejected by seconds after start: {runs[-1]['states']}",
                   file=sys.stderr)
     keys = list(runs[0]["summary"])
-    table(keys, [[r["summary"][k] for k in keys] for r in runs])
+    harness.table(keys, [[r["summary"][k] for k in keys] for r in runs])
     ks = sorted(set().union(*(r["buckets"] for r in runs)))
     head = ["s after start"] + [f"{r['summary']['variant']}: not 200 / requests" for r in runs]
     rows = []
@@ -263,7 +225,7 @@ def main():
             n, bad = r["buckets"].get(k, (0, 0))
             row.append(f"{bad} / {n}")
         rows.append(row)
-    table(head, rows)
+    harness.table(head, rows)
 
 
 if __name__ == "__main__":

@@ -18,20 +18,17 @@ ends (also on error). A benchmark, not a test: it prints its figures and never f
   benches/failover/udp_restart.py [--gtd PATH] [--only checks,passive]
 """
 
-import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+import harness
+
+REPO = harness.REPO
 GTD_PORT, ADMIN_PORT, A, B = 18570, 18579, 18571, 18572
 WARMUP, FAULT, AFTER, RATE, FLOW_TIMEOUT = 5.0, 10.0, 15.0, 50, 1.0
 LONG_FLOWS, LONG_EVERY = 4, 0.1
@@ -127,8 +124,7 @@ def long_flow(i, until, out):
 
 
 def admin(path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{ADMIN_PORT}{path}", timeout=5) as r:
-        return r.read().decode()
+    return harness.admin(ADMIN_PORT, path)
 
 
 def watch(until, t_ref, out):
@@ -186,64 +182,43 @@ regions = ["cn-beijing"]
 
 
 def run(gtd, variant, tmp):
-    path = os.path.join(tmp, f"{variant}.toml")
-    with open(path, "w") as f:
-        f.write(config(variant))
     a, b = Echo("a", A), Echo("b", B)
-    log = open(os.path.join(tmp, f"{variant}.log"), "w")
-    node = subprocess.Popen(
-        [gtd, "run", "--config", path, "--region", "cn-beijing", "--bind", "127.0.0.1"],
-        stdout=log, stderr=log, start_new_session=True,
-        env=dict(os.environ, RUST_LOG="info", NO_COLOR="1"),
-    )
     flows, longs, states, threads = [], [], [], []
     t_ref = [time.time() + 3600]
-    try:
-        for _ in range(100):
-            try:
-                admin("/healthz")
-                break
-            except OSError:
-                time.sleep(0.1)
-        start = time.time()
-        t_fault = start + WARMUP
-        t_restore = t_fault + FAULT
-        end = t_restore + AFTER
-        t_ref[0] = t_fault
-        side = [threading.Thread(target=watch, args=(end, t_ref, states), daemon=True)]
-        side += [threading.Thread(target=long_flow, args=(i, end, longs), daemon=True)
-                 for i in range(LONG_FLOWS)]
-        for t in side:
-            t.start()
-        n = 0
-        while time.time() < end:
-            now = time.time()
-            if b is not None and t_fault <= now < t_restore:
-                b.stop()
-                b = None
-                t_fault = time.time()
-                t_ref[0] = t_fault
-            if b is None and now >= t_restore:
-                b = Echo("b", B)
-                t_restore = time.time()
-            t = threading.Thread(target=flow, args=(n, flows), daemon=True)
-            t.start()
-            threads.append(t)
-            n += 1
-            time.sleep(max(0.0, start + n / RATE - time.time()))
-        for t in threads + side:
-            t.join(FLOW_TIMEOUT + 2)
-    finally:
-        os.killpg(node.pid, signal.SIGTERM)
+    with harness.Node(gtd, config(variant), tmp, variant, ADMIN_PORT):
         try:
-            node.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
-        a.stop()
-        if b is not None:
-            b.stop()
-        log.close()
+            start = time.time()
+            t_fault = start + WARMUP
+            t_restore = t_fault + FAULT
+            end = t_restore + AFTER
+            t_ref[0] = t_fault
+            side = [threading.Thread(target=watch, args=(end, t_ref, states), daemon=True)]
+            side += [threading.Thread(target=long_flow, args=(i, end, longs), daemon=True)
+                     for i in range(LONG_FLOWS)]
+            for t in side:
+                t.start()
+            n = 0
+            while time.time() < end:
+                now = time.time()
+                if b is not None and t_fault <= now < t_restore:
+                    b.stop()
+                    b = None
+                    t_fault = time.time()
+                    t_ref[0] = t_fault
+                if b is None and now >= t_restore:
+                    b = Echo("b", B)
+                    t_restore = time.time()
+                t = threading.Thread(target=flow, args=(n, flows), daemon=True)
+                t.start()
+                threads.append(t)
+                n += 1
+                time.sleep(max(0.0, start + n / RATE - time.time()))
+            for t in threads + side:
+                t.join(FLOW_TIMEOUT + 2)
+        finally:
+            a.stop()
+            if b is not None:
+                b.stop()
     return figures(variant, flows, longs, states, start, t_fault, t_restore, end)
 
 
@@ -304,23 +279,8 @@ def figures(variant, flows, longs, states, start, t_fault, t_restore, end):
     }
 
 
-def table(keys, rows):
-    print("| " + " | ".join(keys) + " |")
-    print("|" + "---|" * len(keys))
-    for r in rows:
-        print("| " + " | ".join("—" if v is None else str(v) for v in r) + " |")
-    print()
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    # The shipped build, as the other benchmarks use (cargo build --profile dist --bin gtd).
-    ap.add_argument("--gtd", default=os.path.join(target, "dist", "gtd"))
-    ap.add_argument("--only", default="checks,passive")
-    args = ap.parse_args()
-    if not os.access(args.gtd, os.X_OK):
-        sys.exit(f"no gtd at {args.gtd}: cargo build --profile dist --bin gtd, or --gtd PATH")
+    args = harness.arguments("checks,passive")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for v in args.only.split(","):
@@ -329,7 +289,7 @@ def main():
             print(f"{v}: b's state (check healthy, passive_down) by seconds after the fault: "
                   f"{runs[-1]['states']}", file=sys.stderr)
     keys = list(runs[0]["summary"])
-    table(keys, [[r["summary"][k] for k in keys] for r in runs])
+    harness.table(keys, [[r["summary"][k] for k in keys] for r in runs])
     # Per second from the fault (restore at +10 s): b's share of new flows, lost flows.
     secs = sorted(set().union(*(r["per_second"] for r in runs)))
     head = ["s after the fault"]
@@ -342,9 +302,9 @@ def main():
             share, lost = r["per_second"].get(k, (None, None))
             row += [None if share is None else round(share), lost]
         rows.append(row)
-    table(head, rows)
+    harness.table(head, rows)
     long_keys = ["variant"] + list(runs[0]["long"][0])
-    table(long_keys, [[r["summary"]["variant"]] + list(l.values()) for r in runs for l in r["long"]])
+    harness.table(long_keys, [[r["summary"]["variant"]] + list(l.values()) for r in runs for l in r["long"]])
 
 
 if __name__ == "__main__":

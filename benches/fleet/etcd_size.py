@@ -18,7 +18,6 @@ Needs `etcd` (Debian: etcd-server) and a gtd build.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import CONFIG, ROOT, Procs, free_port, get, wait  # noqa: E402
+from run import CONFIG, ROOT, Procs, require, free_port, get, wait  # noqa: E402
 
 QUOTA = 2 * 1024 ** 3
 
@@ -53,10 +52,7 @@ def main():
     ap.add_argument("--etcd-flag", action="append", default=[],
                     help="an extra flag for etcd (repeat); write it --etcd-flag=--name=value")
     args = ap.parse_args()
-    if not shutil.which("etcd"):
-        sys.exit("etcd not found (Debian: apt-get install etcd-server)")
-    if not os.path.exists(args.gtd):
-        sys.exit(f"{args.gtd} not found: cargo build --profile dist --bin gtd")
+    require(args.gtd)
     procs = Procs()
     with tempfile.TemporaryDirectory(prefix="gtd-etcd-size-") as d:
         try:

@@ -19,7 +19,6 @@ Needs `etcd` (Debian: etcd-server) and a gtd build.
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import CONFIG, ROOT, Procs, etcd_cluster, free_port, get, serves, wait  # noqa: E402
+from run import CONFIG, ROOT, Procs, require, etcd_cluster, free_port, get, serves, wait  # noqa: E402
 
 
 def member_status(client):
@@ -65,10 +64,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gtd", default=os.path.join(ROOT, "target", "dist", "gtd"))
     args = ap.parse_args()
-    if not shutil.which("etcd"):
-        sys.exit("etcd not found (Debian: apt-get install etcd-server)")
-    if not os.path.exists(args.gtd):
-        sys.exit(f"{args.gtd} not found: cargo build --profile dist --bin gtd")
+    require(args.gtd)
     procs = Procs()
     with tempfile.TemporaryDirectory(prefix="gtd-leader-loss-") as d:
         try:

@@ -198,6 +198,14 @@ def run(n_nodes, rounds, gtd, d):
         procs.stop()
 
 
+def require(gtd):
+    """Exits, saying what to install or build, without etcd or without a gtd at `gtd`."""
+    if not shutil.which("etcd"):
+        sys.exit("etcd not found (Debian: apt-get install etcd-server)")
+    if not os.path.exists(gtd):
+        sys.exit(f"{gtd} not found: cargo build --profile dist --bin gtd")
+
+
 def summary(xs):
     xs = sorted(xs)
     p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
@@ -210,10 +218,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--gtd", default=os.path.join(ROOT, "target", "dist", "gtd"))
     args = ap.parse_args()
-    if not shutil.which("etcd"):
-        sys.exit("etcd not found (Debian: apt-get install etcd-server)")
-    if not os.path.exists(args.gtd):
-        sys.exit(f"{args.gtd} not found: cargo build --profile dist --bin gtd --bin sim")
+    require(args.gtd)
     results = []
     for n in [int(x) for x in args.nodes.split(",")]:
         with tempfile.TemporaryDirectory(prefix="gtd-fleet-bench-") as d:
