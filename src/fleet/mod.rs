@@ -15,6 +15,7 @@
 //! ([`crate::node`]'s fleet follower) and apply each new revision as a reload.
 
 pub mod access;
+pub mod compact;
 pub mod etcd;
 pub mod push;
 pub mod registry;
@@ -97,6 +98,10 @@ pub struct Store {
     endpoint: String,
     /// The etcd user this connection authenticated as (none: no user, or users are off).
     user: Option<String>,
+    /// Reads answered by the member from its own store, without asking the leader: they work
+    /// during an election, and a node that follows a watch from the header they return misses
+    /// nothing (see [`Store::serializable`]).
+    serializable: bool,
 }
 
 /// An error in a few words: its context, then for an etcd client error the gRPC status's
@@ -190,6 +195,7 @@ impl Store {
                         prefix,
                         endpoint: endpoint.clone(),
                         user,
+                        serializable: false,
                     });
                 }
                 Err((why, refused)) => {
@@ -233,6 +239,15 @@ impl Store {
         }
     }
 
+    /// This connection with the current revision and the revisions' documents read from the
+    /// member's own store (etcd's serializable reads): they answer while the cluster elects a
+    /// leader, when a linearizable read waits for one. What they return may be older than the
+    /// cluster's latest; a follower that then watches from the read's header receives the rest.
+    pub fn serializable(mut self) -> Store {
+        self.serializable = true;
+        self
+    }
+
     /// The member this connection talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -267,7 +282,10 @@ impl Store {
         let key = self.current_key();
         let resp = self
             .client
-            .range(range(&key, false))
+            .range(rpc::RangeRequest {
+                serializable: self.serializable,
+                ..range(&key, false)
+            })
             .await
             .context("reading the current revision")?;
         let header = resp.header.as_ref().map_or(0, |h| h.revision);
@@ -308,7 +326,10 @@ impl Store {
         let key = self.revision_key(n);
         let resp = self
             .client
-            .range(range(&key, false))
+            .range(rpc::RangeRequest {
+                serializable: self.serializable,
+                ..range(&key, false)
+            })
             .await
             .with_context(|| format!("reading revision {n}"))?;
         resp.kvs

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// A node's registry entry, rewritten every few seconds and after every revision it applies
-/// or refuses.
+/// A node's registry entry, rewritten when what it says changes (a revision applied or
+/// refused, a group's health or share).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     /// The node's id (`--node-id`, default `REGION@HOST:ADMIN_PORT`).
@@ -27,12 +27,28 @@ pub struct Entry {
     pub source: String,
     /// The latest revision it refused, and why (cleared when it applies a newer one).
     pub refused: Option<Refusal>,
-    /// Seconds since it started.
+    /// Seconds since it started, when the entry was written.
     pub uptime_s: u64,
-    /// When this entry was written, ms since the Unix epoch.
+    /// When it started, ms since the Unix epoch (0 in an entry of a version before it was
+    /// written: then `uptime_s` is all there is).
+    #[serde(default)]
+    pub started_at_ms: u64,
+    /// When this entry was written, ms since the Unix epoch: the entry is rewritten when what
+    /// it says changes, not on a clock (the lease says the node is alive).
     pub updated_at_ms: u64,
     /// What each of its listeners does now.
     pub listeners: Vec<ListenerView>,
+}
+
+impl Entry {
+    /// Seconds the node has been up: from when it started, for an entry that says it (the
+    /// entry is not rewritten as time passes), else as the entry was written.
+    pub fn uptime_s(&self) -> u64 {
+        if self.started_at_ms == 0 {
+            return self.uptime_s;
+        }
+        crate::fleet::now_ms().saturating_sub(self.started_at_ms) / 1000
+    }
 }
 
 /// A revision a node could not apply.
@@ -152,6 +168,7 @@ mod tests {
             source: "etcd".to_owned(),
             refused: None,
             uptime_s: 0,
+            started_at_ms: 0,
             updated_at_ms: 0,
             listeners: vec![ListenerView {
                 name: "web".to_owned(),

@@ -126,7 +126,7 @@ impl Fleet {
                 n.id,
                 n.region,
                 rev,
-                duration(n.uptime_s),
+                duration(n.uptime_s()),
                 listeners.join(" · ")
             ));
             if let Some(r) = &n.refused {

@@ -16,8 +16,11 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Value, json};
 
 use super::Inner;
-use crate::fleet::registry::{Entry, Refusal, listeners_of};
+use crate::fleet::etcd::Answers;
+use crate::fleet::registry::Refusal;
 use crate::fleet::{Revision, Store};
+
+mod registry;
 
 /// `gtd run --etcd ...`.
 #[derive(Debug, Clone)]
@@ -34,8 +37,9 @@ pub struct Options {
     pub lease_ttl: Duration,
 }
 
-/// How often a node rewrites its registry entry.
-const REFRESH: Duration = Duration::from_secs(2);
+/// The first wait before connecting again: short, since the usual cause is one member gone,
+/// and another answers at once (or as soon as it has elected a leader).
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest wait between two attempts to reach etcd: short, so that a node serves the
 /// current revision within seconds of the cluster's return (an attempt costs etcd one
 /// connection and a status call).
@@ -236,7 +240,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
     if started.1 == Source::Etcd {
         cache(fleet, &started.0).await;
     }
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = MIN_BACKOFF;
     loop {
         let began = std::time::Instant::now();
         let result = session(&inner, fleet).await;
@@ -245,7 +249,6 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
             Ok(()) => return,
             Err(e) => {
                 *fleet.store.lock().expect("fleet state") = None;
-                fleet.lease.store(0, Ordering::Relaxed);
                 let e = crate::fleet::describe(&e);
                 let was = fleet.error.lock().expect("fleet state").clone();
                 if was.as_deref() != Some(&e) {
@@ -256,7 +259,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
         }
         // A session that lasted starts the backoff over.
         if began.elapsed() > MAX_BACKOFF {
-            backoff = Duration::from_millis(500);
+            backoff = MIN_BACKOFF;
         }
         // Up to a fifth more, so that nodes that lost etcd together do not return in step.
         let jitter = backoff.mul_f64(
@@ -287,79 +290,150 @@ async fn cache(fleet: &Fleet, r: &Arc<Revision>) {
     }
 }
 
-/// One connection's life: a lease, the entry, the watch. Returns `Ok` when the node stops,
-/// an error when etcd is lost (the caller reconnects).
+/// One connection's life: the current revision read, then its key watched, with the registry
+/// entry kept by a task of its own ([`registry`]) so that a write etcd holds up (an election)
+/// never holds up a revision. Returns `Ok` when the node stops, an error when the member is
+/// lost or stays without a leader (the caller connects again, to any member).
 async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
-    let mut store = Store::connect(&fleet.opts.etcd, &fleet.opts.prefix).await?;
-    let ttl = fleet.opts.lease_ttl.as_secs().max(1) as i64;
-    let lease = store
-        .client()
-        .lease_grant(ttl)
-        .await
-        .context("granting the registry lease")?
-        .id;
-    let (mut keeper, mut kept) = store
-        .client()
-        .lease_keep_alive(lease)
-        .await
-        .context("keeping the registry lease")?;
+    // Serializable reads: they answer during an election, and the watch from their header
+    // brings whatever they missed.
+    let mut store = Store::connect(&fleet.opts.etcd, &fleet.opts.prefix)
+        .await?
+        .serializable();
     let seen = store.current().await?;
     *fleet.store.lock().expect("fleet state") = Some(store.clone());
-    fleet.lease.store(lease, Ordering::Relaxed);
-    let id = node_id(inner, fleet);
     catch_up(inner, fleet, &mut store, seen.number).await?;
-    register(inner, fleet, &mut store, &id, lease).await?;
-    // Followed again only once registered: a session that fails there (a user without write
-    // permission on the registry) keeps its error, logged once, not once per attempt.
+    let registration = registry::Registration::start(Arc::clone(inner), store.clone());
+    let compaction = tokio::spawn(compact(store.clone()));
+    let _compaction = AbortOnDrop(compaction);
     let was = fleet.error.lock().expect("fleet state").clone();
     fleet.set_error(None);
     if was.is_some() {
         tracing::info!("etcd: following again");
     }
     let key = store.current_key();
-    let mut events = store
-        .client()
-        .watch(&key, seen.header + 1)
-        .await
-        .context("watching the current revision")?;
-    let mut refresh = tokio::time::interval(REFRESH);
-    let mut keep = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
+    // The first store revision the watch has not delivered.
+    let mut from = seen.header + 1;
+    let mut events = watch(inner, &store, &key, from).await?;
     loop {
-        tokio::select! {
+        let message = tokio::select! {
             // The drain began: `Node::shutdown` revokes the lease.
-            _ = inner.stop.cancelled() => {
-                return Ok(());
+            _ = inner.stop.cancelled() => return Ok(()),
+            message = events.message() => message,
+        };
+        let response = match message {
+            Ok(Some(r)) => r,
+            Ok(None) => bail!("the watch ended"),
+            // An election ended the stream (etcd ends `hasleader` streams of a member without
+            // a leader): the member is alive, so watch again from where this one stopped.
+            Err(e) if e.is_leaderless() => {
+                events = watch(inner, &store, &key, from).await?;
+                continue;
             }
-            message = events.message() => {
-                let response = message.context("watching the current revision")?
-                    .ok_or_else(|| anyhow!("the watch ended"))?;
-                if response.canceled {
-                    bail!("the watch was cancelled: {}", response.cancel_reason);
-                }
-                let mut latest = None;
-                for event in &response.events {
-                    if event.r#type() == mvccpb::event::EventType::Put
-                        && let Some(kv) = &event.kv
-                    {
-                        latest = std::str::from_utf8(&kv.value)
-                            .ok()
-                            .and_then(|v| v.trim().parse::<u64>().ok());
-                    }
-                }
-                if let Some(n) = latest {
-                    catch_up(inner, fleet, &mut store, n).await?;
-                    register(inner, fleet, &mut store, &id, lease).await?;
+            Err(e) => return Err(e).context("watching the current revision"),
+        };
+        if response.canceled {
+            if response.compact_revision > 0 {
+                // Compacted past `from` while this node was away: read the current revision
+                // afresh and watch from there.
+                let seen = store.current().await?;
+                catch_up(inner, fleet, &mut store, seen.number).await?;
+                registration.changed();
+                from = seen.header + 1;
+                events = watch(inner, &store, &key, from).await?;
+                continue;
+            }
+            bail!("the watch was cancelled: {}", response.cancel_reason);
+        }
+        let mut latest = None;
+        for event in &response.events {
+            if let Some(kv) = &event.kv {
+                from = from.max(kv.mod_revision + 1);
+                if event.r#type() == mvccpb::event::EventType::Put {
+                    latest = std::str::from_utf8(&kv.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u64>().ok());
                 }
             }
-            _ = refresh.tick() => register(inner, fleet, &mut store, &id, lease).await?,
-            _ = keep.tick() => keeper.keep_alive().await.context("keeping the registry lease")?,
-            response = kept.message() => {
-                let response = response.context("keeping the registry lease")?
-                    .ok_or_else(|| anyhow!("the lease keep-alive stream ended"))?;
-                if response.ttl <= 0 {
-                    bail!("the registry lease expired");
+        }
+        if response.events.is_empty() && !response.created {
+            // A progress report: nothing up to its header is left to deliver.
+            if let Some(h) = &response.header {
+                from = from.max(h.revision + 1);
+            }
+        }
+        if let Some(n) = latest {
+            catch_up(inner, fleet, &mut store, n).await?;
+            registration.changed();
+        }
+    }
+}
+
+/// A task that ends when this value is dropped (with the session that started it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// This node's part in compacting etcd's history ([`crate::fleet::compact`]): a round every
+/// interval, the first one interval after the session began. A node whose etcd user may not
+/// write `PREFIX/compaction` says so once and leaves it to etcd's own auto-compaction.
+async fn compact(store: Store) {
+    let mut last = crate::fleet::compact::Round::default();
+    let mut said = false;
+    loop {
+        tokio::time::sleep(crate::fleet::compact::INTERVAL).await;
+        match crate::fleet::compact::round(&store, last).await {
+            Ok((next, outcome)) => {
+                last = next;
+                if let crate::fleet::compact::Outcome::Won { compacted } = outcome
+                    && compacted > 0
+                {
+                    tracing::info!(revision = compacted, "fleet: etcd's history compacted");
                 }
             }
+            Err(e) => {
+                let e = crate::fleet::describe(&e);
+                if e.contains("permission denied") {
+                    tracing::warn!(error = %e, "fleet: this node may not compact etcd's history \
+                        (PREFIX/compaction); etcd's --auto-compaction-retention must (docs/operations.md)");
+                    return;
+                }
+                if !said {
+                    tracing::warn!(error = %e, "fleet: etcd's history not compacted this round");
+                    said = true;
+                }
+            }
+        }
+    }
+}
+
+/// How long a member may know no leader before the node leaves it for another: longer than an
+/// election (etcd's default election timeout is 1 s), short enough that a member cut off from
+/// the others is not followed for long.
+const LEADERLESS: Duration = Duration::from_secs(10);
+
+/// A watch of `key` from store revision `from`; while the member knows no leader (an
+/// election), tried again every 100 ms for up to [`LEADERLESS`].
+async fn watch(
+    inner: &Inner,
+    store: &Store,
+    key: &str,
+    from: i64,
+) -> Result<Answers<rpc::WatchResponse>> {
+    let began = tokio::time::Instant::now();
+    loop {
+        match store.client().watch(key, from).await {
+            Err(e) if e.is_leaderless() && began.elapsed() < LEADERLESS => {
+                tokio::select! {
+                    _ = inner.stop.cancelled() => bail!("stopping"),
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+            watch => return watch.context("watching the current revision"),
         }
     }
 }
@@ -400,45 +474,5 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
         // The reload logged why, with every error.
         Err(e) => fleet.refuse(n, e),
     }
-    Ok(())
-}
-
-/// Writes the node's registry entry under its lease.
-async fn register(
-    inner: &Arc<Inner>,
-    fleet: &Fleet,
-    store: &mut Store,
-    id: &str,
-    lease: i64,
-) -> Result<()> {
-    let status = super::admin::status(inner);
-    let (applied, source) = {
-        let a = fleet.applied.lock().expect("fleet state");
-        (a.0.revision, a.1)
-    };
-    let entry = Entry {
-        id: id.to_owned(),
-        region: inner.region.clone(),
-        admin: inner.admin_addr.to_string(),
-        bind: inner.opts.bind.to_string(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        applied: Some(applied),
-        source: source.as_str().to_owned(),
-        refused: fleet.refused.lock().expect("fleet state").clone(),
-        uptime_s: inner.started.elapsed().as_secs(),
-        updated_at_ms: crate::fleet::now_ms(),
-        listeners: listeners_of(&status),
-    };
-    let key = format!("{}{id}", store.nodes_key());
-    store
-        .client()
-        .put(rpc::PutRequest {
-            key: key.into_bytes(),
-            value: serde_json::to_vec(&entry)?,
-            lease,
-            ..Default::default()
-        })
-        .await
-        .context("writing the registry entry")?;
     Ok(())
 }

@@ -188,6 +188,39 @@ impl Cluster {
             .join(",")
     }
 
+    /// The client URLs of members `which` only, comma-separated.
+    pub(crate) fn endpoints_of(&self, which: &[usize]) -> String {
+        which
+            .iter()
+            .map(|&i| format!("{}://{}", self.scheme(), self.members[i].client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that leads now (asked of each running member).
+    pub(crate) fn leader(&self) -> usize {
+        let mut leader = None;
+        wait("a member naming itself leader", || {
+            leader = (0..self.members.len())
+                .filter(|&i| self.members[i].child.is_some())
+                .find(|&i| {
+                    let out = self.etcdctl(&[
+                        "--endpoints",
+                        &self.endpoints_of(&[i]),
+                        "endpoint",
+                        "status",
+                        "-w",
+                        "json",
+                    ]);
+                    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+                    let s = &status[0]["Status"];
+                    !s["leader"].is_null() && s["leader"] == s["header"]["member_id"]
+                });
+            leader.is_some()
+        });
+        leader.expect("waited for")
+    }
+
     /// `--etcd ENDPOINTS` and, on a secure cluster, the CA, the client certificate and (once
     /// users are on) `who`'s user and password file: what `who` passes to reach the cluster.
     pub(crate) fn access(&self, who: As) -> Vec<String> {
@@ -250,7 +283,8 @@ impl Cluster {
     }
 
     /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`: read and write under /gtd/)
-    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/), each
+    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/ and
+    /// /gtd/compaction), each
     /// with [`PASSWORD`] in `pw-USER`. From now on [`Cluster::access`] names a user.
     pub(crate) fn enable_users(&mut self) {
         let run = |args: &[&str]| {
@@ -300,6 +334,13 @@ impl Cluster {
             "--prefix=true",
             "readwrite",
             "/gtd/nodes/",
+        ]);
+        run(&[
+            "role",
+            "grant-permission",
+            "gtd-node",
+            "readwrite",
+            "/gtd/compaction",
         ]);
         run(&["user", "grant-role", "pusher", "gtd-push"]);
         run(&["user", "grant-role", "node", "gtd-node"]);

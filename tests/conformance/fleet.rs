@@ -364,7 +364,7 @@ pub(crate) struct NodeProc {
     pub(crate) ip: IpAddr,
     pub(crate) admin: SocketAddr,
     pub(crate) child: Child,
-    log: PathBuf,
+    pub(crate) log: PathBuf,
     /// The arguments that say where its config comes from (`--config F`, `--etcd ...`).
     source: Vec<String>,
 }

@@ -37,10 +37,13 @@ mod fleet;
 mod load;
 mod split;
 
+mod compaction;
+mod election;
 mod failover;
 mod fleet_tab;
 mod graceful;
 mod ranking;
+mod registry;
 mod reload;
 mod revisions;
 mod routes;

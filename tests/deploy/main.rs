@@ -29,6 +29,7 @@ use std::time::Duration;
 use yaml_rust2::{Yaml, YamlLoader};
 
 mod container;
+mod etcd;
 mod kubernetes;
 mod systemd;
 

@@ -56,6 +56,20 @@ pub enum Error {
     Closed(&'static str),
 }
 
+impl Error {
+    /// etcd's "no leader": the member is up but knows no leader (an election, or it is cut off
+    /// from the others). A stream opened with `hasleader` is ended with it.
+    pub fn is_leaderless(&self) -> bool {
+        matches!(self, Error::GRpcStatus(s) if s.message().contains("no leader"))
+    }
+
+    /// etcd's "required revision has been compacted": a watch or compaction asked for history
+    /// that a compaction removed.
+    pub fn is_compacted(&self) -> bool {
+        matches!(self, Error::GRpcStatus(s) if s.message().contains("compacted"))
+    }
+}
+
 impl From<tonic::Status> for Error {
     fn from(s: tonic::Status) -> Error {
         Error::GRpcStatus(s)
@@ -292,6 +306,16 @@ impl Client {
             async move { KvClient::new(s).txn(r).await }
         })
         .await
+    }
+
+    /// Drops the history before store revision `revision` (keys' values as of then stay).
+    pub async fn compact(&self, revision: i64) -> Result<rpc::CompactionResponse> {
+        let request = rpc::CompactionRequest {
+            revision,
+            physical: false,
+        };
+        self.call(|s| async move { KvClient::new(s).compact(request).await })
+            .await
     }
 
     /// A lease of `ttl` seconds (etcd chooses its id).

@@ -359,7 +359,8 @@
         h("td", { text: n.version || "" }),
         h("td", { class: behind ? "behind" : "", text: (n.applied ?? "—") + (behind ? " (latest " + latest + ")" : "") }),
         h("td", { class: "refused", text: refused }),
-        h("td", { text: uptime(n.uptime_s) + (num(n.updated_at_ms) !== null ? " · seen " + ago(n.updated_at_ms) : "") }),
+        // The entry is rewritten when it changes, not as time passes: up since it started.
+        h("td", { text: uptime(num(n.started_at_ms) ? Math.max(0, Math.round((Date.now() - n.started_at_ms) / 1000)) : n.uptime_s) }),
         h("td", {}, listeners.map((t) => h("div", { text: t }))));
     });
     const dis = arr(f.disagreements).map((d) => h("tr", {},

@@ -1,0 +1,217 @@
+//! The node's registry entry (`PREFIX/nodes/ID`, docs/operations.md "The registry"): written
+//! under a lease, and rewritten only when what it says changes. The lease says the node is
+//! alive (a node that dies leaves the registry when its lease runs out), so an unchanged entry
+//! costs etcd nothing but the lease's keep-alives, which add no revision to its history.
+//!
+//! A task apart from the follower's watch: a write that etcd holds up (an election, a slow
+//! disk) never holds up a revision, and a failed write is tried again at the next look without
+//! ending the follower's session.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{Fleet, Inner};
+use crate::fleet::Store;
+use crate::fleet::etcd::pb::etcdserverpb as rpc;
+use crate::fleet::registry::{Entry, listeners_of};
+
+/// How often the node looks whether its entry changed (between the revisions and reloads that
+/// wake it at once): group health and shares move without either.
+const LOOK: Duration = Duration::from_secs(2);
+
+/// The registration of one follower session: its task ends with it.
+pub(super) struct Registration {
+    task: JoinHandle<()>,
+    wake: Arc<Notify>,
+}
+
+impl Registration {
+    /// Keeps the node's entry in the registry through `store` until dropped.
+    pub(super) fn start(inner: Arc<Inner>, store: Store) -> Registration {
+        let wake = Arc::new(Notify::new());
+        let task = tokio::spawn(keep(inner, store, Arc::clone(&wake)));
+        Registration { task, wake }
+    }
+
+    /// Something the entry shows may have changed (a revision applied or refused): look now.
+    pub(super) fn changed(&self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One lease after another, until the session ends: the previous session's lease when it is
+/// still alive (the entry stays attached to it), else a new one.
+async fn keep(inner: Arc<Inner>, store: Store, wake: Arc<Notify>) {
+    let Some(fleet) = inner.fleet.as_ref() else {
+        return;
+    };
+    let ttl = fleet.opts.lease_ttl.as_secs().max(1) as i64;
+    let mut backoff = Duration::from_millis(200);
+    let mut said: Option<String> = None;
+    loop {
+        let mut lease = fleet.lease.load(Ordering::Relaxed);
+        if lease == 0 {
+            match store.client().lease_grant(ttl).await {
+                Ok(granted) => {
+                    lease = granted.id;
+                    fleet.lease.store(lease, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    report(&mut said, format!("granting the registry lease: {e}"));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            }
+        }
+        let why = hold(&inner, fleet, &store, lease, ttl, &wake, &mut said).await;
+        report(&mut said, why);
+        // Expired or refused: the next lease is a new one. A broken stream keeps it: the next
+        // try renews it if it still lives.
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Renews `lease` and writes the entry whenever it changed; returns why it stopped.
+async fn hold(
+    inner: &Arc<Inner>,
+    fleet: &Fleet,
+    store: &Store,
+    lease: i64,
+    ttl: i64,
+    wake: &Notify,
+    said: &mut Option<String>,
+) -> String {
+    let (mut keeper, mut kept) = match store.client().lease_keep_alive(lease).await {
+        Ok(k) => k,
+        Err(e) => return format!("keeping the registry lease: {e}"),
+    };
+    let key = format!("{}{}", store.nodes_key(), super::node_id(inner, fleet));
+    // What was last written, its clock fields left out: an entry is rewritten when that differs.
+    let mut written: Option<Vec<u8>> = None;
+    let mut look = tokio::time::interval(LOOK);
+    let mut renew = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
+    let mut writing: Option<std::pin::Pin<Box<dyn Future<Output = Write> + Send>>> = None;
+    loop {
+        tokio::select! {
+            _ = renew.tick() => {
+                if keeper.keep_alive().await.is_err() {
+                    return "the lease keep-alive stream closed".to_owned();
+                }
+                continue;
+            }
+            answer = kept.message() => match answer {
+                Ok(Some(a)) if a.ttl <= 0 => {
+                    // Gone (it ran out while etcd could not be reached): a new one, and the
+                    // entry again.
+                    fleet.lease.store(0, Ordering::Relaxed);
+                    return "the registry lease expired".to_owned();
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => return "the lease keep-alive stream ended".to_owned(),
+                Err(e) => return format!("keeping the registry lease: {e}"),
+            },
+            done = async { writing.as_mut().expect("guarded").await }, if writing.is_some() => {
+                writing = None;
+                match done {
+                    Write::Done(shape) => {
+                        written = Some(shape);
+                        if said.take().is_some() {
+                            tracing::info!("fleet: registry entry written again");
+                        }
+                    }
+                    Write::Failed(e) => report(said, e),
+                }
+                continue;
+            }
+            _ = look.tick() => {}
+            () = wake.notified() => {}
+        }
+        if writing.is_some() {
+            continue;
+        }
+        let entry = entry(inner, fleet);
+        let shape = shape(&entry);
+        if written.as_ref() == Some(&shape) {
+            continue;
+        }
+        let client = store.client().clone();
+        let key = key.clone();
+        writing = Some(Box::pin(async move {
+            let put = rpc::PutRequest {
+                key: key.into_bytes(),
+                value: serde_json::to_vec(&entry).expect("an entry is plain data"),
+                lease,
+                ..Default::default()
+            };
+            match client.put(put).await {
+                Ok(_) => Write::Done(shape),
+                Err(e) => Write::Failed(format!("writing the registry entry: {e}")),
+            }
+        }));
+    }
+}
+
+/// How one write of the entry ended.
+enum Write {
+    /// Written: the entry's shape.
+    Done(Vec<u8>),
+    /// Not written, and why.
+    Failed(String),
+}
+
+/// Logs `why` once until it changes or the entry is written again.
+fn report(said: &mut Option<String>, why: String) {
+    if said.as_deref() != Some(why.as_str()) {
+        tracing::warn!(error = %why, "fleet: registry entry not written; trying again");
+        *said = Some(why);
+    }
+}
+
+/// The node's entry now.
+fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
+    let status = super::super::admin::status(inner);
+    let (applied, source) = {
+        let a = fleet.applied.lock().expect("fleet state");
+        (a.0.revision, a.1)
+    };
+    let now = crate::fleet::now_ms();
+    let up = inner.started.elapsed();
+    Entry {
+        id: super::node_id(inner, fleet),
+        region: inner.region.clone(),
+        admin: inner.admin_addr.to_string(),
+        bind: inner.opts.bind.to_string(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        applied: Some(applied),
+        source: source.as_str().to_owned(),
+        refused: fleet.refused.lock().expect("fleet state").clone(),
+        uptime_s: up.as_secs(),
+        started_at_ms: now.saturating_sub(up.as_millis() as u64),
+        updated_at_ms: now,
+        listeners: listeners_of(&status),
+    }
+}
+
+/// The entry without what the clock moves (when it was written, the uptime then): the part
+/// whose change is worth a write.
+fn shape(entry: &Entry) -> Vec<u8> {
+    let still = Entry {
+        uptime_s: 0,
+        started_at_ms: 0,
+        updated_at_ms: 0,
+        ..entry.clone()
+    };
+    serde_json::to_vec(&still).expect("an entry is plain data")
+}

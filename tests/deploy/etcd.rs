@@ -1,0 +1,92 @@
+//! `deploy/etcd/etcd.env`: the settings a fleet's etcd members take, given to a real etcd as
+//! Debian's etcd-server gives them (its environment): it takes every one of them and serves.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::read;
+
+/// `KEY=VALUE` lines of an environment file (comments and blank lines skipped).
+fn variables(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not KEY=VALUE: {l}"));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn etcd_takes_every_shipped_setting_and_serves() {
+    let vars = variables(&read("deploy/etcd/etcd.env"));
+    let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(names.contains(&"ETCD_AUTO_COMPACTION_MODE"), "{names:?}");
+    assert!(
+        names.contains(&"ETCD_AUTO_COMPACTION_RETENTION"),
+        "{names:?}"
+    );
+    if Command::new("etcd").arg("--version").output().is_err() {
+        panic!(
+            "etcd is not installed (Debian: apt-get install etcd-server; tests/run.sh installs it)"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client, peer) = (port(0), port(1));
+    let log = dir.path().join("etcd.log");
+    let mut etcd = Command::new("etcd")
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .args(["--name", "m1", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-cluster",
+            &format!("m1=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("ready to serve client requests") {
+            break;
+        }
+        if let Ok(Some(status)) = etcd.try_wait() {
+            panic!("etcd exited ({status}) with deploy/etcd/etcd.env:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+    assert!(
+        text.contains("ready to serve client requests"),
+        "etcd did not start serving:\n{text}"
+    );
+    // etcd names each variable it took (one it does not know is a warning, a bad value an exit).
+    for (k, v) in &vars {
+        assert!(
+            text.contains(&format!("recognized and used environment variable {k}={v}")),
+            "etcd did not take {k}={v}:\n{text}"
+        );
+    }
+}
