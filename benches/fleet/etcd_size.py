@@ -31,11 +31,19 @@ QUOTA = 2 * 1024 ** 3
 
 
 def status(client):
-    """etcd's maintenance status through its JSON gateway: (db size, db in use, revision)."""
+    """etcd's maintenance status through its JSON gateway: (db size, db in use, revision); asked
+    up to three times (a busy machine can keep etcd from answering one in time)."""
     req = urllib.request.Request(f"http://127.0.0.1:{client}/v3/maintenance/status", data=b"{}",
                                  headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5) as r:
-        s = json.load(r)
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                s = json.load(r)
+            break
+        except OSError:
+            if attempt == 2:
+                raise
+            time.sleep(1)
     return int(s["dbSize"]), int(s.get("dbSizeInUse", s["dbSize"])), int(s["header"]["revision"])
 
 
