@@ -52,6 +52,13 @@ fn metrics_table_matches_the_code() {
         })
         .collect();
     assert_eq!(rows.len(), ALL.len(), "one docs/design.md row per metric");
+    // In the code's order, which is the order /metrics exports them in.
+    let names: Vec<String> = rows.iter().map(|r| r[0].clone()).collect();
+    let code: Vec<String> = ALL.iter().map(|d| format!("`{}`", d.name)).collect();
+    assert_eq!(
+        names, code,
+        "docs/design.md's metrics table is not in the code's order"
+    );
     for def in ALL {
         let row = rows
             .iter()

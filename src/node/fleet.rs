@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use crate::fleet::etcd::pb::{etcdserverpb as rpc, mvccpb};
 use anyhow::{Context as _, Result, anyhow, bail};
+use metrics::Gauge;
 use serde_json::{Value, json};
 
 use super::Inner;
+use super::telemetry::{self, Registry};
 use crate::fleet::etcd::Answers;
 use crate::fleet::registry::Refusal;
 use crate::fleet::{Revision, Store};
@@ -68,6 +70,8 @@ pub(crate) struct Fleet {
     connected: AtomicBool,
     /// The last error reaching etcd.
     error: std::sync::Mutex<Option<String>>,
+    /// `gtd_config_revision` and `gtd_etcd_connected` (no-ops until [`Fleet::export`]).
+    gauges: (Gauge, Gauge),
 }
 
 /// The revision a node starts with: etcd's current one when etcd answers, else the cached
@@ -89,7 +93,20 @@ impl Fleet {
             lease: std::sync::atomic::AtomicI64::new(0),
             connected: AtomicBool::new(false),
             error: std::sync::Mutex::new(None),
+            gauges: (Gauge::noop(), Gauge::noop()),
         }
+    }
+
+    /// Registers `gtd_config_revision` and `gtd_etcd_connected` in the node's registry (only
+    /// a fleet node has them) and sets them to the revision served and the connection now.
+    pub(crate) fn export(&mut self, registry: &Registry) {
+        self.gauges = (
+            registry.gauge(&telemetry::CONFIG_REVISION, &[]),
+            registry.gauge(&telemetry::ETCD_CONNECTED, &[]),
+        );
+        self.gauges.0.set(self.applied().revision as f64);
+        let connected = self.connected.load(Ordering::Relaxed);
+        self.gauges.1.set(if connected { 1.0 } else { 0.0 });
     }
 
     /// Leaves the registry at once (the drain began): revokes the session's lease, waiting
@@ -124,6 +141,7 @@ impl Fleet {
     pub(crate) fn set_applied(&self, r: Arc<Revision>, source: Source) {
         let n = r.revision;
         *self.applied.lock().expect("fleet state") = (r, source);
+        self.gauges.0.set(n as f64);
         let mut refused = self.refused.lock().expect("fleet state");
         if refused.as_ref().is_some_and(|x| x.revision <= n) {
             *refused = None;
@@ -132,6 +150,7 @@ impl Fleet {
 
     fn set_error(&self, e: Option<String>) {
         self.connected.store(e.is_none(), Ordering::Relaxed);
+        self.gauges.1.set(if e.is_none() { 1.0 } else { 0.0 });
         *self.error.lock().expect("fleet state") = e;
     }
 

@@ -109,6 +109,8 @@ pub(crate) struct Inner {
     drained: CancellationToken,
     /// Set once the drain began: `/healthz` answers 503, for load balancers in front.
     pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// `gtd_draining`, set with `draining`.
+    draining_gauge: ::metrics::Gauge,
     /// Stops the running snapshot's health checks (replaced by each reload's).
     pub(crate) checks: std::sync::Mutex<CancellationToken>,
     /// Endpoint host names and their addresses.
@@ -195,10 +197,14 @@ impl Node {
         }
     }
 
-    async fn start_with(opts: Options, fleet: Option<fleet::Fleet>) -> Result<Node> {
+    async fn start_with(opts: Options, mut fleet: Option<fleet::Fleet>) -> Result<Node> {
         let revision = fleet.as_ref().map(fleet::Fleet::applied);
         let config = Arc::new(load(&opts, revision.as_deref())?);
         let registry = Registry::new();
+        let draining_gauge = telemetry::node_series(&registry);
+        if let Some(f) = &mut fleet {
+            f.export(&registry);
+        }
         let names = dns::Names::new(&registry);
         names
             .prepare(&config, &opts.region)
@@ -237,6 +243,7 @@ impl Node {
             stop: CancellationToken::new(),
             drained: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            draining_gauge,
             checks: std::sync::Mutex::new(CancellationToken::new()),
             names,
             admin_addr,
@@ -305,6 +312,7 @@ impl Node {
         self.inner
             .draining
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.inner.draining_gauge.set(1.0);
         self.inner.stop.cancel();
         {
             let mut bound = self.inner.bound.lock().await;

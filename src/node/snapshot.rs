@@ -127,6 +127,9 @@ pub struct GroupState {
     rtt: Gauge,
 }
 
+/// Every mode a listener can be in, in `gtd_listener_mode`'s order.
+const MODES: [Mode; 4] = [Mode::Cascade, Mode::Failover, Mode::FailOpen, Mode::NoRoute];
+
 /// Per-listener metric handles.
 #[derive(Debug)]
 pub struct ListenerMetrics {
@@ -152,8 +155,12 @@ pub struct ListenerMetrics {
     pub udp_evicted: Counter,
     /// Datagrams the kernel dropped on the listener's socket (its count, set as reported).
     pub udp_kernel_drops: Counter,
+    /// `gtd_listener_mode`, in the order of [`MODES`].
+    pub mode: [Gauge; 4],
     /// Entries into failover.
     pub failovers: Counter,
+    /// Priority orders adopted from measured round trips.
+    pub rank_changes: Counter,
     /// Clients by continent and country (`[geoip]` only).
     pub clients: Option<ClientSeries>,
 }
@@ -167,6 +174,8 @@ pub struct EndpointMetrics {
     pub failures: Counter,
     /// Outlier ejections (no-op handle on TCP/UDP listeners).
     pub ejections: Counter,
+    /// Passive marks (failures that took it out of rotation).
+    pub marks: Counter,
     /// Usable now (gauge kept by the planner).
     pub healthy: Gauge,
     /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
@@ -361,6 +370,7 @@ impl ListenerState {
                             } else {
                                 Counter::noop()
                             },
+                            marks: registry.counter(&m::PASSIVE_MARKS_TOTAL, &labels),
                             healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
                             requests: if http_listener {
                                 code_classes(registry, &labels)
@@ -460,7 +470,9 @@ impl ListenerState {
             } else {
                 Counter::noop()
             },
+            mode: MODES.map(|mode| registry.gauge(&m::LISTENER_MODE, &[name, mode.as_str()])),
             failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
+            rank_changes: registry.counter(&m::RANK_CHANGES_TOTAL, &[name]),
             clients: config
                 .geoip
                 .as_ref()
@@ -499,6 +511,9 @@ impl ListenerState {
     pub fn attempt_failed(&self, group: usize, pick: &Pick, cause: &dyn std::fmt::Display) {
         let now = Instant::now();
         if pick.failure(now) {
+            self.groups[group].endpoints[pick.index()]
+                .marks
+                .increment(1);
             let e = pick.endpoint().config();
             tracing::warn!(
                 listener = %self.cfg.name,
@@ -606,6 +621,7 @@ impl ListenerState {
         let ranking = ranker.ranking().clone();
         drop(ranker);
         if moved {
+            self.metrics.rank_changes.increment(1);
             tracing::info!(
                 listener = %self.cfg.name,
                 order = ?ranking.order.iter().map(|&i| (self.groups[i].name.as_str(), ranking.rtt_ms[i])).collect::<Vec<_>>(),
@@ -623,6 +639,9 @@ impl ListenerState {
     fn publish(&self, now: Instant) {
         let p = self.planned.load();
         let ranked = self.ranked.load();
+        for (gauge, mode) in self.metrics.mode.iter().zip(MODES) {
+            gauge.set(if p.plan.mode == mode { 1.0 } else { 0.0 });
+        }
         for (i, g) in self.groups.iter().enumerate() {
             g.share.set(p.plan.shares[i].total);
             g.healthy.set(if p.facts[i].healthy { 1.0 } else { 0.0 });

@@ -1,5 +1,7 @@
-//! Every metric gtd exports, described once: name, kind, labels and meaning. The README's table
-//! is checked against [`ALL`] by a test, so the two cannot drift apart.
+//! Every metric gtd exports, described once: name, kind, labels and meaning. The table of
+//! docs/design.md's "Metrics" is checked against [`ALL`] by a test (`tests/readme.rs`), and
+//! the names deploy/'s alerts and dashboard query against a running node
+//! (`tests/deploy/prometheus.rs`), so none of them can drift apart.
 //!
 //! Each node owns its own registry (no global recorder), so several nodes can live in one
 //! process (tests, `gtd demo`). Hot paths hold pre-registered handles: incrementing one is an
@@ -49,6 +51,34 @@ pub struct Def {
     pub help: &'static str,
 }
 
+/// Which gtd runs.
+pub const BUILD_INFO: Def = Def {
+    name: "gtd_build_info",
+    kind: Kind::Gauge,
+    labels: &["version", "commit"],
+    help: "Always 1; the labels name the build: version (the crate's) and commit (the git commit it was built from, unknown when built without a git checkout, as from a source tarball)",
+};
+/// The fleet revision served.
+pub const CONFIG_REVISION: Def = Def {
+    name: "gtd_config_revision",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "The fleet revision the node serves (gtd push's number), from etcd or from the revision cache; only on a node following a fleet (gtd run --etcd): a node serving a config file exports neither this nor gtd_etcd_connected",
+};
+/// Whether the node follows etcd.
+pub const ETCD_CONNECTED: Def = Def {
+    name: "gtd_etcd_connected",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "1 while the node follows the fleet on etcd (its watch on the revision and its registry entry live), 0 while etcd is unreachable or refuses it (it keeps serving its revision); only with --etcd",
+};
+/// Whether the node is draining.
+pub const DRAINING: Def = Def {
+    name: "gtd_draining",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "1 once the node began to drain (SIGTERM or SIGINT: listeners closed, /healthz 503, open connections finishing), else 0",
+};
 /// TCP connections and UDP flows handed to an endpoint.
 pub const CONNECTIONS_TOTAL: Def = Def {
     name: "gtd_connections_total",
@@ -97,6 +127,13 @@ pub const OUTLIER_EJECTIONS_TOTAL: Def = Def {
     kind: Kind::Counter,
     labels: &["listener", "group", "endpoint"],
     help: "Times outlier detection ejected an HTTP endpoint (consecutive_5xx or consecutive_gateway_failures answers in a row); /status shows an ejection in progress",
+};
+/// Passive marks of an endpoint (every protocol).
+pub const PASSIVE_MARKS_TOTAL: Def = Def {
+    name: "gtd_passive_marks_total",
+    kind: Kind::Counter,
+    labels: &["listener", "group", "endpoint"],
+    help: "Times passive failures took an endpoint out of rotation (max_fails failed attempts within fail_timeout, or the attempt after fail_timeout failed again; TCP, UDP and HTTP); /status shows a mark in progress",
 };
 /// Attempts after the first one.
 pub const RETRIES_TOTAL: Def = Def {
@@ -182,12 +219,26 @@ pub const HEALTH_CHECKS_TOTAL: Def = Def {
     labels: &["listener", "group", "endpoint", "result"],
     help: "Active health checks of an endpoint by result: passed, unexpected (answered, but not the expected status, header or body), refused (refused or reset), timeout, error (TLS, a malformed answer)",
 };
+/// The listener's mode on this node.
+pub const LISTENER_MODE: Def = Def {
+    name: "gtd_listener_mode",
+    kind: Kind::Gauge,
+    labels: &["listener", "mode"],
+    help: "1 for the listener's mode now, 0 for the three others (as sim and /status name them): cascade (its top group with ratio > 0 is healthy), failover (that group is unhealthy and others took over), fail-open (no group is healthy and fail_open routes as if all were), no-route",
+};
 /// Times a listener entered failover.
 pub const FAILOVERS_TOTAL: Def = Def {
     name: "gtd_failovers_total",
     kind: Kind::Counter,
     labels: &["listener"],
     help: "Times the listener's top group became unhealthy and another group took over",
+};
+/// Priority orders a listener adopted.
+pub const RANK_CHANGES_TOTAL: Def = Def {
+    name: "gtd_rank_changes_total",
+    kind: Kind::Counter,
+    labels: &["listener"],
+    help: "Times the listener adopted a new priority order of its groups from measured round trips (past the margin and rank_dwell); the split follows the new order",
 };
 /// HTTP requests answered, by who answered and the status class.
 pub const REQUESTS_TOTAL: Def = Def {
@@ -231,9 +282,12 @@ pub const ACCESS_LOG_DROPPED_TOTAL: Def = Def {
     labels: &["reason"],
     help: "HTTP access log lines lost (reason queue_full: the writer had 8192 lines waiting, so the request did not wait for it; write_error: writing them failed); exported once the access log is first on",
 };
-
 /// Every metric, for the exporter's descriptions and the README check.
 pub const ALL: &[Def] = &[
+    BUILD_INFO,
+    CONFIG_REVISION,
+    ETCD_CONNECTED,
+    DRAINING,
     CONNECTIONS_TOTAL,
     CONNECTIONS_ACTIVE,
     CONNECTIONS_REFUSED_TOTAL,
@@ -241,6 +295,7 @@ pub const ALL: &[Def] = &[
     NO_ROUTE_TOTAL,
     CONNECT_FAILURES_TOTAL,
     OUTLIER_EJECTIONS_TOTAL,
+    PASSIVE_MARKS_TOTAL,
     RETRIES_TOTAL,
     CONNECT_SECONDS,
     CLIENT_CONNECTIONS_TOTAL,
@@ -253,7 +308,9 @@ pub const ALL: &[Def] = &[
     GROUP_RTT_SECONDS,
     ENDPOINT_HEALTHY,
     HEALTH_CHECKS_TOTAL,
+    LISTENER_MODE,
     FAILOVERS_TOTAL,
+    RANK_CHANGES_TOTAL,
     REQUESTS_TOTAL,
     UPSTREAM_RESPONSE_SECONDS,
     STICKY_HITS_TOTAL,
@@ -512,6 +569,21 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: impl 
     }
 }
 
+/// The commit gtd was built from (`build.rs`: `git rev-parse HEAD` where the source has a
+/// `.git`), else `unknown`.
+pub const COMMIT: &str = env!("GTD_COMMIT");
+
+/// Registers `gtd_build_info` (1, with this build's version and commit) and `gtd_draining`
+/// (0), the node's own series; returns the draining gauge for the stop to set.
+pub(crate) fn node_series(registry: &Registry) -> Gauge {
+    registry
+        .gauge(&BUILD_INFO, &[env!("CARGO_PKG_VERSION"), COMMIT])
+        .set(1.0);
+    let draining = registry.gauge(&DRAINING, &[]);
+    draining.set(0.0);
+    draining
+}
+
 /// `gtd_requests_total` handles for classes 1xx..5xx with these (listener, group, endpoint).
 pub(crate) fn code_classes(registry: &Registry, labels: &[&str; 3]) -> [Counter; 5] {
     ["1xx", "2xx", "3xx", "4xx", "5xx"]
@@ -570,6 +642,25 @@ mod tests {
         let before = scope.registered().0.len();
         let _ = served(&scope, true, &["h", "g", "other"]);
         assert_eq!(scope.registered().0.len(), before);
+    }
+
+    #[test]
+    fn the_node_series_name_the_build_and_start_undrained() {
+        let r = Registry::new();
+        let draining = node_series(&r);
+        let text = r.render();
+        let build = format!(
+            "gtd_build_info{{version=\"{}\",commit=\"{COMMIT}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&build), "{text}");
+        assert!(COMMIT == "unknown" || COMMIT.bytes().all(|b| b.is_ascii_hexdigit()));
+        // A series without labels is written without braces.
+        assert!(text.contains("\ngtd_draining 0\n"), "{text}");
+        draining.set(1.0);
+        assert!(r.render().contains("\ngtd_draining 1\n"));
+        // Only a fleet node registers these (node/fleet.rs).
+        assert!(!text.contains("gtd_config_revision") && !text.contains("gtd_etcd_connected"));
     }
 
     #[test]

@@ -16,6 +16,10 @@
 //!   pointed at a file that does not exist. Clap's refusals begin `error:`, gtd's own `gtd:`
 //!   with its message.
 //!
+//! deploy/prometheus's alerts go through `promtool check rules` and `promtool test rules`, and
+//! every metric they and deploy/grafana's dashboard name is scraped from a real fleet node
+//! (`prometheus.rs`).
+//!
 //! `systemd-analyze verify` and `security --offline` check the unit where systemd-analyze is
 //! installed (required when CI=true: `.ci/run` installs it). `kubectl apply --dry-run=client`
 //! is not used: without a cluster it cannot even map a kind (it asks the API server), so the
@@ -31,6 +35,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 mod container;
 mod etcd;
 mod kubernetes;
+mod prometheus;
 mod systemd;
 
 const GTD: &str = env!("CARGO_BIN_EXE_gtd");

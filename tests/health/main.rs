@@ -3,7 +3,7 @@
 //! body, each check numbered by the backend so that thresholds are counted exactly; failover to
 //! the next group and back while HTTP GETs keep succeeding; `recompute` against
 //! `next-priority`; priority re-ranked by measured RTT, and not by jitter; health kept across a
-//! reload.
+//! reload; the metrics the shipped alerts watch moving as their events happen.
 //!
 //! Intervals are the minimum (1 s). Every wait is for an event, with a generous bound; no test
 //! asserts a duration. Backends, nodes and clients are stopped by their own handles.
@@ -14,6 +14,7 @@ mod harness;
 
 mod checks;
 mod failover;
+mod metrics;
 mod outlier;
 mod passive;
 mod ranking;
