@@ -358,3 +358,83 @@ fn simulate(req: &Request, warnings: &mut Vec<String>) -> Result<(String, bool),
     };
     Ok((text, overflow))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.toml")
+    }
+
+    /// A config given already validated (a fleet revision's) is simulated as its file is.
+    #[test]
+    fn a_loaded_config_runs_as_its_file() {
+        let path = shipped();
+        let config = crate::config::load(&path, None).expect("the shipped config");
+        for format in [Format::Table, Format::Json, Format::Csv, Format::Svg] {
+            let mut from_file = Request::new(Source::File(path.clone()));
+            from_file.format = format;
+            from_file.compare = Some(Source::File(path.clone()));
+            let mut loaded = from_file.clone();
+            loaded.config = Source::Loaded {
+                config: Box::new(config.clone()),
+                name: path.display().to_string(),
+            };
+            loaded.compare = Some(Source::Loaded {
+                config: Box::new(config.clone()),
+                name: path.display().to_string(),
+            });
+            let want = run(&from_file, &mut Vec::new()).expect("runs");
+            assert_eq!(run(&loaded, &mut Vec::new()).expect("runs"), want);
+            assert!(!want.overflow && !want.fail);
+        }
+    }
+
+    #[test]
+    fn errors_are_typed_and_say_what_sim_says() {
+        let mut r = Request::new(Source::File(shipped()));
+        r.region = Some("nowhere".to_owned());
+        let e = run(&r, &mut Vec::new()).unwrap_err();
+        assert!(matches!(&e, Error::Region { region, .. } if region == "nowhere"));
+        assert_eq!(
+            e.to_string(),
+            "--region nowhere: no listener is served from that region (acceleration regions: \
+             cn-beijing, cn-shanghai)"
+        );
+
+        let mut r = Request::new(Source::File(shipped()));
+        r.set.push(("web/beijing".to_owned(), 150.0));
+        let e = run(&r, &mut Vec::new()).unwrap_err();
+        assert!(matches!(e, Error::WhatIf(_)));
+        assert_eq!(
+            e.to_string(),
+            "ratio web/beijing=150 is out of range 0..=100"
+        );
+
+        let mut r = Request::new(Source::File(shipped()));
+        r.compare = Some(Source::File("/nonexistent/old.toml".into()));
+        let e = run(&r, &mut Vec::new()).unwrap_err();
+        assert!(matches!(&e, Error::Compare(inner) if matches!(**inner, Error::Config(_))));
+        assert!(
+            e.to_string()
+                .starts_with("--compare: /nonexistent/old.toml:1:1: ")
+        );
+
+        let mut r = Request::new(Source::File(shipped()));
+        r.fail_on_overflow = true;
+        let e = run(&r, &mut Vec::new()).unwrap_err();
+        assert!(matches!(e, Error::Usage(_)));
+    }
+
+    #[test]
+    fn request_paths_and_headers() {
+        assert_eq!(parse_path("/v2/users?q=1").unwrap(), "/v2/users");
+        assert!(parse_path("v2").is_err() && parse_path("http://x/").is_err());
+        assert_eq!(
+            parse_header(" X-Tier : gold ").unwrap(),
+            ("X-Tier".to_owned(), "gold".to_owned())
+        );
+        assert!(parse_header(":x").is_err() && parse_header("x").is_err());
+    }
+}
