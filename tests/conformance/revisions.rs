@@ -300,8 +300,8 @@ fn a_killed_node_leaves_the_registry_with_its_lease_and_a_stopped_one_at_once() 
 
 /// `gtd push --dry-run`, its `--rollback` form and `gtd fleet diff` ask the library's
 /// simulator: run by a `gtd` with no `sim` program beside it or on `PATH`, from an empty,
-/// read-only working directory, each prints the text diff and then exactly what
-/// `sim --config NEW --compare OLD` prints, and the directory stays empty.
+/// read-only working directory, each prints what `sim --config NEW` (nothing published yet)
+/// or the text diff and `sim --config NEW --compare OLD` print, and the directory stays empty.
 #[test]
 fn dry_runs_and_diffs_run_no_program_and_write_no_file() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -311,7 +311,6 @@ fn dry_runs_and_diffs_run_no_program_and_write_no_file() {
     let mut cfg = Cfg::shipped();
     let first = dir.path().join("first.toml");
     cfg.write(&first);
-    push(&cluster, &first);
     cfg.set_ratio("web/shanghai", 10.0);
     let second = dir.path().join("config.toml");
     cfg.write(&second);
@@ -359,6 +358,23 @@ fn dry_runs_and_diffs_run_no_program_and_write_no_file() {
         text.lines().any(|l| l == "-ratio = 50") && text.lines().any(|l| l == "+ratio = 10")
     };
 
+    // Before anything is published: the shares the config would make.
+    let first_arg = first.display().to_string();
+    let dry = run(&["push", "--dry-run", "--config", &first_arg]);
+    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
+        .arg("--config")
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert_eq!(
+        dry,
+        format!(
+            "dry run: nothing is published under /gtd yet; {first_arg} would be revision 1\n\n{}",
+            String::from_utf8(plain.stdout).unwrap()
+        )
+    );
+
+    push(&cluster, &first);
     let second_arg = second.display().to_string();
     let dry = run(&["push", "--dry-run", "--config", &second_arg]);
     let header = format!("dry run: revision 1 (running) -> {second_arg}; nothing published\n\n");
