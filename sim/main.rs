@@ -1,27 +1,15 @@
 //! `sim` — the what-if simulator: prints the traffic split every gtd node will produce.
 //!
-//! It loads the config the nodes load, applies what-ifs (failing groups, measured latencies,
-//! ratio changes, client demand) and asks the library's decision code — the same code the node
-//! runs — what each acceleration region's node would do.
-
-mod capacity;
-mod each_down;
-mod engine;
-mod render;
-mod scenario;
-mod svg;
+//! A thin command line over [`gtd::sim`]: it parses the options into a [`gtd::sim::Request`],
+//! runs it, prints the output (or writes it to `--out`) and exits 0, 1 on an error, or 2 on
+//! an overflow under `--fail-on-overflow`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
-
-use crate::each_down::Failures;
-use crate::engine::Asks;
-use crate::render::Output;
-use crate::scenario::{RawWhatIf, parse_assignment, parse_checks};
+use gtd::sim::{Failures, Request, Source, parse_assignment, parse_checks};
 
 /// Print the traffic split every gtd node will produce, before anyone deploys a change.
 #[derive(Parser, Debug)]
@@ -76,10 +64,10 @@ struct Args {
     #[arg(long, value_name = "HOST", requires = "client")]
     host: Option<String>,
     /// With --client: the request's path, for forwarding rules (default `/`).
-    #[arg(long, value_name = "PATH", requires = "client", value_parser = parse_path)]
+    #[arg(long, value_name = "PATH", requires = "client", value_parser = gtd::sim::parse_path)]
     path: Option<String>,
     /// With --client: a request header, for rules that match one (repeatable).
-    #[arg(long, value_name = "NAME:VALUE", requires = "client", value_parser = parse_header)]
+    #[arg(long, value_name = "NAME:VALUE", requires = "client", value_parser = gtd::sim::parse_header)]
     header: Vec<(String, String)>,
     /// The N+1 check: replay every failure of N groups of a listener (default 1; 2: every
     /// pair) or of every group in one region (`region`) against [demand] and capacity, worst
@@ -93,38 +81,6 @@ struct Args {
     fail_on_overflow: bool,
 }
 
-/// `NAME:VALUE` of `--header`.
-fn parse_header(s: &str) -> std::result::Result<(String, String), String> {
-    let (name, value) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(format!("{s:?}: the header name is empty"));
-    }
-    if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-        return Err(format!(
-            "{name:?}: not a header name (letters, digits and !#$%&'*+-.^_`|~, no spaces)"
-        ));
-    }
-    Ok((name.to_owned(), value.trim().to_owned()))
-}
-
-/// `--path`: what a request line carries, as forwarding rules see it (the path, no query).
-fn parse_path(s: &str) -> std::result::Result<String, String> {
-    if s.contains("://") {
-        return Err(format!(
-            "{s:?}: give the host with --host and the path alone (e.g. --host api.example.com --path /v1/)"
-        ));
-    }
-    if !s.starts_with('/') {
-        return Err(format!(
-            "{s:?}: a path starts with / (a node answers a request target without one with 400)"
-        ));
-    }
-    Ok(s.split_once('?').map_or(s, |(path, _)| path).to_owned())
-}
-
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
     Table,
@@ -133,144 +89,65 @@ enum Format {
     Svg,
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok((text, overflow)) => {
-            match &args.out {
-                None => print!("{text}"),
-                Some(path) => {
-                    if let Err(e) = std::fs::write(path, text) {
-                        eprintln!("sim: --out {}: {e}", path.display());
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            if overflow && args.fail_on_overflow {
-                eprintln!(
-                    "sim: overflow (--fail-on-overflow): a capacity is exceeded or demand has no route"
-                );
-                return ExitCode::from(2);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("sim: {e:#}");
-            ExitCode::FAILURE
+impl Args {
+    fn request(self) -> Request {
+        Request {
+            config: Source::File(self.config),
+            regions: self.regions,
+            scenario: self.scenario,
+            region: self.region,
+            down: self.down,
+            checks: self.checks,
+            latency: self.latency,
+            set: self.set,
+            format: match self.format {
+                Format::Table => gtd::sim::Format::Table,
+                Format::Json => gtd::sim::Format::Json,
+                Format::Csv => gtd::sim::Format::Csv,
+                Format::Svg => gtd::sim::Format::Svg,
+            },
+            verify: self.verify,
+            compare: self.compare.map(Source::File),
+            client: self.client,
+            key: self.key,
+            host: self.host,
+            path: self.path,
+            headers: self.header,
+            each_down: self.each_down,
+            fail_on_overflow: self.fail_on_overflow,
         }
     }
 }
 
-fn load(path: &std::path::Path, regions: Option<&std::path::Path>) -> Result<gtd::config::Config> {
-    let config =
-        gtd::config::load(path, regions).map_err(|errors| anyhow::anyhow!(errors.report(path)))?;
-    for w in &config.warnings {
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    let out = args.out.take();
+    let mut warnings = Vec::new();
+    let result = gtd::sim::run(&args.request(), &mut warnings);
+    for w in &warnings {
         eprintln!("warning: {w}");
     }
-    Ok(config)
-}
-
-/// The output, and whether a capacity is exceeded or demand has no route.
-fn run(args: &Args) -> Result<(String, bool)> {
-    let config = load(&args.config, args.regions.as_deref())?;
-    let mut raw = match &args.scenario {
-        Some(path) => RawWhatIf::from_file(path)?,
-        None => RawWhatIf::default(),
+    let output = match result {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!("sim: {e}");
+            return ExitCode::FAILURE;
+        }
     };
-    raw.extend(RawWhatIf {
-        down: args.down.clone(),
-        checks: args.checks.clone(),
-        latency: args.latency.clone(),
-        ratios: args.set.clone(),
-        demand: Vec::new(),
-    });
-    let what_if = raw.resolve(&config)?;
-    if args.fail_on_overflow && what_if.demand.is_empty() {
-        anyhow::bail!(
-            "--fail-on-overflow needs client demand: a scenario with [demand] (region = amount)"
-        );
-    }
-    if let Some(failures) = args.each_down {
-        for (given, flag) in [
-            (args.verify.is_some(), "--verify"),
-            (args.compare.is_some(), "--compare"),
-            (args.client.is_some(), "--client"),
-        ] {
-            if given {
-                anyhow::bail!(
-                    "--each-down prints the failure cases only; {flag} has no place in it"
-                );
+    match &out {
+        None => print!("{}", output.text),
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &output.text) {
+                eprintln!("sim: --out {}: {e}", path.display());
+                return ExitCode::FAILURE;
             }
         }
-        let report = each_down::run(&config, &raw, args.region.as_deref(), failures)?;
-        let text = match args.format {
-            Format::Table => each_down::table(&report),
-            Format::Json => each_down::json(&report),
-            Format::Csv => each_down::csv(&report),
-            Format::Svg => anyhow::bail!(
-                "--each-down prints its cases as a table, json or csv; --format svg draws one split"
-            ),
-        };
-        return Ok((text, report.overflows()));
     }
-    let asks = Asks {
-        region: args.region.clone(),
-        verify: args.verify,
-        client: args.client,
-        key: args.key.clone(),
-        host: args.host.clone(),
-        path: args.path.clone(),
-        headers: args.header.clone(),
-    };
-    let mut reports = engine::evaluate(&config, &what_if, &asks)?;
-
-    let mut before = None;
-    if let Some(old_path) = &args.compare {
-        let old = load(old_path, args.regions.as_deref()).context("--compare")?;
-        // The same what-ifs, minus ratio overrides (a name may not exist in the old config).
-        let old_what_if = RawWhatIf {
-            ratios: Vec::new(),
-            checks: Vec::new(),
-            ..raw.clone()
-        }
-        .resolve(&old)
-        .context("--compare")?;
-        let old_reports = engine::evaluate(
-            &old,
-            &old_what_if,
-            &Asks {
-                region: args.region.clone(),
-                ..Asks::default()
-            },
-        )?;
-        engine::attach_before(&mut reports, &old_reports);
-        before = Some(old_reports);
+    if output.fail {
+        eprintln!(
+            "sim: overflow (--fail-on-overflow): a capacity is exceeded or demand has no route"
+        );
+        return ExitCode::from(2);
     }
-
-    let totals =
-        (!what_if.demand.is_empty()).then(|| capacity::totals(&config, &reports, &what_if.demand));
-    let unrouted = reports.iter().flat_map(|l| &l.regions).any(|r| {
-        r.mode == gtd::split::Mode::NoRoute
-            && what_if.demand.get(&r.region).is_some_and(|&d| d > 0.0)
-    });
-    let overflow = unrouted || totals.as_deref().is_some_and(capacity::any_over);
-    let output = Output {
-        reports: &reports,
-        totals: totals.as_deref(),
-        demand_clients: &what_if.demand_clients,
-        client: args.client.map(|ip| (ip.to_string(), args.key.clone())),
-        compare: args.compare.is_some(),
-        request: args.host.is_some() || args.path.is_some() || !args.header.is_empty(),
-    };
-    let text = match args.format {
-        Format::Table => render::table(&output),
-        Format::Json => render::json(&output),
-        Format::Csv => render::csv(&output),
-        Format::Svg => {
-            let old = args.compare.as_ref().map(|p| p.display().to_string());
-            let before = old.as_deref().zip(before.as_deref());
-            svg::svg(&output, &args.config.display().to_string(), before)
-        }
-    };
-    Ok((text, overflow))
+    ExitCode::SUCCESS
 }

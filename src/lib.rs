@@ -29,10 +29,14 @@
 //!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
 //!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows
 //!   revisions with [`node::fleet`] and applies each as a reload.
+//! - [`sim`]: the what-if simulator — a config and what-ifs (failing groups, check replays,
+//!   latencies, ratios, client demand) → each node region's split through [`split::plan`],
+//!   capacity against demand, the N+1 check, as a table, JSON, CSV or SVG; one entry point,
+//!   [`sim::run`], for the `sim` program, `gtd push --dry-run` and `gtd fleet diff`.
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!
-//! The `gtd` node and the `sim` simulator (`sim/`) both build their plans with [`split::plan`]
+//! The `gtd` node and the simulator ([`sim`]) both build their plans with [`split::plan`]
 //! and call [`split`] and [`balance`] for every decision; there is no second implementation of
 //! any decision. The rules themselves are stated in `docs/design.md`.
 
@@ -49,4 +53,5 @@ pub mod health;
 pub mod node;
 mod pem;
 pub mod regions;
+pub mod sim;
 pub mod split;

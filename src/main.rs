@@ -428,7 +428,11 @@ where
 }
 
 fn push(opts: gtd::fleet::push::Options) -> anyhow::Result<ExitCode> {
-    fleet_command(|| gtd::fleet::push::run(&opts))
+    fleet_command(|| async {
+        gtd::fleet::push::run(&opts)
+            .await
+            .map_err(|e| e.into_store())
+    })
 }
 
 fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<ExitCode> {
@@ -437,9 +441,9 @@ fn fleet(etcd: Etcd, json: bool, what: Option<FleetCommand>) -> anyhow::Result<E
     fleet_command(|| async {
         let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
         let out = match &what {
-            Some(FleetCommand::Diff { a, b }) => {
-                gtd::fleet::report::diff(&mut store, *a, *b).await?
-            }
+            Some(FleetCommand::Diff { a, b }) => gtd::fleet::report::diff(&mut store, *a, *b)
+                .await
+                .map_err(|e| e.into_store())?,
             None => {
                 let f = gtd::fleet::report::Fleet::read(&mut store).await?;
                 if json {

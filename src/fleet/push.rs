@@ -2,12 +2,64 @@
 //! revision; `--rollback` republishes a kept revision; `--dry-run` shows what would change.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::{Revision, Store};
-use crate::config;
+use crate::config::{self, Config};
+use crate::sim;
+
+/// Why `gtd push` could not do what it was asked (a config that fails validation is not an
+/// error but a refusal: [`Outcome`] with status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// etcd, as the fleet's store reports it: its chain holds etcd's own error, which
+    /// [`super::retrying`] and [`super::describe`] read (see [`Error::into_store`]).
+    #[error(transparent)]
+    Store(anyhow::Error),
+    /// The config or catalogue file could not be read again for publishing.
+    #[error("{0}")]
+    Read(String),
+    /// The catalogue text read for publishing does not validate.
+    #[error(transparent)]
+    Catalog(config::ConfigErrors),
+    /// `--rollback` with nothing published.
+    #[error("nothing is published under {prefix} yet: nothing to roll back")]
+    NothingPublished {
+        /// The key prefix.
+        prefix: String,
+    },
+    /// `--rollback` without a number, and no revision before the running one is kept.
+    #[error("no revision before {running} is kept: nothing to roll back to")]
+    NothingBefore {
+        /// The running revision.
+        running: u64,
+    },
+    /// `--rollback N` names a revision that is not kept.
+    #[error("revision {revision} is not kept under {prefix} (kept: {kept})")]
+    NotKept {
+        /// The revision asked for.
+        revision: u64,
+        /// The key prefix.
+        prefix: String,
+        /// The kept revisions, `A..B`, `A` or `none`.
+        kept: String,
+    },
+    /// The simulator, asked for the shares before and after (`--dry-run`).
+    #[error("sim: {0}")]
+    Sim(#[from] sim::Error),
+}
+
+impl Error {
+    /// As an `anyhow::Error` whose chain is the store's own when it came from etcd (what
+    /// [`super::retrying`] and [`super::describe`] read), else this error.
+    pub fn into_store(self) -> anyhow::Error {
+        match self {
+            Error::Store(e) => e,
+            other => anyhow::Error::new(other),
+        }
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What `gtd push` was asked.
 #[derive(Debug, Clone)]
@@ -67,14 +119,14 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         Ok(cfg) => cfg,
         Err(errors) => return Ok(Outcome::refused(refusal(&errors, &opts.config))),
     };
-    let draft = super::draft(&cfg)?;
+    let draft = super::draft(&cfg).map_err(|e| Error::Read(format!("{e:#}")))?;
     // What is published is the text just read: validate exactly it (an edit between the two
     // reads would otherwise slip through).
     let catalog = config::parse_catalog(
         &draft.catalog,
         cfg.catalog_file.as_deref().unwrap_or(Path::new("")),
     )
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(Error::Catalog)?;
     if let Err(errors) = config::parse(&draft.config, &opts.config, &catalog) {
         return Ok(Outcome::refused(refusal(&errors, &opts.config)));
     }
@@ -82,9 +134,11 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     for w in &cfg.warnings {
         warnings.push_str(&format!("warning: {w}\n"));
     }
-    let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
-    let seen = store.current().await?;
-    let running = store.named(seen.number).await?;
+    let mut store = Store::connect(&opts.etcd, &opts.prefix)
+        .await
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let running = store.named(seen.number).await.map_err(Error::Store)?;
     if let Some(r) = &running
         && r.same_text(&draft)
     {
@@ -96,7 +150,6 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         o.err = warnings;
         return Ok(o);
     }
-    let catalog_file = cfg.catalog_file.clone().unwrap_or_default();
     if opts.dry_run {
         let mut out = match &running {
             Some(r) => format!(
@@ -113,16 +166,22 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         if let Some(r) = &running {
             out.push_str(&text_diff(r, &draft, &format!("{}", opts.config.display())));
             out.push('\n');
-            let old = Materialised::write(r)?;
-            out.push_str(&sim_compare(&opts.config, &old.config, &catalog_file)?);
+            out.push_str(&shares(cfg, opts.config.display().to_string(), r)?);
         } else {
-            out.push_str(&sim_alone(&opts.config, &catalog_file)?);
+            let request = sim::Request::new(sim::Source::Loaded {
+                config: Box::new(cfg),
+                name: opts.config.display().to_string(),
+            });
+            out.push_str(&sim::run(&request, &mut Vec::new())?.text);
         }
         let mut o = Outcome::ok(out);
         o.err = warnings;
         return Ok(o);
     }
-    let published = store.publish(seen, draft, opts.keep).await?;
+    let published = store
+        .publish(seen, draft, opts.keep)
+        .await
+        .map_err(Error::Store)?;
     let mut o = Outcome::ok(published_line(&mut store, &published).await?);
     o.err = warnings;
     Ok(o)
@@ -130,34 +189,34 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 
 /// `gtd push --rollback [REV]`: republishes a kept revision's text as a new revision.
 async fn rollback(opts: &Options) -> Result<Outcome> {
-    let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
-    let seen = store.current().await?;
-    let Some(running) = store.named(seen.number).await? else {
-        bail!(
-            "nothing is published under {} yet: nothing to roll back",
-            store.prefix()
-        );
+    let mut store = Store::connect(&opts.etcd, &opts.prefix)
+        .await
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let Some(running) = store.named(seen.number).await.map_err(Error::Store)? else {
+        return Err(Error::NothingPublished {
+            prefix: store.prefix().to_owned(),
+        });
     };
-    let kept = store.kept().await?;
+    let kept = store.kept().await.map_err(Error::Store)?;
     let target = match opts.rollback.flatten() {
         Some(n) => n,
-        None => *kept
-            .iter()
-            .rev()
-            .find(|&&n| n < running.revision)
-            .ok_or_else(|| {
-                anyhow!(
-                    "no revision before {} is kept: nothing to roll back to",
-                    running.revision
-                )
-            })?,
+        None => {
+            *kept
+                .iter()
+                .rev()
+                .find(|&&n| n < running.revision)
+                .ok_or(Error::NothingBefore {
+                    running: running.revision,
+                })?
+        }
     };
-    let Some(old) = store.revision(target).await? else {
-        bail!(
-            "revision {target} is not kept under {} (kept: {})",
-            store.prefix(),
-            numbers(&kept)
-        );
+    let Some(old) = store.revision(target).await.map_err(Error::Store)? else {
+        return Err(Error::NotKept {
+            revision: target,
+            prefix: store.prefix().to_owned(),
+            kept: numbers(&kept),
+        });
     };
     // Certificates and files may have changed since it was published: validated again, as a
     // node will (relative paths against this working directory).
@@ -177,9 +236,8 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         );
         out.push_str(&text_diff(&running, &old, &format!("revision {target}")));
         out.push('\n');
-        let before = Materialised::write(&running)?;
-        let after = Materialised::write(&old)?;
-        out.push_str(&sim_compare(&after.config, &before.config, &after.catalog)?);
+        let name = old.config_file().display().to_string();
+        out.push_str(&shares(validated(&old)?, name, &running)?);
         return Ok(Outcome::ok(out));
     }
     let draft = Revision {
@@ -189,13 +247,16 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         rollback_of: Some(target),
         ..old
     };
-    let published = store.publish(seen, draft, opts.keep).await?;
+    let published = store
+        .publish(seen, draft, opts.keep)
+        .await
+        .map_err(Error::Store)?;
     Ok(Outcome::ok(published_line(&mut store, &published).await?))
 }
 
 /// The running revision's document (`None` before the first push).
 async fn published_line(store: &mut Store, r: &Revision) -> Result<String> {
-    let kept = store.kept().await?;
+    let kept = store.kept().await.map_err(Error::Store)?;
     let what = match r.rollback_of {
         Some(n) => format!("revision {n}'s config"),
         None => format!("{} with {}", r.config_name, r.catalog_name),
@@ -255,85 +316,27 @@ pub(super) fn text_diff(old: &Revision, new: &Revision, new_name: &str) -> Strin
     out
 }
 
-/// A revision written out for `sim`: the config as a hidden file in the working directory
-/// (relative paths in it resolve there, as on a node), the catalogue in a temp dir. Removed
-/// when dropped.
-pub(super) struct Materialised {
-    pub(super) config: PathBuf,
-    pub(super) catalog: PathBuf,
-    _dir: tempfile::TempDir,
+/// The shares before and after, as `sim --config NEW --compare OLD` prints them, from the
+/// simulator in this process: `old`'s text validated with `new`'s catalogue, relative paths in
+/// it against the working directory (as a node reads a revision), and nothing written.
+pub(super) fn shares(new: Config, new_name: String, old: &Revision) -> Result<String, sim::Error> {
+    let file = old.config_file();
+    let before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
+        sim::Error::Compare(Box::new(sim::Error::Config(errors.report(&file))))
+    })?;
+    let mut request = sim::Request::new(sim::Source::Loaded {
+        config: Box::new(new),
+        name: new_name,
+    });
+    request.compare = Some(sim::Source::Loaded {
+        config: Box::new(before),
+        name: file.display().to_string(),
+    });
+    Ok(sim::run(&request, &mut Vec::new())?.text)
 }
 
-impl Materialised {
-    pub(super) fn write(r: &Revision) -> Result<Materialised> {
-        let dir = tempfile::tempdir().context("creating a temp dir")?;
-        let catalog = dir.path().join(&r.catalog_name);
-        std::fs::write(&catalog, &r.catalog).context("writing a catalogue for sim")?;
-        let name = format!(".gtd-revision-{}-{}.toml", r.revision, std::process::id());
-        let config = match std::fs::write(&name, &r.config) {
-            Ok(()) => PathBuf::from(name),
-            // A read-only working directory: relative paths in the config may then not
-            // resolve, and sim says so.
-            Err(_) => {
-                let p = dir.path().join(&r.config_name);
-                std::fs::write(&p, &r.config).context("writing a config for sim")?;
-                p
-            }
-        };
-        Ok(Materialised {
-            config,
-            catalog,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for Materialised {
-    fn drop(&mut self) {
-        if self.config.is_relative() {
-            let _ = std::fs::remove_file(&self.config);
-        }
-    }
-}
-
-/// The `sim` binary installed beside this one, else the one on `PATH`.
-fn sim_binary() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .map(|exe| exe.with_file_name("sim"))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("sim"))
-}
-
-fn sim(args: &[&std::ffi::OsStr]) -> Result<String> {
-    let bin = sim_binary();
-    let out = Command::new(&bin)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {} (the simulator ships beside gtd)", bin.display()))?;
-    if !out.status.success() {
-        bail!("sim: {}", String::from_utf8_lossy(&out.stderr).trim_end());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `sim --config NEW --compare OLD --regions CATALOG`: the shares before and after.
-pub(super) fn sim_compare(new: &Path, old: &Path, catalog: &Path) -> Result<String> {
-    sim(&[
-        "--config".as_ref(),
-        new.as_os_str(),
-        "--compare".as_ref(),
-        old.as_os_str(),
-        "--regions".as_ref(),
-        catalog.as_os_str(),
-    ])
-}
-
-fn sim_alone(config: &Path, catalog: &Path) -> Result<String> {
-    sim(&[
-        "--config".as_ref(),
-        config.as_os_str(),
-        "--regions".as_ref(),
-        catalog.as_os_str(),
-    ])
+/// A kept revision's config validated as a node loads it, for the simulator.
+pub(super) fn validated(r: &Revision) -> Result<Config, sim::Error> {
+    r.validate()
+        .map_err(|errors| sim::Error::Config(errors.report(&r.config_file())))
 }

@@ -1,12 +1,42 @@
 //! `gtd fleet`: the live nodes, the revision each serves, and where their views of group health
 //! disagree (a table, or JSON: the document `GET /fleet` serves); `gtd fleet diff A B`.
 
-use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 
-use super::push::{Materialised, sim_compare, text_diff};
+use super::push::{shares, text_diff, validated};
 use super::registry::{Entry, disagreements};
 use super::{Revision, Store};
+
+/// Why `gtd fleet diff` could not compare two revisions.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// etcd, as the fleet's store reports it (its chain holds etcd's own error, which
+    /// [`super::retrying`] and [`super::describe`] read: see [`Error::into_store`]).
+    #[error(transparent)]
+    Store(anyhow::Error),
+    /// A revision asked for is not kept.
+    #[error("revision {revision} is not kept under {prefix}")]
+    NotKept {
+        /// The revision asked for.
+        revision: u64,
+        /// The key prefix.
+        prefix: String,
+    },
+    /// The simulator, asked for the shares before and after.
+    #[error("sim: {0}")]
+    Sim(#[from] crate::sim::Error),
+}
+
+impl Error {
+    /// As an `anyhow::Error` whose chain is the store's own when it came from etcd, else
+    /// this error.
+    pub fn into_store(self) -> anyhow::Error {
+        match self {
+            Error::Store(e) => e,
+            other => anyhow::Error::new(other),
+        }
+    }
+}
 
 /// The fleet as read now: the latest revision and every registered node.
 pub struct Fleet {
@@ -19,8 +49,8 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Reads the current revision and the registry.
-    pub async fn read(store: &mut Store) -> Result<Fleet> {
+    /// Reads the current revision and the registry (an error is the store's, as it gives it).
+    pub async fn read(store: &mut Store) -> anyhow::Result<Fleet> {
         let seen = store.current().await?;
         let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
@@ -164,20 +194,23 @@ impl Fleet {
 }
 
 /// `gtd fleet diff A B`: the text difference of two kept revisions and its effect on shares.
-pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String> {
+pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     let mut get = async |n: u64| {
         store
             .revision(n)
-            .await?
-            .ok_or_else(|| anyhow!("revision {n} is not kept under {}", store.prefix()))
+            .await
+            .map_err(Error::Store)?
+            .ok_or_else(|| Error::NotKept {
+                revision: n,
+                prefix: store.prefix().to_owned(),
+            })
     };
     let old = get(a).await?;
     let new = get(b).await?;
     let mut out = text_diff(&old, &new, &format!("revision {b} {}", new.config_name));
     out.push('\n');
-    let before = Materialised::write(&old)?;
-    let after = Materialised::write(&new)?;
-    out.push_str(&sim_compare(&after.config, &before.config, &after.catalog)?);
+    let name = new.config_file().display().to_string();
+    out.push_str(&shares(validated(&new)?, name, &old)?);
     Ok(out)
 }
 

@@ -297,3 +297,113 @@ fn a_killed_node_leaves_the_registry_with_its_lease_and_a_stopped_one_at_once() 
         count(&cluster) == 0
     });
 }
+
+/// `gtd push --dry-run`, its `--rollback` form and `gtd fleet diff` ask the library's
+/// simulator: run by a `gtd` with no `sim` program beside it or on `PATH`, from an empty,
+/// read-only working directory, each prints what `sim --config NEW` (nothing published yet)
+/// or the text diff and `sim --config NEW --compare OLD` print, and the directory stays empty.
+#[test]
+fn dry_runs_and_diffs_run_no_program_and_write_no_file() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Cfg::shipped();
+    let first = dir.path().join("first.toml");
+    cfg.write(&first);
+    cfg.set_ratio("web/shanghai", 10.0);
+    let second = dir.path().join("config.toml");
+    cfg.write(&second);
+
+    // `gtd` alone in a directory, no `PATH`: a `sim` program cannot be found.
+    let bin = tempfile::tempdir().unwrap();
+    let alone = bin.path().join("gtd");
+    std::fs::copy(env!("CARGO_BIN_EXE_gtd"), &alone).unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(cwd.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    // `gtd COMMAND --etcd ... ARGS`.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&alone)
+            .arg(args[0])
+            .args(cluster.access(As::Pusher))
+            .args(&args[1..])
+            .current_dir(cwd.path())
+            .env("PATH", "")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "gtd {args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    // What `sim` prints for the shares before and after.
+    let catalog = crate::common::root().join("regions/catalog.toml");
+    let sim = |new: &std::path::Path, old: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
+            .arg("--config")
+            .arg(new)
+            .arg("--compare")
+            .arg(old)
+            .arg("--regions")
+            .arg(&catalog)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let changed = |text: &str| {
+        text.lines().any(|l| l == "-ratio = 50") && text.lines().any(|l| l == "+ratio = 10")
+    };
+
+    // Before anything is published: the shares the config would make.
+    let first_arg = first.display().to_string();
+    let dry = run(&["push", "--dry-run", "--config", &first_arg]);
+    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
+        .arg("--config")
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert_eq!(
+        dry,
+        format!(
+            "dry run: nothing is published under /gtd yet; {first_arg} would be revision 1\n\n{}",
+            String::from_utf8(plain.stdout).unwrap()
+        )
+    );
+
+    push(&cluster, &first);
+    let second_arg = second.display().to_string();
+    let dry = run(&["push", "--dry-run", "--config", &second_arg]);
+    let header = format!("dry run: revision 1 (running) -> {second_arg}; nothing published\n\n");
+    assert!(dry.starts_with(&header), "{dry}");
+    assert!(changed(&dry), "{dry}");
+    assert!(
+        dry.ends_with(&format!("\n\n{}", sim(&second, &first))),
+        "{dry}"
+    );
+
+    push(&cluster, &second);
+    let diff = run(&["fleet", "diff", "1", "2"]);
+    assert!(changed(&diff), "{diff}");
+    assert!(
+        diff.ends_with(&format!("\n\n{}", sim(&second, &first))),
+        "{diff}"
+    );
+
+    let back = run(&["push", "--rollback", "--dry-run"]);
+    assert!(
+        back.starts_with("dry run: revision 2 (running) -> revision 1's config"),
+        "{back}"
+    );
+    assert!(
+        back.ends_with(&format!("\n\n{}", sim(&first, &second))),
+        "{back}"
+    );
+
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+    assert!(left.is_empty(), "the working directory holds {left:?}");
+    std::fs::set_permissions(cwd.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}

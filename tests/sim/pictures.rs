@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{json, root, sim};
+use super::{cli, json, root, sim};
 
 /// (listener, region, view, group, part) → value, from the SVG's bar segments.
 type Segments = BTreeMap<(String, String, String, String, String), f64>;
 
-/// Pixels per percent along a bar (sim/svg.rs draws 100 % as 520 px).
+/// Pixels per percent along a bar (src/sim/svg.rs draws 100 % as 520 px).
 const PX_PER_PERCENT: f64 = 5.2;
 
 /// Parses `svg` (panicking when it is not well-formed XML or not SVG) and collects its bar
@@ -145,8 +145,8 @@ fn compare_draws_the_old_config_beside_the_new() {
 fn svg_goes_to_out_file_and_is_deterministic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("split.svg");
-    let printed = sim(&["--format", "svg", "--out", out.to_str().unwrap()]);
-    assert_eq!(printed, "");
+    let (code, printed, _) = cli(&["--format", "svg", "--out", out.to_str().unwrap()]);
+    assert_eq!((code, printed.as_str()), (Some(0), ""));
     let written = std::fs::read_to_string(&out).unwrap();
     assert_eq!(written, svg(&[]));
     assert_eq!(svg(&["--verify", "500"]), svg(&["--verify", "500"]));

@@ -11,10 +11,10 @@
 
 use std::fmt::Write as _;
 
-use gtd::split::Mode;
+use crate::split::Mode;
 
-use crate::engine::{ListenerReport, RegionReport};
-use crate::render::Output;
+use super::engine::{ListenerReport, RegionReport};
+use super::render::Output;
 
 /// Width of a full (100 %) bar, px.
 const BAR_W: f64 = 520.0;
@@ -311,7 +311,7 @@ fn draw_region(
                 g.share,
                 g.first_pass,
                 g.leftover,
-                crate::capacity::number(g.ratio)
+                super::capacity::number(g.ratio)
             ),
             Some(graded) => format!(
                 "#{} {} {:.2} % from ({:.2} first pass + {:.2} leftover + {:.2} spill) × {:.3} keeps (scaled up when some passed the last group) · usable {:.0} % · ratio {}",
@@ -323,7 +323,7 @@ fn draw_region(
                 graded.spill,
                 graded.keep,
                 graded.usable * 100.0,
-                crate::capacity::number(g.ratio)
+                super::capacity::number(g.ratio)
             ),
         };
         if !g.healthy {

@@ -8,8 +8,8 @@ pub(crate) use csv::{csv, csv_field};
 pub(crate) use json::json;
 pub(crate) use table::table;
 
-use crate::capacity::Total;
-use crate::engine::ListenerReport;
+use crate::sim::capacity::Total;
+use crate::sim::engine::ListenerReport;
 
 /// Everything one run prints.
 pub(crate) struct Output<'a> {

@@ -2,9 +2,9 @@
 //! against its `capacity` — utilisation in percent, flagged above the listener's `headroom` and
 //! above 100 %.
 
-use gtd::config::Config;
+use crate::config::Config;
 
-use crate::engine::{GroupRow, ListenerReport};
+use super::engine::{GroupRow, ListenerReport};
 
 /// Demand-weighted load of a group (endpoint `None`) or an endpoint, summed over regions.
 #[derive(Debug, Clone)]

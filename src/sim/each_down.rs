@@ -5,18 +5,18 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Result, bail};
-use gtd::config::Config;
-use gtd::split::Mode;
+use super::Error;
+use crate::config::Config;
+use crate::split::Mode;
 use serde_json::{Value, json};
 
-use crate::capacity::{self, Status, Total};
-use crate::engine::{self, Asks};
-use crate::scenario::RawWhatIf;
+use super::capacity::{self, Status, Total};
+use super::engine::{self, Asks};
+use super::scenario::RawWhatIf;
 
 /// Which failures to replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failures {
+pub enum Failures {
     /// Every set of N groups of one listener (N = 1: each group alone; 2: every pair).
     Groups(usize),
     /// Every group in one endpoint-group region at once, every listener together.
@@ -25,7 +25,7 @@ pub(crate) enum Failures {
 
 impl Failures {
     /// `--each-down`'s value: a count (1 when none is given) or `region`.
-    pub(crate) fn parse(s: &str) -> std::result::Result<Failures, String> {
+    pub fn parse(s: &str) -> Result<Failures, String> {
         if s == "region" {
             return Ok(Failures::Region);
         }
@@ -133,7 +133,7 @@ pub(crate) fn run(
     raw: &RawWhatIf,
     region: Option<&str>,
     failures: Failures,
-) -> Result<Report> {
+) -> Result<Report, Error> {
     // Only listeners with a capacity somewhere can overflow.
     let planned: Vec<usize> = config
         .listeners
@@ -147,20 +147,23 @@ pub(crate) fn run(
         .map(|(i, _)| i)
         .collect();
     if planned.is_empty() {
-        bail!(
+        return Err(Error::Usage(
             "--each-down: no group or endpoint of the config has a capacity; set capacity on groups \
              or endpoints (in the unit of the scenario's [demand])"
-        );
+                .to_owned(),
+        ));
     }
     let sets = failure_sets(config, &planned, failures);
     if sets.is_empty() {
-        bail!("--each-down {failures:?}: no listener has that many groups");
+        return Err(Error::Usage(format!(
+            "--each-down {failures:?}: no listener has that many groups"
+        )));
     }
     let baseline = case(config, raw, region, &planned, Vec::new(), None)?;
     let mut cases = sets
         .into_iter()
         .map(|(down, failed)| case(config, raw, region, &planned, down, failed))
-        .collect::<Result<Vec<Case>>>()?;
+        .collect::<Result<Vec<Case>, Error>>()?;
     // Stable: equal cases keep the config's order.
     cases.sort_by(|a, b| b.key().partial_cmp(&a.key()).expect("finite"));
     Ok(Report {
@@ -249,12 +252,15 @@ fn case(
     planned: &[usize],
     down: Vec<String>,
     failed: Option<String>,
-) -> Result<Case> {
+) -> Result<Case, Error> {
     let mut what = raw.clone();
     what.down.extend(down.iter().cloned());
     let what_if = what.resolve(config)?;
     if what_if.demand.is_empty() {
-        bail!("--each-down needs client demand: a scenario with [demand] (region = amount)");
+        return Err(Error::Usage(
+            "--each-down needs client demand: a scenario with [demand] (region = amount)"
+                .to_owned(),
+        ));
     }
     let asks = Asks {
         region: region.map(str::to_owned),
@@ -463,7 +469,7 @@ pub(crate) fn csv(r: &Report) -> String {
                 t.group,
                 t.endpoint
                     .as_deref()
-                    .map(crate::render::csv_field)
+                    .map(super::render::csv_field)
                     .unwrap_or_default(),
                 f(t.load),
                 f(t.capacity),

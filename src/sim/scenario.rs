@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow, bail};
-use gtd::config::Config;
-use gtd::health::Check;
+use super::Error;
+use crate::config::Config;
+use crate::health::Check;
+
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A group or an endpoint of the config, by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,13 +58,15 @@ pub(crate) struct RawWhatIf {
 impl RawWhatIf {
     /// Reads a scenario file: `[demand]`, `[health] down = [...]`, `[latency]`, `[ratios]`.
     pub(crate) fn from_file(path: &Path) -> Result<RawWhatIf> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading scenario {}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadScenario {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let doc: toml::Table = toml::from_str(&text).map_err(|e| {
             let (line, col) = e
                 .span()
-                .map_or((0, 0), |s| gtd::config::position(&text, s.start));
-            anyhow!("{}:{line}:{col}: {}", path.display(), e.message())
+                .map_or((0, 0), |s| crate::config::position(&text, s.start));
+            Error::Scenario(format!("{}:{line}:{col}: {}", path.display(), e.message()))
         })?;
         let mut raw = RawWhatIf::default();
         let at = |key: &str| format!("{}: [{key}]", path.display());
@@ -74,34 +78,36 @@ impl RawWhatIf {
                 "health" => {
                     let table = value
                         .as_table()
-                        .ok_or_else(|| anyhow!("{}: expected a table", at("health")))?;
+                        .ok_or_else(|| bad(format!("{}: expected a table", at("health"))))?;
                     for (k, v) in table {
                         if k == "checks" {
                             raw.checks.extend(check_lists(v, &at("health"))?);
                             continue;
                         }
                         if k != "down" {
-                            bail!(
+                            return Err(bad(format!(
                                 "{}: unknown key {k:?} (expected \"down\" or \"checks\")",
                                 at("health")
-                            );
+                            )));
                         }
                         let list = v.as_array().ok_or_else(|| {
-                            anyhow!("{}: down must be a list of names", at("health"))
+                            bad(format!("{}: down must be a list of names", at("health")))
                         })?;
                         for item in list {
-                            let name = item
-                                .as_str()
-                                .ok_or_else(|| anyhow!("{}: down must list names", at("health")))?;
+                            let name = item.as_str().ok_or_else(|| {
+                                bad(format!("{}: down must list names", at("health")))
+                            })?;
                             raw.down.push(name.to_owned());
                         }
                     }
                 }
                 "description" => {}
-                other => bail!(
-                    "{}: unknown table [{other}] (expected demand, health, latency, ratios or description)",
-                    path.display()
-                ),
+                other => {
+                    return Err(bad(format!(
+                        "{}: unknown table [{other}] (expected demand, health, latency, ratios or description)",
+                        path.display()
+                    )));
+                }
             }
         }
         Ok(raw)
@@ -121,26 +127,23 @@ impl RawWhatIf {
         let mut out = WhatIf::default();
         for name in &self.down {
             out.down.extend(
-                resolve_targets(config, name, true).with_context(|| format!("--down {name}"))?,
+                resolve_targets(config, name, true).map_err(what(format!("--down {name}")))?,
             );
         }
         for (name, results) in &self.checks {
             let checks = results
                 .iter()
                 .map(|r| parse_check(r))
-                .collect::<Result<Vec<Check>>>()
-                .with_context(|| format!("checks {name}"))?;
-            for t in
-                resolve_targets(config, name, true).with_context(|| format!("checks {name}"))?
-            {
+                .collect::<Result<Vec<Check>, String>>()
+                .map_err(what(format!("checks {name}")))?;
+            for t in resolve_targets(config, name, true).map_err(what(format!("checks {name}")))? {
                 let g = &config.listeners[t.listener].groups[t.group];
                 if g.health_check.is_none() {
-                    bail!(
+                    return Err(Error::WhatIf(format!(
                         "checks {name}: group {:?} of listener {:?} has no health_check, so a node \
                          runs no checks there",
-                        g.name,
-                        config.listeners[t.listener].name
-                    );
+                        g.name, config.listeners[t.listener].name
+                    )));
                 }
                 let endpoints = match t.endpoint {
                     Some(e) => e..e + 1,
@@ -153,14 +156,18 @@ impl RawWhatIf {
         }
         for (key, ms) in &self.latency {
             if !(ms.is_finite() && *ms >= 0.0) {
-                bail!("latency {key}={ms}: expected milliseconds >= 0");
+                return Err(Error::WhatIf(format!(
+                    "latency {key}={ms}: expected milliseconds >= 0"
+                )));
             }
             let (region, group) = key.split_once('/').ok_or_else(|| {
-                anyhow!("latency {key:?}: expected REGION/GROUP or REGION/LISTENER/GROUP")
+                Error::WhatIf(format!(
+                    "latency {key:?}: expected REGION/GROUP or REGION/LISTENER/GROUP"
+                ))
             })?;
-            check_region(config, region).with_context(|| format!("latency {key}"))?;
+            check_region(config, region).map_err(what(format!("latency {key}")))?;
             for t in
-                resolve_targets(config, group, false).with_context(|| format!("latency {key}"))?
+                resolve_targets(config, group, false).map_err(what(format!("latency {key}")))?
             {
                 out.latency
                     .insert((region.to_owned(), t.listener, t.group), *ms);
@@ -168,9 +175,11 @@ impl RawWhatIf {
         }
         for (key, ratio) in &self.ratios {
             if !(0.0..=100.0).contains(ratio) {
-                bail!("ratio {key}={ratio} is out of range 0..=100");
+                return Err(Error::WhatIf(format!(
+                    "ratio {key}={ratio} is out of range 0..=100"
+                )));
             }
-            for t in resolve_targets(config, key, false).with_context(|| format!("ratio {key}"))? {
+            for t in resolve_targets(config, key, false).map_err(what(format!("ratio {key}")))? {
                 out.ratios.insert((t.listener, t.group), *ratio);
             }
         }
@@ -179,17 +188,19 @@ impl RawWhatIf {
         let mut clients = Vec::new();
         for (region, amount) in &self.demand {
             if !(amount.is_finite() && *amount >= 0.0) {
-                bail!("demand {region}={amount}: expected an amount >= 0");
+                return Err(Error::WhatIf(format!(
+                    "demand {region}={amount}: expected an amount >= 0"
+                )));
             }
             if let Some(ip) = client_address(region) {
                 clients.push((region, ip, *amount));
                 continue;
             }
-            check_region(config, region).with_context(|| format!("demand {region}"))?;
+            check_region(config, region).map_err(what(format!("demand {region}")))?;
             out.demand.insert(region.clone(), *amount);
         }
         for (key, ip, amount) in clients {
-            let region = demand_region(config, ip).with_context(|| format!("demand {key}"))?;
+            let region = demand_region(config, ip).map_err(what(format!("demand {key}")))?;
             *out.demand.entry(region.clone()).or_default() += amount;
             out.demand_clients.push((key.clone(), region, amount));
         }
@@ -201,17 +212,19 @@ impl RawWhatIf {
 
 /// One check result as written: `pass`, `fail` (an answer, not the expected one) or `timeout`
 /// (no answer: refused, reset, timed out).
-fn parse_check(s: &str) -> Result<Check> {
+fn parse_check(s: &str) -> Result<Check, String> {
     match s.trim() {
         "pass" => Ok(Check::Passed),
         "fail" => Ok(Check::Refuted),
         "timeout" => Ok(Check::Unanswered),
-        other => bail!("{other:?} is not a check result (expected pass, fail or timeout)"),
+        other => Err(format!(
+            "{other:?} is not a check result (expected pass, fail or timeout)"
+        )),
     }
 }
 
 /// Parses `NAME=RESULT,RESULT,...` from a flag.
-pub(crate) fn parse_checks(s: &str) -> Result<(String, Vec<String>), String> {
+pub fn parse_checks(s: &str) -> Result<(String, Vec<String>), String> {
     let (name, list) = s
         .split_once('=')
         .ok_or_else(|| format!("expected NAME=pass,fail,timeout,..., got {s:?}"))?;
@@ -224,19 +237,19 @@ pub(crate) fn parse_checks(s: &str) -> Result<(String, Vec<String>), String> {
 fn check_lists(value: &toml::Value, at: &str) -> Result<Vec<(String, Vec<String>)>> {
     let table = value
         .as_table()
-        .ok_or_else(|| anyhow!("{at}: checks must be a table of NAME = [results]"))?;
+        .ok_or_else(|| bad(format!("{at}: checks must be a table of NAME = [results]")))?;
     table
         .iter()
         .map(|(k, v)| {
             let list = v
                 .as_array()
-                .ok_or_else(|| anyhow!("{at}: checks {k:?} must be a list of results"))?;
+                .ok_or_else(|| bad(format!("{at}: checks {k:?} must be a list of results")))?;
             let results = list
                 .iter()
                 .map(|r| {
                     r.as_str()
                         .map(str::to_owned)
-                        .ok_or_else(|| anyhow!("{at}: checks {k:?} must list strings"))
+                        .ok_or_else(|| bad(format!("{at}: checks {k:?} must list strings")))
                 })
                 .collect::<Result<Vec<String>>>()?;
             Ok((k.clone(), results))
@@ -245,7 +258,7 @@ fn check_lists(value: &toml::Value, at: &str) -> Result<Vec<(String, Vec<String>
 }
 
 /// Parses `NAME=NUMBER` from a flag.
-pub(crate) fn parse_assignment(s: &str) -> Result<(String, f64), String> {
+pub fn parse_assignment(s: &str) -> Result<(String, f64), String> {
     let (name, value) = s
         .split_once('=')
         .ok_or_else(|| format!("expected NAME=NUMBER, got {s:?}"))?;
@@ -259,14 +272,14 @@ pub(crate) fn parse_assignment(s: &str) -> Result<(String, f64), String> {
 fn numbers(value: &toml::Value, at: &str) -> Result<Vec<(String, f64)>> {
     let table = value
         .as_table()
-        .ok_or_else(|| anyhow!("{at}: expected a table"))?;
+        .ok_or_else(|| bad(format!("{at}: expected a table")))?;
     table
         .iter()
         .map(|(k, v)| {
             let n = match v {
                 toml::Value::Integer(i) => *i as f64,
                 toml::Value::Float(f) => *f,
-                _ => bail!("{at}: {k:?} must be a number"),
+                _ => return Err(bad(format!("{at}: {k:?} must be a number"))),
             };
             Ok((k.clone(), n))
         })
@@ -300,26 +313,28 @@ fn client_address(key: &str) -> Option<IpAddr> {
 
 /// The acceleration region (one a listener serves) nearest, by great-circle distance, to where
 /// the `[geoip]` database places `ip`.
-fn demand_region(config: &Config, ip: IpAddr) -> Result<String> {
+fn demand_region(config: &Config, ip: IpAddr) -> Result<String, String> {
     let Some(geoip) = &config.geoip else {
-        bail!("a client address needs a [geoip] database in the config to be placed");
+        return Err(
+            "a client address needs a [geoip] database in the config to be placed".to_owned(),
+        );
     };
     let Some(place) = geoip.db.lookup(ip) else {
-        bail!(
+        return Err(format!(
             "{ip} is not in the [geoip] database {}",
             geoip.database.display()
-        );
+        ));
     };
     let Some(at) = place.location else {
-        bail!(
+        return Err(format!(
             "the [geoip] database has no latitude/longitude for {ip} (a Country database, or a \
              record without a location): it cannot be placed near a region"
-        );
+        ));
     };
     let regions = acceleration_regions(config);
-    gtd::split::location::nearest_region(at, regions.iter().map(String::as_str), &config.catalog)
+    crate::split::location::nearest_region(at, regions.iter().map(String::as_str), &config.catalog)
         .map(str::to_owned)
-        .ok_or_else(|| anyhow!("no listener serves a region of the catalogue"))
+        .ok_or_else(|| "no listener serves a region of the catalogue".to_owned())
 }
 
 /// The regions some listener serves, first-listed order, each once.
@@ -333,15 +348,15 @@ pub(crate) fn acceleration_regions(config: &Config) -> Vec<String> {
     out
 }
 
-fn check_region(config: &Config, region: &str) -> Result<()> {
+fn check_region(config: &Config, region: &str) -> Result<(), String> {
     if config.catalog.get(region).is_none() {
-        bail!("unknown region {region:?} (not in the catalogue)");
+        return Err(format!("unknown region {region:?} (not in the catalogue)"));
     }
     Ok(())
 }
 
 /// Resolves `GROUP`, `LISTENER/GROUP` or (with `endpoints`) `LISTENER/GROUP/ADDRESS`.
-fn resolve_targets(config: &Config, name: &str, endpoints: bool) -> Result<Vec<Target>> {
+fn resolve_targets(config: &Config, name: &str, endpoints: bool) -> Result<Vec<Target>, String> {
     let parts: Vec<&str> = name.splitn(3, '/').collect();
     let mut found = Vec::new();
     for (li, l) in config.listeners.iter().enumerate() {
@@ -380,7 +395,19 @@ fn resolve_targets(config: &Config, name: &str, endpoints: bool) -> Result<Vec<T
         } else {
             "GROUP or LISTENER/GROUP"
         };
-        bail!("{name:?} matches no group or endpoint of the config (expected {form})");
+        return Err(format!(
+            "{name:?} matches no group or endpoint of the config (expected {form})"
+        ));
     }
     Ok(found)
+}
+
+/// A scenario file's content that is not a scenario.
+fn bad(message: String) -> Error {
+    Error::Scenario(message)
+}
+
+/// What a what-if's problem becomes: `--down NAME: ...`, `latency KEY: ...`.
+fn what(context: String) -> impl FnOnce(String) -> Error {
+    move |problem| Error::WhatIf(format!("{context}: {problem}"))
 }

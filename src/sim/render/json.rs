@@ -1,10 +1,10 @@
 //! The docs/design.md §8 JSON document.
 
-use gtd::split::rules::Match;
+use crate::split::rules::Match;
 use serde_json::{Value, json};
 
-use crate::capacity::Status;
-use crate::engine::RegionReport;
+use crate::sim::capacity::Status;
+use crate::sim::engine::RegionReport;
 
 use super::Output;
 
@@ -135,7 +135,7 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
 }
 
 /// Where the `[geoip]` database puts a client, as JSON.
-fn place_json(p: gtd::geoip::Place) -> Value {
+fn place_json(p: crate::geoip::Place) -> Value {
     json!({
         "continent": p.continent.as_str(),
         "country": p.country_str(),

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::capacity::Status;
+use crate::sim::capacity::Status;
 
 use super::Output;
 

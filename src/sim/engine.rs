@@ -5,14 +5,14 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
-use gtd::balance::{GroupBalancer, RequestKey};
-use gtd::config::{Affinity, Balance, Config, FailoverMode, Listener, PriorityBy};
-use gtd::geoip::Place;
-use gtd::health::{Rules as CheckRules, Verdict};
-use gtd::split::rules::{Match, Parts, Rules, describe};
-use gtd::split::{self, ListenerPlan, Mode, Plan, RttSource, location};
+use crate::balance::{GroupBalancer, RequestKey};
+use crate::config::{Affinity, Balance, Config, FailoverMode, Listener, PriorityBy};
+use crate::geoip::Place;
+use crate::health::{Rules as CheckRules, Verdict};
+use crate::split::rules::{Match, Parts, Rules, describe};
+use crate::split::{self, ListenerPlan, Mode, Plan, RttSource, location};
 
-use crate::scenario::WhatIf;
+use super::scenario::WhatIf;
 
 /// One listener seen from every region asked for.
 #[derive(Debug, Clone)]
@@ -124,7 +124,7 @@ pub(crate) struct GroupRow {
     pub(crate) leftover: f64,
     pub(crate) share: f64,
     /// The share in parts, [first pass, leftover, spill], each at what the group keeps of it
-    /// ([`gtd::split::Share::kept_parts`]): what a picture draws.
+    /// ([`crate::split::Share::kept_parts`]): what a picture draws.
     pub(crate) parts: [f64; 3],
     /// `failover = "graceful"`: the usable part of the group's weight, what it keeps of what
     /// reaches it, and what groups above passed down to it (docs/design.md §3.3).
@@ -184,7 +184,7 @@ pub(crate) fn evaluate(
     config: &Config,
     what_if: &WhatIf,
     asks: &Asks,
-) -> anyhow::Result<Vec<ListenerReport>> {
+) -> Result<Vec<ListenerReport>, super::Error> {
     if let Some(region) = &asks.region
         && !config.listeners.iter().any(|l| l.regions.contains(region))
     {
@@ -193,10 +193,10 @@ pub(crate) fn evaluate(
             .iter()
             .flat_map(|l| l.regions.iter().map(String::as_str))
             .collect();
-        anyhow::bail!(
-            "--region {region}: no listener is served from that region (acceleration regions: {})",
-            served.into_iter().collect::<Vec<_>>().join(", ")
-        );
+        return Err(super::Error::Region {
+            region: region.clone(),
+            served: served.into_iter().collect::<Vec<_>>().join(", "),
+        });
     }
     let now = now();
     let mut out = Vec::new();
@@ -615,7 +615,7 @@ fn uses_request_key(listener: &Listener, balance: &Balance) -> bool {
 fn endpoint_state(
     b: &GroupBalancer,
     ei: usize,
-    e: &gtd::config::Endpoint,
+    e: &crate::config::Endpoint,
     now: Instant,
 ) -> &'static str {
     if !e.enabled {

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use gtd::split::rules::Match;
-use gtd::split::{Mode, RttSource};
+use crate::split::rules::Match;
+use crate::split::{Mode, RttSource};
 
-use crate::capacity;
-use crate::engine::{ClientGroup, GroupRow, RegionReport, Route};
+use crate::sim::capacity;
+use crate::sim::engine::{ClientGroup, GroupRow, RegionReport, Route};
 
 use super::Output;
 
@@ -384,7 +384,7 @@ fn decision(protocol: &str) -> &'static str {
 }
 
 /// Where the `[geoip]` database puts a client, as the table says it.
-fn place_text(place: Option<&gtd::geoip::Place>) -> String {
+fn place_text(place: Option<&crate::geoip::Place>) -> String {
     match place {
         None => "not in the [geoip] database".to_owned(),
         Some(p) => {
