@@ -29,6 +29,10 @@
 //!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
 //!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows
 //!   revisions with [`node::fleet`] and applies each as a reload.
+//! - [`view`]: what a node shows, as serde types both ways — the `/status` document, the
+//!   listeners of a registry entry, `sim`'s per-group rows — built by pure functions from the
+//!   plan and the live facts the node gathers; the demo, `gtd fleet` and the tests read them
+//!   (the JSON contract: docs/status.md).
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!
@@ -50,3 +54,4 @@ pub mod node;
 mod pem;
 pub mod regions;
 pub mod split;
+pub mod view;
