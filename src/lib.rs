@@ -33,6 +33,10 @@
 //!   latencies, ratios, client demand) → each node region's split through [`split::plan`],
 //!   capacity against demand, the N+1 check, as a table, JSON, CSV or SVG; one entry point,
 //!   [`sim::run`], for the `sim` program, `gtd push --dry-run` and `gtd fleet diff`.
+//! - [`view`]: what a node shows, as serde types both ways — the `/status` document, the
+//!   listeners of a registry entry, `sim`'s per-group rows — built by pure functions from the
+//!   plan and the live facts the node gathers; the demo, `gtd fleet` and the tests read them
+//!   (the JSON contract: docs/status.md).
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!
@@ -55,3 +59,4 @@ mod pem;
 pub mod regions;
 pub mod sim;
 pub mod split;
+pub mod view;

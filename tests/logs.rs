@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 
 /// Everything logged so far, shared with the subscriber's writer.
 #[derive(Clone, Default)]
@@ -180,13 +179,9 @@ async fn turning_marking_on_by_reload_counts_from_zero_and_warns_at_the_marking(
     let node = start(&cfg).await;
     let addr = listener_addr(&node, "off").await;
     let endpoint_status = |node: &gtd::node::Node| {
-        let (_, text) = admin(node, "GET", "/status", None);
-        let doc: Value = serde_json::from_str(&text).unwrap();
-        let e = &doc["listeners"][0]["groups"][0]["endpoints"][0];
-        (
-            e["healthy"].as_bool().unwrap(),
-            e["fails"].as_u64().unwrap(),
-        )
+        let doc = status(node);
+        let e = &doc.listeners[0].groups[0].endpoints[0];
+        (e.healthy, u64::from(e.fails))
     };
 
     // Marking off: the endpoint stays in rotation and no failure is counted towards it.

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::load::Tally;
+use crate::view::Status;
 
 /// Seconds of history the live view's observed shares cover.
 pub(crate) const WINDOW: usize = 5;
@@ -41,32 +42,29 @@ pub(crate) struct Pane {
 }
 
 /// The node's view of `listener` from its `/status` document: mode and groups in rank order.
-pub(crate) fn read_status(status: &Value, listener: &str, names: &[String]) -> (String, Vec<Seen>) {
-    let Some(l) = status["listeners"]
-        .as_array()
-        .and_then(|ls| ls.iter().find(|l| l["name"] == listener))
-    else {
+pub(crate) fn read_status(
+    status: &Status,
+    listener: &str,
+    names: &[String],
+) -> (String, Vec<Seen>) {
+    let Some(l) = status.listener(listener) else {
         return ("—".to_owned(), Vec::new());
     };
-    let groups = l["groups"]
-        .as_array()
-        .map(|gs| {
-            gs.iter()
-                .filter_map(|g| {
-                    let name = g["name"].as_str()?;
-                    Some(Seen {
-                        index: names.iter().position(|n| n == name)?,
-                        name: name.to_owned(),
-                        rtt_ms: g["rtt_ms"].as_f64(),
-                        rtt_source: g["rtt_source"].as_str().unwrap_or("").to_owned(),
-                        healthy: g["healthy"].as_bool().unwrap_or(false),
-                        share: g["share"].as_f64().unwrap_or(0.0),
-                    })
-                })
-                .collect()
+    let groups = l
+        .groups
+        .iter()
+        .filter_map(|g| {
+            Some(Seen {
+                index: names.iter().position(|n| *n == g.name)?,
+                name: g.name.clone(),
+                rtt_ms: g.rtt_ms,
+                rtt_source: g.rtt_source.clone(),
+                healthy: g.healthy,
+                share: g.share,
+            })
         })
-        .unwrap_or_default();
-    (l["mode"].as_str().unwrap_or("").to_owned(), groups)
+        .collect();
+    (l.mode.clone(), groups)
 }
 
 /// The node's share of each of `n` groups, percent, by config index.
@@ -251,4 +249,53 @@ pub(crate) fn json(panes: &[Pane], names: impl Fn(&Pane) -> Vec<String>) -> Valu
 
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::{GroupView, ListenerView, NodeView};
+
+    #[test]
+    fn the_view_reads_the_typed_status_in_rank_order() {
+        let group = |name: &str, share: f64, healthy: bool| GroupView {
+            name: name.to_owned(),
+            rtt_ms: Some(1.5),
+            rtt_source: "measured".to_owned(),
+            healthy,
+            share,
+            ..GroupView::default()
+        };
+        let status = Status {
+            node: NodeView {
+                region: "cn-beijing".to_owned(),
+                version: "0".to_owned(),
+                uptime_s: 1,
+                config: String::new(),
+            },
+            listeners: vec![ListenerView {
+                name: "web".to_owned(),
+                mode: "failover".to_owned(),
+                // Rank order: shanghai first; a group the demo does not know is left out.
+                groups: vec![
+                    group("shanghai", 100.0, true),
+                    group("beijing", 0.0, false),
+                    group("other", 0.0, true),
+                ],
+                ..ListenerView::default()
+            }],
+            dns: Default::default(),
+            fleet: None,
+        };
+        let names = ["beijing".to_owned(), "shanghai".to_owned()];
+        let (mode, seen) = read_status(&status, "web", &names);
+        assert_eq!(mode, "failover");
+        let got: Vec<(usize, &str, bool)> = seen
+            .iter()
+            .map(|g| (g.index, g.name.as_str(), g.healthy))
+            .collect();
+        assert_eq!(got, [(1, "shanghai", true), (0, "beijing", false)]);
+        assert_eq!(shares(&seen, 2), [0.0, 100.0]);
+        assert_eq!(read_status(&status, "nope", &names).0, "—");
+    }
 }

@@ -1,10 +1,13 @@
 //! The node registry: what each node says about itself under `PREFIX/nodes/ID`, and where the
-//! nodes' views of group health disagree. Pure: the node writes [`Entry`] values, `gtd fleet`
-//! and `GET /fleet` read them.
+//! nodes' views of group health disagree. Pure: the node writes [`Entry`] values (its listeners
+//! are [`crate::view`]'s), `gtd fleet` and `GET /fleet` read them.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::view::ListenerView;
+pub use crate::view::Refusal;
 
 /// A node's registry entry, rewritten when what it says changes (a revision applied or
 /// refused, a group's health or share).
@@ -36,7 +39,9 @@ pub struct Entry {
     /// When this entry was written, ms since the Unix epoch: the entry is rewritten when what
     /// it says changes, not on a clock (the lease says the node is alive).
     pub updated_at_ms: u64,
-    /// What each of its listeners does now.
+    /// What each of its listeners does now ([`ListenerView::for_registry`]: no RTTs, counters
+    /// or endpoints, which change without anything happening).
+    #[serde(deserialize_with = "listeners_any_version")]
     pub listeners: Vec<ListenerView>,
 }
 
@@ -49,37 +54,6 @@ impl Entry {
         }
         crate::fleet::now_ms().saturating_sub(self.started_at_ms) / 1000
     }
-}
-
-/// A revision a node could not apply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refusal {
-    /// The revision's number.
-    pub revision: u64,
-    /// The node's reason (every error, `FILE:LINE:COL: ...` lines).
-    pub reason: String,
-}
-
-/// A listener as one node runs it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ListenerView {
-    /// Its name.
-    pub name: String,
-    /// `cascade`, `failover`, `fail-open` or `no-route`.
-    pub mode: String,
-    /// Its groups in the node's priority order.
-    pub groups: Vec<GroupView>,
-}
-
-/// A group as one node sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupView {
-    /// Its name.
-    pub name: String,
-    /// Its share of the node's decisions, in percent.
-    pub share: f64,
-    /// `healthy` or `unhealthy`.
-    pub health: String,
 }
 
 /// Nodes that see one group differently: some healthy, some not.
@@ -105,7 +79,7 @@ pub fn disagreements(entries: &[Entry]) -> Vec<Disagreement> {
         for l in &e.listeners {
             for g in &l.groups {
                 let (healthy, unhealthy) = seen.entry((&l.name, &g.name)).or_default();
-                if g.health == "healthy" {
+                if g.healthy {
                     healthy.push(e.id.clone());
                 } else {
                     unhealthy.push(e.id.clone());
@@ -124,38 +98,32 @@ pub fn disagreements(entries: &[Entry]) -> Vec<Disagreement> {
         .collect()
 }
 
-/// The listeners of a `/status` document, as a registry entry carries them.
-pub fn listeners_of(status: &serde_json::Value) -> Vec<ListenerView> {
-    let empty = Vec::new();
-    status["listeners"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .map(|l| ListenerView {
-            name: l["name"].as_str().unwrap_or_default().to_owned(),
-            mode: l["mode"].as_str().unwrap_or_default().to_owned(),
-            groups: l["groups"]
-                .as_array()
-                .unwrap_or(&empty)
-                .iter()
-                .map(|g| GroupView {
-                    name: g["name"].as_str().unwrap_or_default().to_owned(),
-                    share: g["share"].as_f64().unwrap_or(0.0),
-                    health: if g["healthy"].as_bool().unwrap_or(false) {
-                        "healthy"
-                    } else {
-                        "unhealthy"
-                    }
-                    .to_owned(),
-                })
-                .collect(),
-        })
+/// An entry's listeners, from this version's entries and from older ones, whose groups said
+/// `"health": "healthy"` or `"unhealthy"` where [`crate::view::GroupView`] says `"healthy": true|false`.
+fn listeners_any_version<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ListenerView>, D::Error> {
+    let mut listeners = Vec::<serde_json::Value>::deserialize(d)?;
+    for l in &mut listeners {
+        let Some(groups) = l.get_mut("groups").and_then(|g| g.as_array_mut()) else {
+            continue;
+        };
+        for g in groups.iter_mut().filter_map(|g| g.as_object_mut()) {
+            if !g.contains_key("healthy")
+                && let Some(health) = g.remove("health")
+            {
+                g.insert("healthy".to_owned(), (health == "healthy").into());
+            }
+        }
+    }
+    listeners
+        .into_iter()
+        .map(|l| serde_json::from_value(l).map_err(serde::de::Error::custom))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::GroupView;
 
     fn entry(id: &str, groups: &[(&str, bool)]) -> Entry {
         Entry {
@@ -178,9 +146,11 @@ mod tests {
                     .map(|&(name, ok)| GroupView {
                         name: name.to_owned(),
                         share: 50.0,
-                        health: if ok { "healthy" } else { "unhealthy" }.to_owned(),
+                        healthy: ok,
+                        ..GroupView::default()
                     })
                     .collect(),
+                ..ListenerView::default()
             }],
         }
     }
@@ -210,5 +180,33 @@ mod tests {
             entry("b", &[("beijing", false)]),
         ];
         assert!(disagreements(&entries).is_empty());
+    }
+
+    #[test]
+    fn an_entry_written_by_the_previous_version_still_reads() {
+        let old = r#"{"id":"cn-beijing@h:9100","region":"cn-beijing","admin":"127.0.0.1:9100",
+            "bind":"127.0.0.1","version":"0.1.0","applied":3,"source":"etcd",
+            "refused":{"revision":4,"reason":"gtd.toml:3:1: bad"},"uptime_s":12,
+            "updated_at_ms":1796188898705,"listeners":[{"name":"web","mode":"cascade",
+            "groups":[{"name":"beijing","share":62.5,"health":"healthy"},
+                      {"name":"shanghai","share":37.5,"health":"unhealthy"}]}]}"#;
+        let e: Entry = serde_json::from_str(old).unwrap();
+        assert_eq!(e.applied, Some(3));
+        assert_eq!(e.refused.as_ref().map(|r| r.revision), Some(4));
+        let l = &e.listeners[0];
+        assert_eq!((l.name.as_str(), l.mode.as_str()), ("web", "cascade"));
+        let seen: Vec<(&str, f64, bool)> = l
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.share, g.healthy))
+            .collect();
+        assert_eq!(seen, [("beijing", 62.5, true), ("shanghai", 37.5, false)]);
+    }
+
+    #[test]
+    fn an_entry_reads_back_as_written() {
+        let e = entry("a", &[("beijing", true), ("shanghai", false)]);
+        let text = serde_json::to_string(&e).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&text).unwrap(), e);
     }
 }

@@ -144,7 +144,7 @@ impl Fleet {
                         .groups
                         .iter()
                         .map(|g| {
-                            let bad = if g.health == "healthy" { "" } else { "!" };
+                            let bad = if g.healthy { "" } else { "!" };
                             format!("{}{bad} {}", g.name, trim(g.share))
                         })
                         .collect();

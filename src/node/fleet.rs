@@ -14,13 +14,13 @@ use std::time::Duration;
 use crate::fleet::etcd::pb::{etcdserverpb as rpc, mvccpb};
 use anyhow::{Context as _, Result, anyhow, bail};
 use metrics::Gauge;
-use serde_json::{Value, json};
 
 use super::Inner;
 use super::telemetry::{self, Registry};
 use crate::fleet::etcd::Answers;
 use crate::fleet::registry::Refusal;
 use crate::fleet::{Revision, Store};
+use crate::view::FleetView;
 
 mod registry;
 
@@ -155,19 +155,23 @@ impl Fleet {
     }
 
     /// The `fleet` object of `/status`.
-    pub(crate) fn status(&self, id: &str) -> Value {
+    pub(crate) fn status(&self, id: &str) -> FleetView {
         let (applied, source) = {
             let a = self.applied.lock().expect("fleet state");
             (a.0.revision, a.1)
         };
-        json!({
-            "id": id, "prefix": self.opts.prefix, "etcd": self.opts.etcd.endpoints(),
-            "tls": self.opts.etcd.tls(), "user": self.opts.etcd.user(),
-            "applied": applied, "source": source.as_str(),
-            "refused": *self.refused.lock().expect("fleet state"),
-            "connected": self.connected.load(Ordering::Relaxed),
-            "error": *self.error.lock().expect("fleet state"),
-        })
+        FleetView {
+            id: id.to_owned(),
+            prefix: self.opts.prefix.clone(),
+            etcd: self.opts.etcd.endpoints().to_vec(),
+            tls: self.opts.etcd.tls(),
+            user: self.opts.etcd.user().map(str::to_owned),
+            applied,
+            source: source.as_str().to_owned(),
+            refused: self.refused.lock().expect("fleet state").clone(),
+            connected: self.connected.load(Ordering::Relaxed),
+            error: self.error.lock().expect("fleet state").clone(),
+        }
     }
 
     /// A connection for one `GET /fleet`: the session's, or a new one.

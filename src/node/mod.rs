@@ -268,7 +268,7 @@ impl Node {
     }
 
     /// The `/status` document, in process (the demo's view reads it).
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> crate::view::Status {
         admin::status(&self.inner)
     }
 

@@ -28,6 +28,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gtd::node::{Node, Options};
+use gtd::view::{ListenerView, Status};
 use serde_json::Value;
 
 /// The repository root.
@@ -184,30 +185,37 @@ pub(crate) fn metric_lines(node: &Node, fragments: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// `GET /status` of `node`, read into the typed document (docs/status.md).
+pub(crate) fn status(node: &Node) -> Status {
+    status_at(node.admin_addr())
+}
+
+/// [`status`] from the admin server at `addr`.
+pub(crate) fn status_at(addr: SocketAddr) -> Status {
+    let (code, body) = admin_at(addr, "GET", "/status", None);
+    assert_eq!(code, 200, "GET /status: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status does not read: {e}\n{body}"))
+}
+
+/// The listener `name` of `status` (it must have it).
+pub(crate) fn status_listener<'a>(status: &'a Status, name: &str) -> &'a ListenerView {
+    status
+        .listener(name)
+        .unwrap_or_else(|| panic!("no listener {name} in /status"))
+}
+
 /// `/status`'s `served` counts of one listener: (group → served, endpoint address → served).
 pub(crate) fn served_in_status(
     node: &Node,
     listener: &str,
 ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
-    let (_, body) = admin(node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&body).unwrap();
-    let l = doc["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == listener)
-        .expect("listener in /status");
+    let doc = status(node);
+    let l = status_listener(&doc, listener);
     let (mut groups, mut endpoints) = (BTreeMap::new(), BTreeMap::new());
-    for g in l["groups"].as_array().unwrap() {
-        groups.insert(
-            g["name"].as_str().unwrap().to_owned(),
-            g["served"].as_u64().unwrap(),
-        );
-        for e in g["endpoints"].as_array().unwrap() {
-            endpoints.insert(
-                e["address"].as_str().unwrap().to_owned(),
-                e["served"].as_u64().unwrap(),
-            );
+    for g in &l.groups {
+        groups.insert(g.name.clone(), g.served.expect("served in /status"));
+        for e in &g.endpoints {
+            endpoints.insert(e.address.clone(), e.served);
         }
     }
     (groups, endpoints)

@@ -59,7 +59,7 @@ fn nodes_on_the_members_left_keep_their_session_through_an_election() {
             n.region,
             n.log_tail()
         );
-        let f = n.status()["fleet"].clone();
-        assert_eq!(f["connected"], true, "{f}");
+        let f = n.fleet();
+        assert!(f.connected, "{f:?}");
     }
 }

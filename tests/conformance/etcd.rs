@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use gtd::view::FleetView;
 use serde_json::Value;
 
 use crate::common::{Child, Pki};
@@ -466,7 +467,7 @@ pub(crate) fn start_fleet_leased(
     for n in &fleet.nodes {
         wait(&format!("{} serving revision 1", n.region), || {
             n.assert_running();
-            n.status()["fleet"]["applied"] == 1
+            n.fleet().applied == 1
         });
     }
     fleet
@@ -476,24 +477,24 @@ pub(crate) fn start_fleet_leased(
 pub(crate) fn wait_applied(fleet: &Fleet, n: u64) {
     for node in &fleet.nodes {
         wait_fleet(node, &format!("serving revision {n}"), |f| {
-            f["applied"] == n && f["source"] == "etcd"
+            f.applied == n && f.source == "etcd"
         });
     }
 }
 
 /// Waits (bounded by the suite's WAIT) until `cond` holds of the node's `/status` `fleet`
 /// object; on a timeout, says what the object was and what the node logged.
-pub(crate) fn wait_fleet(node: &NodeProc, what: &str, cond: impl Fn(&Value) -> bool) {
+pub(crate) fn wait_fleet(node: &NodeProc, what: &str, cond: impl Fn(&FleetView) -> bool) {
     let deadline = std::time::Instant::now() + crate::fleet::WAIT;
     loop {
         node.assert_running();
-        let f = node.status()["fleet"].clone();
+        let f = node.fleet();
         if cond(&f) {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "timed out waiting for {} {what}: fleet {f:#}\n{}",
+            "timed out waiting for {} {what}: fleet {f:?}\n{}",
             node.region,
             node.log_tail()
         );

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use gtd::view::{FleetView, Status};
 use serde_json::Value;
 use toml::Value as Toml;
 
@@ -371,10 +372,17 @@ pub(crate) struct NodeProc {
 
 impl NodeProc {
     /// Its `/status` document.
-    pub(crate) fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Status {
         let (code, body) = http(self.admin, "GET", "/status").expect("the node's admin answers");
         assert_eq!(code, 200, "{body}");
-        serde_json::from_str(&body).unwrap()
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status does not read: {e}\n{body}"))
+    }
+
+    /// Its `/status` `fleet` object (it follows a fleet).
+    pub(crate) fn fleet(&self) -> FleetView {
+        self.status()
+            .fleet
+            .expect("a fleet node's /status has `fleet`")
     }
 
     /// Panics, with its log, when the process has exited.
@@ -526,18 +534,10 @@ impl Fleet {
     pub(crate) fn wait_health(&self, down: &[&str]) {
         for n in &self.nodes {
             wait(&format!("{}: down exactly {down:?}", n.region), || {
-                let s = n.status();
-                s["listeners"].as_array().unwrap().iter().all(|l| {
-                    let ln = l["name"].as_str().unwrap();
-                    l["groups"].as_array().unwrap().iter().all(|g| {
-                        let gn = g["name"].as_str().unwrap();
-                        let is_down = down.iter().any(|d| Cfg::names(d, ln, gn));
-                        g["healthy"] == Value::Bool(!is_down)
-                            && g["endpoints"]
-                                .as_array()
-                                .unwrap()
-                                .iter()
-                                .all(|e| e["healthy"] == Value::Bool(!is_down))
+                n.status().listeners.iter().all(|l| {
+                    l.groups.iter().all(|g| {
+                        let is_down = down.iter().any(|d| Cfg::names(d, &l.name, &g.name));
+                        g.healthy != is_down && g.endpoints.iter().all(|e| e.healthy != is_down)
                     })
                 })
             });

@@ -23,7 +23,7 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
     fleet.rewrite(&cfg);
     push(&cluster, &fleet.config);
     let beijing = fleet.node("cn-beijing");
-    wait_fleet(beijing, "serving revision 2", |f| f["applied"] == 2);
+    wait_fleet(beijing, "serving revision 2", |f| f.applied == 2);
     wait("the refusal in the registry", || {
         fleet_json(&cluster)["nodes"]
             .as_array()
@@ -45,7 +45,7 @@ fn the_dashboards_fleet_tab_shows_the_fleet_from_etcd() {
                                 .as_array()
                                 .unwrap()
                                 .iter()
-                                .all(|g| g["health"] == "healthy")
+                                .all(|g| g["healthy"] == true)
                         })
                     })
             })

@@ -9,6 +9,7 @@
 //!   50, Shanghai 100: with 2 of 3 up Beijing keeps 0.933 of its share; with 1 it is below
 //!   `min_healthy`, unhealthy, and its whole share goes to Shanghai (mode failover).
 
+use gtd::view::{EndpointShare, GroupView};
 use serde_json::Value;
 
 use crate::fleet::*;
@@ -110,31 +111,24 @@ fn endpoints(cfg: &Cfg, listener: &str, group: &str) -> Vec<String> {
         .collect()
 }
 
-/// Listener `api`'s group `beijing` in `/status` (`listeners[].groups`) or in `sim`'s JSON
-/// (`listeners[].regions[].groups`, the region `region` picks).
-fn beijing_group(listeners: &Value, region: impl Fn(&Value) -> bool) -> Value {
+/// Listener `api`'s group `beijing` in `sim`'s JSON (`listeners[].regions[].groups`, the
+/// region `region` picks).
+fn beijing_group(listeners: &Value, region: impl Fn(&Value) -> bool) -> GroupView<EndpointShare> {
     let l = listeners
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["name"] == "api" || l["listener"] == "api")
+        .find(|l| l["listener"] == "api")
         .unwrap();
-    let groups = match l.get("groups") {
-        Some(g) => g,
-        None => &l["regions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| region(r))
-            .unwrap()["groups"],
-    };
-    groups
+    let r = l["regions"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["name"] == "beijing")
-        .unwrap()
-        .clone()
+        .find(|r| region(r))
+        .unwrap();
+    let groups: Vec<GroupView<EndpointShare>> =
+        serde_json::from_value(r["groups"].clone()).unwrap();
+    groups.into_iter().find(|g| g.name == "beijing").unwrap()
 }
 
 /// Disables or enables an endpoint on every node through the admin API.
@@ -177,14 +171,14 @@ fn graceful_splits_follow_endpoints_taken_down_one_by_one() {
         );
         fleet.conforms(&expected);
         // /status says what the share was graded by, as sim does.
-        let node = beijing_group(&fleet.node("cn-beijing").status()["listeners"], |_| true);
+        let status = fleet.node("cn-beijing").status();
+        let node = status.listener("api").unwrap().group("beijing").unwrap();
         let sim = beijing_group(&expected["listeners"], |r| r["region"] == "cn-beijing");
-        for key in ["usable", "keep", "spill"] {
-            assert_eq!(
-                node[key], sim[key],
-                "step {step}: /status {key} {node} vs sim {sim}"
-            );
-        }
+        assert_eq!(
+            (node.usable, node.keep, node.spill),
+            (sim.usable, sim.keep, sim.spill),
+            "step {step}: /status {node:?} vs sim {sim:?}"
+        );
     }
     // web with one of three up is below min_healthy: failover, Shanghai takes all.
     let last = fleet.sim(

@@ -49,17 +49,10 @@ regions = ["cn-shanghai"]
 
 /// (group, rtt_ms, rtt_source) in the node's order.
 fn order(fleet: &Fleet) -> Vec<(String, f64, String)> {
-    fleet.nodes[0].status()["listeners"][0]["groups"]
-        .as_array()
-        .unwrap()
+    fleet.nodes[0].status().listeners[0]
+        .groups
         .iter()
-        .map(|g| {
-            (
-                g["name"].as_str().unwrap().to_owned(),
-                g["rtt_ms"].as_f64().unwrap(),
-                g["rtt_source"].as_str().unwrap().to_owned(),
-            )
-        })
+        .map(|g| (g.name.clone(), g.rtt_ms.unwrap(), g.rtt_source.clone()))
         .collect()
 }
 

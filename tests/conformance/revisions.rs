@@ -139,8 +139,8 @@ fn a_config_that_fails_validation_is_never_published() {
     let report = fleet_json(&cluster);
     assert_eq!(report["latest"]["revision"], 1, "{report:#}");
     for n in &fleet.nodes {
-        assert_eq!(n.status()["fleet"]["applied"], 1);
-        assert_eq!(n.status()["fleet"]["refused"], serde_json::Value::Null);
+        let f = n.fleet();
+        assert_eq!((f.applied, f.refused), (1, None));
     }
 }
 
@@ -160,14 +160,14 @@ fn a_revision_one_node_cannot_apply_is_refused_there_and_the_others_apply_it() {
     push(&cluster, &fleet.config);
 
     let beijing = fleet.node("cn-beijing");
-    wait_fleet(beijing, "serving revision 2", |f| f["applied"] == 2);
+    wait_fleet(beijing, "serving revision 2", |f| f.applied == 2);
     let shanghai = fleet.node("cn-shanghai");
     wait_fleet(shanghai, "refusing revision 2", |f| {
-        f["refused"]["revision"] == 2
+        f.refused.as_ref().is_some_and(|r| r.revision == 2)
     });
-    let status = shanghai.status();
-    assert_eq!(status["fleet"]["applied"], 1);
-    let reason = status["fleet"]["refused"]["reason"].as_str().unwrap();
+    let f = shanghai.fleet();
+    assert_eq!(f.applied, 1);
+    let reason = &f.refused.as_ref().unwrap().reason;
     assert!(reason.contains(&port.to_string()), "{reason}");
     // Still serving revision 1's port.
     assert!(std::net::TcpStream::connect((shanghai_ip, old_port)).is_ok());
@@ -193,10 +193,7 @@ fn a_revision_one_node_cannot_apply_is_refused_there_and_the_others_apply_it() {
     fleet.rewrite(&cfg);
     push(&cluster, &fleet.config);
     wait_applied(&fleet, 3);
-    assert_eq!(
-        fleet.node("cn-shanghai").status()["fleet"]["refused"],
-        serde_json::Value::Null
-    );
+    assert_eq!(fleet.node("cn-shanghai").fleet().refused, None);
     fleet.wait_health(&[]);
     splits_are_sims(&fleet, &fleet.sim(&[]));
 }
@@ -240,7 +237,7 @@ fn with_the_whole_cluster_stopped_nodes_keep_serving_and_pick_up_the_next_revisi
     cluster.stop_all();
     for n in &fleet.nodes {
         wait(&format!("{} seeing etcd gone", n.region), || {
-            n.status()["fleet"]["connected"] == false
+            !n.fleet().connected
         });
     }
     // Still serving revision 1's split, traffic included.
@@ -249,9 +246,9 @@ fn with_the_whole_cluster_stopped_nodes_keep_serving_and_pick_up_the_next_revisi
     // A node restarted while etcd is down starts from its cache.
     fleet.kill_node("cn-shanghai");
     fleet.restart_node("cn-shanghai");
-    let f = fleet.node("cn-shanghai").status()["fleet"].clone();
-    assert_eq!(f["applied"], 1, "{f}");
-    assert_eq!(f["source"], "cache", "{f}");
+    let f = fleet.node("cn-shanghai").fleet();
+    assert_eq!(f.applied, 1, "{f:?}");
+    assert_eq!(f.source, "cache", "{f:?}");
     fleet.wait_health(&[]);
     splits_are_sims(&fleet, &fleet.sim(&[]));
 

@@ -66,9 +66,9 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
     let mut cfg = Cfg::shipped();
     let mut fleet = start_fleet(&cluster, &cfg, &[]);
     for n in &fleet.nodes {
-        let f = &n.status()["fleet"];
-        assert_eq!(f["tls"], true, "{f:#}");
-        assert_eq!(f["user"], "node", "{f:#}");
+        let f = n.fleet();
+        assert!(f.tls, "{f:?}");
+        assert_eq!(f.user.as_deref(), Some("node"), "{f:?}");
     }
 
     // Several token lifetimes later (registry refreshes every 2 s), a ratio change reaches
@@ -84,8 +84,8 @@ fn a_fleet_on_etcd_with_tls_client_certificates_and_users() {
         nodes.len() == fleet.nodes.len() && nodes.iter().all(|n| n["applied"] == 2)
     });
     for n in &fleet.nodes {
-        let f = &n.status()["fleet"];
-        assert_eq!(f["connected"], true, "{f:#}");
+        let f = n.fleet();
+        assert!(f.connected, "{f:?}");
     }
     let latest = &fleet_json(&cluster)["latest"];
     let by = latest["pushed_by"].as_str().unwrap();

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use gtd::view::{EndpointShare, GroupView, RouteView, Status};
 use serde_json::Value;
 
 use crate::fleet::*;
@@ -12,20 +13,6 @@ use crate::fleet::*;
 
 /// A split as both sides print it: mode, then (group, healthy, share) in priority order.
 pub(crate) type Split = (String, Vec<(String, bool, f64)>);
-
-fn groups_of(v: &Value, with_health: bool) -> Vec<(String, bool, f64)> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["name"].as_str().unwrap().to_owned(),
-                !with_health || g["healthy"].as_bool().unwrap(),
-                g["share"].as_f64().unwrap(),
-            )
-        })
-        .collect()
-}
 
 /// `sim`'s split of `listener` on `region` (of its rule `route`, 1-based).
 pub(crate) fn sim_split(sim: &Value, listener: &str, region: &str, route: Option<u64>) -> Split {
@@ -41,40 +28,48 @@ pub(crate) fn sim_split(sim: &Value, listener: &str, region: &str, route: Option
         .iter()
         .find(|r| r["region"] == region)
         .unwrap_or_else(|| panic!("sim has no region {region} for {listener}"));
-    split_of(r, route)
+    let groups: Vec<GroupView<EndpointShare>> =
+        serde_json::from_value(r["groups"].clone()).unwrap();
+    let routes: Vec<RouteView> = r
+        .get("routes")
+        .map_or_else(Vec::new, |v| serde_json::from_value(v.clone()).unwrap());
+    split_of(r["mode"].as_str().unwrap(), &groups, &routes, route)
 }
 
 /// The split in a `/status` listener or a sim region: its own, or forwarding rule `route`'s.
-fn split_of(v: &Value, route: Option<u64>) -> Split {
+fn split_of<E>(
+    mode: &str,
+    groups: &[GroupView<E>],
+    routes: &[RouteView],
+    route: Option<u64>,
+) -> Split {
     match route {
         None => (
-            v["mode"].as_str().unwrap().to_owned(),
-            groups_of(&v["groups"], true),
+            mode.to_owned(),
+            groups
+                .iter()
+                .map(|g| (g.name.clone(), g.healthy, g.share))
+                .collect(),
         ),
         Some(n) => {
-            let rule = v["routes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["rule"] == n)
-                .unwrap();
+            let rule = routes.iter().find(|x| x.rule as u64 == n).unwrap();
             (
-                rule["mode"].as_str().unwrap().to_owned(),
-                groups_of(&rule["groups"], false),
+                rule.mode.clone(),
+                rule.groups
+                    .iter()
+                    .map(|g| (g.name.clone(), true, g.share))
+                    .collect(),
             )
         }
     }
 }
 
 /// The node's split of `listener` from its `/status`.
-pub(crate) fn status_split(status: &Value, listener: &str, route: Option<u64>) -> Split {
-    let l = status["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == listener)
+pub(crate) fn status_split(status: &Status, listener: &str, route: Option<u64>) -> Split {
+    let l = status
+        .listener(listener)
         .unwrap_or_else(|| panic!("the node has no listener {listener}"));
-    split_of(l, route)
+    split_of(&l.mode, &l.groups, &l.routes, route)
 }
 
 pub(crate) fn assert_same(

@@ -29,6 +29,7 @@ use tokio::io::AsyncWriteExt;
 use cdp::{Browser, Page, chromium_or_skip};
 use common::*;
 use gtd::node::dashboard::{Asset, CONTENT_SECURITY_POLICY};
+use gtd::view::Status;
 
 const TOKEN: &str = "s3cret-token";
 
@@ -133,28 +134,23 @@ const DOM: &str = r#"JSON.stringify([...document.querySelectorAll('[data-listene
 })))"#;
 
 /// The same, as the page should draw it from a `/status` document.
-fn expected(status: &Value) -> Value {
-    let listeners: Vec<Value> = status["listeners"]
-        .as_array()
-        .unwrap()
+fn expected(status: &Status) -> Value {
+    let listeners: Vec<Value> = status
+        .listeners
         .iter()
         .map(|l| {
-            let groups: Vec<Value> = l["groups"]
-                .as_array()
-                .unwrap()
+            let groups: Vec<Value> = l
+                .groups
                 .iter()
                 .map(|g| {
-                    let share = g["share"].as_f64().unwrap();
-                    let healthy = g["healthy"].as_bool().unwrap();
-                    let endpoints: Vec<Value> = g["endpoints"]
-                        .as_array()
-                        .unwrap()
+                    let (share, healthy) = (g.share, g.healthy);
+                    let endpoints: Vec<Value> = g
+                        .endpoints
                         .iter()
                         .map(|e| {
-                            let enabled = e["enabled"].as_bool().unwrap();
-                            let up = e["healthy"].as_bool().unwrap();
+                            let (enabled, up) = (e.enabled, e.healthy);
                             json!({
-                                "address": e["address"], "healthy": up.to_string(),
+                                "address": e.address, "healthy": up.to_string(),
                                 "enabled": enabled.to_string(),
                                 "state": if !enabled { "disabled" } else if up { "up" } else { "failing" },
                                 "toggle": if enabled { "disable" } else { "enable" },
@@ -162,23 +158,17 @@ fn expected(status: &Value) -> Value {
                         })
                         .collect();
                     json!({
-                        "name": g["name"], "share": format!("{share:.6}"),
+                        "name": g.name, "share": format!("{share:.6}"),
                         "healthy": healthy.to_string(), "shown": format!("{share:.2} %"),
                         "health": if healthy { "healthy" } else { "unhealthy" },
                         "endpoints": endpoints,
                     })
                 })
                 .collect();
-            json!({"name": l["name"], "mode": l["mode"], "shown_mode": l["mode"], "groups": groups})
+            json!({"name": l.name, "mode": l.mode, "shown_mode": l.mode, "groups": groups})
         })
         .collect();
     Value::Array(listeners)
-}
-
-fn status(admin: SocketAddr) -> Value {
-    let (code, body) = admin_at(admin, "GET", "/status", None);
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
 }
 
 /// Waits (bounded: 90 s) until the page shows what `/status` says and `check` holds of that
@@ -187,11 +177,11 @@ fn page_shows_status(
     page: &mut Page,
     admin: SocketAddr,
     what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
+    check: impl Fn(&Status) -> bool,
+) -> Status {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let doc = status(admin);
+        let doc = status_at(admin);
         let dom: Value = page
             .eval(DOM)
             .as_str()
@@ -208,15 +198,8 @@ fn page_shows_status(
     }
 }
 
-fn share(doc: &Value, group: &str) -> f64 {
-    doc["listeners"][0]["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == group)
-        .unwrap()["share"]
-        .as_f64()
-        .unwrap()
+fn share(doc: &Status, group: &str) -> f64 {
+    doc.listeners[0].group(group).unwrap().share
 }
 
 /// A group's observed share as the page computed it (empty before it can).
@@ -257,7 +240,7 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
 
     // What /status says, in priority order: the worked example 50/50 → 62.5/37.5.
     let doc = page_shows_status(&mut page, admin, "the cascade", |d| {
-        d["listeners"][0]["mode"] == "cascade"
+        d.listeners[0].mode == "cascade"
     });
     assert_eq!(
         (share(&doc, "beijing"), share(&doc, "shanghai")),
@@ -292,7 +275,7 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
     page.type_text(TOKEN);
     page.click("#token-ok");
     let doc = page_shows_status(&mut page, admin, "the failover", |d| {
-        d["listeners"][0]["mode"] == "failover"
+        d.listeners[0].mode == "failover"
     });
     assert_eq!(
         (share(&doc, "beijing"), share(&doc, "shanghai")),
@@ -325,7 +308,7 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
     // Enable it again: the tab remembers the token, so one click fails back.
     page.click(&toggle);
     let doc = page_shows_status(&mut page, admin, "the failback", |d| {
-        d["listeners"][0]["mode"] == "cascade"
+        d.listeners[0].mode == "cascade"
     });
     assert_eq!(share(&doc, "beijing"), 62.5);
     page.wait_for(
@@ -537,8 +520,8 @@ fn fleet_tab_draws_the_fleet_document() {
         json!({"id": id, "region": "cn-beijing", "admin": "127.0.0.2:9100", "version": "0.1.0",
                "applied": applied, "refused": refused, "uptime_s": 120, "updated_at_ms": 1764612000000_u64,
                "listeners": [{"name": "web", "mode": "cascade", "reason": null, "groups": [
-                   {"name": "beijing", "share": 62.5, "health": "healthy"},
-                   {"name": "shanghai", "share": 37.5, "health": "healthy"}]}]})
+                   {"name": "beijing", "share": 62.5, "healthy": true},
+                   {"name": "shanghai", "share": 37.5, "healthy": true}]}]})
     };
     let fleet = json!({
         "prefix": "/gtd", "latest": {"revision": 8, "pushed_at_ms": 1764612000000_u64},
@@ -652,7 +635,7 @@ async fn graceful_bars_add_up_to_the_share() {
         };
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            let doc = status(admin);
+            let doc = status_at(admin);
             let (bj, sh) = (share(&doc, "beijing"), share(&doc, "shanghai"));
             let (bjb, shb) = (bars(&mut page, "beijing"), bars(&mut page, "shanghai"));
             let sum = |b: &[(String, f64)]| b.iter().map(|p| p.1).sum::<f64>();

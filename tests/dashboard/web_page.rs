@@ -44,15 +44,13 @@ fn raw(addr: SocketAddr, method: &str, path: &str, headers: &[&str]) -> (u16, St
 
 /// Whether `/status` shows endpoint `bj` of group beijing enabled.
 fn enabled(admin: SocketAddr, bj: SocketAddr) -> bool {
-    status(admin)["listeners"][0]["groups"]
-        .as_array()
-        .unwrap()
+    status_at(admin).listeners[0]
+        .groups
         .iter()
-        .flat_map(|g| g["endpoints"].as_array().unwrap())
-        .find(|e| e["address"] == bj.to_string())
-        .unwrap()["enabled"]
-        .as_bool()
+        .flat_map(|g| &g.endpoints)
+        .find(|e| e.address == bj.to_string())
         .unwrap()
+        .enabled
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,17 +163,17 @@ async fn without_a_token_the_dashboard_toggles_and_another_origin_cannot() {
         page.problems.clear();
         page.navigate(&format!("http://{admin}/"));
         page_shows_status(&mut page, admin, "the cascade", |d| {
-            d["listeners"][0]["mode"] == "cascade"
+            d.listeners[0].mode == "cascade"
         });
         let toggle = format!("[data-group=\"beijing\"] [data-endpoint=\"{bj}\"] .toggle");
         page.click(&toggle);
         page_shows_status(&mut page, admin, "the endpoint disabled", |d| {
-            d["listeners"][0]["mode"] == "failover"
+            d.listeners[0].mode == "failover"
         });
         assert!(!enabled(admin, bj));
         page.click(&toggle);
         page_shows_status(&mut page, admin, "the endpoint enabled again", |d| {
-            d["listeners"][0]["mode"] == "cascade"
+            d.listeners[0].mode == "cascade"
         });
         assert!(enabled(admin, bj));
         assert_eq!(

@@ -9,7 +9,7 @@ use crate::harness::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use gtd::view::Status;
 
 /// Polls `/status` until `done` says so, recording (checks, healthy) of endpoint `address`
 /// each time: the pairs are read under one lock in the node, so each is consistent.
@@ -18,14 +18,13 @@ async fn watch_checks(
     listener: &str,
     g: &str,
     address: &str,
-    mut done: impl FnMut(u64, bool, &Value) -> bool,
+    mut done: impl FnMut(u64, bool, &Status) -> bool,
 ) -> Vec<(u64, bool)> {
     let mut seen = Vec::new();
     until("the checks the test waits for", || {
         let doc = status(node);
-        let e = endpoint_of(&doc, listener, g, address);
-        let checks = e["check"]["checks"].as_u64().unwrap();
-        let healthy = e["check"]["healthy"].as_bool().unwrap();
+        let c = check_of(&doc, listener, g, address);
+        let (checks, healthy) = (c.checks, c.healthy);
         seen.push((checks, healthy));
         done(checks, healthy, &doc)
     })
@@ -59,10 +58,7 @@ async fn thresholds_are_counted_check_by_check() {
     let addr = b.addr.to_string();
     let mut modes = Vec::new();
     let seen = watch_checks(&node, "web", "g", &addr, |checks, _, doc| {
-        modes.push((
-            checks,
-            doc["listeners"][0]["mode"].as_str().unwrap().to_owned(),
-        ));
+        modes.push((checks, doc.listeners[0].mode.clone()));
         checks >= 6
     })
     .await;
@@ -79,10 +75,10 @@ async fn thresholds_are_counted_check_by_check() {
         "{modes:?}"
     );
     let doc = status(&node);
-    let e = endpoint_of(&doc, "web", "g", &addr);
-    assert_eq!(e["check"]["result"], "passed");
-    assert_eq!(e["check"]["reason"], "status 200");
-    assert!(e["check"]["at_unix_ms"].as_u64().unwrap() > 1_700_000_000_000);
+    let c = check_of(&doc, "web", "g", &addr);
+    assert_eq!(c.result.as_deref(), Some("passed"));
+    assert_eq!(c.reason.as_deref(), Some("status 200"));
+    assert!(c.at_unix_ms.unwrap() > 1_700_000_000_000);
     assert_eq!(
         metric(
             &node,
@@ -192,17 +188,15 @@ async fn every_way_an_answer_can_be_wrong_has_its_reason() {
     let node = start(&cfg).await;
     until("every endpoint checked", || {
         let doc = status(&node);
-        all.iter().all(|a| {
-            endpoint_of(&doc, "web", "g", &a.to_string())["check"]["checks"].as_u64() >= Some(1)
-        })
+        all.iter()
+            .all(|a| checks_of(&doc, "web", "g", &a.to_string()) >= 1)
     })
     .await;
     let doc = status(&node);
-    let check_of =
-        |a: std::net::SocketAddr| endpoint_of(&doc, "web", "g", &a.to_string())["check"].clone();
-    let good_check = check_of(good.addr);
-    assert_eq!(good_check["healthy"], true, "{good_check}");
-    assert_eq!(good_check["reason"], "status 201");
+    let check = |a: std::net::SocketAddr| check_of(&doc, "web", "g", &a.to_string()).clone();
+    let good_check = check(good.addr);
+    assert!(good_check.healthy, "{good_check:?}");
+    assert_eq!(good_check.reason.as_deref(), Some("status 201"));
     let expect = [
         (
             bad_status.addr,
@@ -224,12 +218,12 @@ async fn every_way_an_answer_can_be_wrong_has_its_reason() {
         (refused, "refused", "connection refused"),
     ];
     for (addr, result, reason) in expect {
-        let c = check_of(addr);
-        assert_eq!(c["healthy"], false, "{addr}: {c}");
-        assert_eq!(c["result"], result, "{addr}: {c}");
+        let c = check(addr);
+        assert!(!c.healthy, "{addr}: {c:?}");
+        assert_eq!(c.result.as_deref(), Some(result), "{addr}: {c:?}");
         assert!(
-            c["reason"].as_str().unwrap().starts_with(reason),
-            "{addr}: {c}"
+            c.reason.as_deref().unwrap().starts_with(reason),
+            "{addr}: {c:?}"
         );
     }
     // The group stays healthy on its one good endpoint, which takes all the traffic.
@@ -316,27 +310,27 @@ async fn tcp_checks_and_a_udp_endpoint_checked_on_its_tcp_port() {
     until("both tcp endpoints and the udp one checked", || {
         let doc = status(&node);
         // The planner reads the RTTs every 250 ms.
-        group_of(&doc, "t", "g")["rtt_source"] == "measured"
+        group_of(&doc, "t", "g").rtt_source == "measured"
             && [("t", up), ("t", down), ("u", udp_addr)]
                 .iter()
-                .all(|(l, a)| {
-                    endpoint_of(&doc, l, "g", &a.to_string())["check"]["checks"].as_u64() >= Some(1)
-                })
+                .all(|(l, a)| checks_of(&doc, l, "g", &a.to_string()) >= 1)
     })
     .await;
     let doc = status(&node);
     let up_e = endpoint_of(&doc, "t", "g", &up.to_string());
-    assert_eq!(up_e["check"]["healthy"], true);
-    assert_eq!(up_e["check"]["reason"], "connected");
-    assert!(up_e["rtt_ms"].as_f64().is_some(), "{up_e}");
+    let up_c = up_e.check.as_ref().unwrap();
+    assert!(up_c.healthy);
+    assert_eq!(up_c.reason.as_deref(), Some("connected"));
+    assert!(up_e.rtt_ms.is_some(), "{up_e:?}");
     let down_e = endpoint_of(&doc, "t", "g", &down.to_string());
-    assert_eq!(down_e["check"]["healthy"], false);
-    assert_eq!(down_e["check"]["reason"], "connection refused");
-    assert_eq!(down_e["healthy"], false);
-    let udp_e = endpoint_of(&doc, "u", "g", &udp_addr.to_string());
-    assert_eq!(udp_e["check"]["healthy"], true, "{udp_e}");
+    let down_c = down_e.check.as_ref().unwrap();
+    assert!(!down_c.healthy);
+    assert_eq!(down_c.reason.as_deref(), Some("connection refused"));
+    assert!(!down_e.healthy);
+    let udp_c = check_of(&doc, "u", "g", &udp_addr.to_string());
+    assert!(udp_c.healthy, "{udp_c:?}");
     // The group's RTT is its best usable endpoint's.
-    assert_eq!(group_of(&doc, "t", "g")["rtt_ms"], up_e["rtt_ms"]);
+    assert_eq!(group_of(&doc, "t", "g").rtt_ms, up_e.rtt_ms);
     node.shutdown().await;
 
     // A UDP listener's check without a port is a config error naming it.
@@ -400,24 +394,23 @@ async fn https_checks_use_the_group_tls() {
     let node = start(&cfg).await;
     until("both checked", || {
         let doc = status(&node);
-        endpoint_of(&doc, "a", "g", &good.addr.to_string())["check"]["checks"].as_u64() >= Some(1)
-            && endpoint_of(&doc, "b", "g", &other.addr.to_string())["check"]["checks"].as_u64()
-                >= Some(1)
+        checks_of(&doc, "a", "g", &good.addr.to_string()) >= 1
+            && checks_of(&doc, "b", "g", &other.addr.to_string()) >= 1
     })
     .await;
     let doc = status(&node);
-    let a = &endpoint_of(&doc, "a", "g", &good.addr.to_string())["check"];
+    let a = check_of(&doc, "a", "g", &good.addr.to_string());
     assert_eq!(
-        (a["healthy"].clone(), a["reason"].clone()),
-        (true.into(), "status 200".into()),
-        "{a}"
+        (a.healthy, a.reason.as_deref()),
+        (true, Some("status 200")),
+        "{a:?}"
     );
-    let b = &endpoint_of(&doc, "b", "g", &other.addr.to_string())["check"];
-    assert_eq!(b["healthy"], false, "{b}");
-    assert_eq!(b["result"], "error", "{b}");
+    let b = check_of(&doc, "b", "g", &other.addr.to_string());
+    assert!(!b.healthy, "{b:?}");
+    assert_eq!(b.result.as_deref(), Some("error"), "{b:?}");
     assert!(
-        b["reason"].as_str().unwrap().starts_with("TLS handshake:"),
-        "{b}"
+        b.reason.as_deref().unwrap().starts_with("TLS handshake:"),
+        "{b:?}"
     );
     assert_eq!(
         other.checks(),
@@ -470,30 +463,20 @@ async fn a_reload_keeps_the_verdict_of_endpoints_that_stay() {
     let node = start(&cfg).await;
     let addr = refused.to_string();
     watch_checks(&node, "web", "g", &addr, |_, healthy, _| !healthy).await;
-    let before = endpoint_of(&status(&node), "web", "g", &addr)["check"]["checks"]
-        .as_u64()
-        .unwrap();
+    let before = checks_of(&status(&node), "web", "g", &addr);
     // A new endpoint joins; the two that stay keep their verdicts and counts.
     let newcomer = Scripted::start("new", |_| Reply::ok()).await;
     write(&[(good.addr, ""), (refused, ""), (newcomer.addr, "")]);
     node.reload().await.unwrap();
     let doc = status(&node);
     let kept = endpoint_of(&doc, "web", "g", &addr);
-    assert_eq!(kept["check"]["healthy"], false, "{kept}");
-    assert_eq!(kept["healthy"], false, "{kept}");
-    assert!(
-        kept["check"]["checks"].as_u64().unwrap() >= before,
-        "{kept}"
-    );
-    assert_eq!(
-        endpoint_of(&doc, "web", "g", &good.addr.to_string())["check"]["healthy"],
-        true
-    );
+    let kept_check = kept.check.as_ref().unwrap();
+    assert!(!kept_check.healthy, "{kept:?}");
+    assert!(!kept.healthy, "{kept:?}");
+    assert!(kept_check.checks >= before, "{kept:?}");
+    assert!(check_of(&doc, "web", "g", &good.addr.to_string()).healthy);
     // Not essential: the newcomer serves from the start.
-    assert_eq!(
-        endpoint_of(&doc, "web", "g", &newcomer.addr.to_string())["healthy"],
-        true
-    );
+    assert!(endpoint_of(&doc, "web", "g", &newcomer.addr.to_string()).healthy);
     node.shutdown().await;
 }
 

@@ -4,6 +4,7 @@
 
 use crate::common::*;
 use crate::harness::*;
+use gtd::view::{EndpointShare, GroupView};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,9 +73,9 @@ async fn a_dead_group_fails_over_and_back_without_a_failed_get() {
     drop(b2);
     until("beijing failed over", || {
         let doc = status(&node);
-        doc["listeners"][0]["mode"] == "failover"
-            && group_of(&doc, "web", "beijing")["healthy"] == false
-            && group_of(&doc, "web", "shanghai")["share"] == 100.0
+        doc.listeners[0].mode == "failover"
+            && !group_of(&doc, "web", "beijing").healthy
+            && group_of(&doc, "web", "shanghai").share == 100.0
     })
     .await;
     let before = count("sh-1");
@@ -85,8 +86,7 @@ async fn a_dead_group_fails_over_and_back_without_a_failed_get() {
     let b2 = Scripted::start_on(a2, "bj-2", script(), None).await;
     until("beijing back", || {
         let doc = status(&node);
-        doc["listeners"][0]["mode"] == "cascade"
-            && group_of(&doc, "web", "beijing")["share"] == 100.0
+        doc.listeners[0].mode == "cascade" && group_of(&doc, "web", "beijing").share == 100.0
     })
     .await;
     until("traffic on beijing again", || {
@@ -143,27 +143,17 @@ async fn next_priority_and_recompute_split_a_failure_differently() {
     let node = start(&cfg).await;
     until("group a down on both listeners", || {
         let doc = status(&node);
-        ["np", "rc"]
-            .iter()
-            .all(|l| group_of(&doc, l, "a")["healthy"] == false)
+        ["np", "rc"].iter().all(|l| !group_of(&doc, l, "a").healthy)
     })
     .await;
     let doc = status(&node);
-    let shares = |l: &str| ["a", "b", "c"].map(|g| group_of(&doc, l, g)["share"].as_f64().unwrap());
+    let shares = |l: &str| ["a", "b", "c"].map(|g| group_of(&doc, l, g).share);
     // next-priority: all to the highest healthy group, ratios ignored.
     assert_eq!(shares("np"), [0.0, 100.0, 0.0]);
     // recompute: the cascade over B and C: B takes 50, C the remaining 50.
     assert_eq!(shares("rc"), [0.0, 50.0, 50.0]);
     for l in ["np", "rc"] {
-        assert_eq!(
-            doc["listeners"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["name"] == l)
-                .unwrap()["mode"],
-            "failover"
-        );
+        assert_eq!(listener_of(&doc, l).mode, "failover");
     }
     // sim, told that group a is down, says the same.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
@@ -186,23 +176,15 @@ async fn next_priority_and_recompute_split_a_failure_differently() {
     );
     let sim: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for (l, want) in [("np", [0.0, 100.0, 0.0]), ("rc", [0.0, 50.0, 50.0])] {
-        let groups = sim["listeners"]
+        let region = &sim["listeners"]
             .as_array()
             .unwrap()
             .iter()
             .find(|x| x["listener"] == l)
-            .unwrap()["regions"][0]["groups"]
-            .clone();
-        let got = ["a", "b", "c"].map(|g| {
-            groups
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["name"] == g)
-                .unwrap()["share"]
-                .as_f64()
-                .unwrap()
-        });
+            .unwrap()["regions"][0];
+        let groups: Vec<GroupView<EndpointShare>> =
+            serde_json::from_value(region["groups"].clone()).unwrap();
+        let got = ["a", "b", "c"].map(|g| groups.iter().find(|x| x.name == g).unwrap().share);
         assert_eq!(got, want, "sim, listener {l}");
     }
     // And the connections follow: 200 on recompute go 100 / 100 (the rotation is exact).

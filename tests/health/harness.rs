@@ -1,8 +1,6 @@
 //! The health tests' own helpers: an HTTP backend that numbers the checks it receives and
 //! answers each as a script says, a client, and readers of `/status`.
 
-use crate::common::*;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gtd::view::{CheckView, EndpointView, GroupView, ListenerView, RankView, Status};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -220,51 +218,66 @@ async fn answer(
         .unwrap())
 }
 
-/// The node's `/status` document.
-pub(crate) fn status(node: &gtd::node::Node) -> Value {
-    let (code, body) = admin(node, "GET", "/status", None);
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
-}
-
 /// Listener `name` in a `/status` document.
-pub(crate) fn listener_of<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == name)
-        .unwrap()
+pub(crate) fn listener_of<'a>(doc: &'a Status, name: &str) -> &'a ListenerView {
+    crate::common::status_listener(doc, name)
 }
 
 /// Listener `listener`'s group `group` in a `/status` document.
-pub(crate) fn group_of<'a>(doc: &'a Value, listener: &str, group: &str) -> &'a Value {
-    listener_of(doc, listener)["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == group)
-        .unwrap()
+pub(crate) fn group_of<'a>(doc: &'a Status, listener: &str, group: &str) -> &'a GroupView {
+    listener_of(doc, listener)
+        .group(group)
+        .unwrap_or_else(|| panic!("no group {group} in {listener}"))
 }
 
 /// Endpoint `address` of that group.
-pub(crate) fn endpoint_of<'a>(doc: &'a Value, listener: &str, g: &str, address: &str) -> &'a Value {
-    group_of(doc, listener, g)["endpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["address"] == address)
-        .unwrap()
+pub(crate) fn endpoint_of<'a>(
+    doc: &'a Status,
+    listener: &str,
+    g: &str,
+    address: &str,
+) -> &'a EndpointView {
+    group_of(doc, listener, g)
+        .endpoint(address)
+        .unwrap_or_else(|| panic!("no endpoint {address} in {listener}/{g}"))
 }
 
 /// The group names of `listener` in priority order.
-pub(crate) fn order(doc: &Value, listener: &str) -> Vec<String> {
-    listener_of(doc, listener)["groups"]
-        .as_array()
-        .unwrap()
+pub(crate) fn order(doc: &Status, listener: &str) -> Vec<String> {
+    listener_of(doc, listener)
+        .groups
         .iter()
-        .map(|g| g["name"].as_str().unwrap().to_owned())
+        .map(|g| g.name.clone())
         .collect()
+}
+
+/// Why group `group` of `listener` has its rank.
+pub(crate) fn rank_of<'a>(doc: &'a Status, listener: &str, group: &str) -> &'a RankView {
+    group_of(doc, listener, group)
+        .rank
+        .as_ref()
+        .expect("/status gives every group's rank")
+}
+
+/// Endpoint `address`'s active checks (its group must have them).
+pub(crate) fn check_of<'a>(
+    doc: &'a Status,
+    listener: &str,
+    g: &str,
+    address: &str,
+) -> &'a CheckView {
+    endpoint_of(doc, listener, g, address)
+        .check
+        .as_ref()
+        .unwrap_or_else(|| panic!("{address} has no checks"))
+}
+
+/// Checks so far of endpoint `address` (0 without checks).
+pub(crate) fn checks_of(doc: &Status, listener: &str, g: &str, address: &str) -> u64 {
+    endpoint_of(doc, listener, g, address)
+        .check
+        .as_ref()
+        .map_or(0, |c| c.checks)
 }
 
 /// A health_check table for an HTTP check of `/health` every second, with `extra` keys.

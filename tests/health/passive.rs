@@ -94,11 +94,11 @@ async fn holding(addr: SocketAddr, name: &'static str) -> (SocketAddr, JoinHandl
 }
 
 fn passive_down(node: &gtd::node::Node, listener: &str, address: SocketAddr) -> bool {
-    endpoint_of(&status(node), listener, "g", &address.to_string())["passive_down"] == true
+    endpoint_of(&status(node), listener, "g", &address.to_string()).passive_down
 }
 
 fn check_healthy(node: &gtd::node::Node, listener: &str, address: SocketAddr) -> bool {
-    endpoint_of(&status(node), listener, "g", &address.to_string())["check"]["healthy"] == true
+    check_of(&status(node), listener, "g", &address.to_string()).healthy
 }
 
 /// The checks these tests configure: `interval` and `healthy_threshold`.

@@ -37,19 +37,19 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
     // From Beijing, the catalogue puts Beijing first.
     let doc = status(&node);
     assert_eq!(order(&doc, "web"), ["beijing", "shanghai"]);
-    assert_eq!(group_of(&doc, "web", "beijing")["rtt_source"], "estimated");
+    assert_eq!(group_of(&doc, "web", "beijing").rtt_source, "estimated");
     until("shanghai ranked first", || {
         order(&status(&node), "web") == ["shanghai", "beijing"]
     })
     .await;
     let doc = status(&node);
-    let rtt = |g: &str| group_of(&doc, "web", g)["rtt_ms"].as_f64().unwrap();
-    assert_eq!(group_of(&doc, "web", "beijing")["rtt_source"], "measured");
-    assert_eq!(group_of(&doc, "web", "shanghai")["rtt_source"], "measured");
-    assert!(rtt("beijing") >= 50.0, "{doc}");
-    assert!(rtt("beijing") > rtt("shanghai") + 5.0, "{doc}");
+    let rtt = |g: &str| group_of(&doc, "web", g).rtt_ms.unwrap();
+    assert_eq!(group_of(&doc, "web", "beijing").rtt_source, "measured");
+    assert_eq!(group_of(&doc, "web", "shanghai").rtt_source, "measured");
+    assert!(rtt("beijing") >= 50.0, "{doc:?}");
+    assert!(rtt("beijing") > rtt("shanghai") + 5.0, "{doc:?}");
     // It is the overtaking that moved the traffic: Shanghai, first now, takes it all.
-    assert_eq!(group_of(&doc, "web", "shanghai")["share"], 100.0);
+    assert_eq!(group_of(&doc, "web", "shanghai").share, 100.0);
     let url = format!("http://{}/", listener_addr(&node, "web").await);
     assert_eq!(get(&client(), &url).await, (200, "fast".to_owned()));
     let gauge = metric(
@@ -59,19 +59,19 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
     );
     assert!(gauge >= 0.05, "{gauge}");
     // Why: Shanghai came first at a change whose RTTs put Beijing 50 ms behind.
-    let why = &group_of(&doc, "web", "shanghai")["rank"];
-    assert_eq!(why["position"], 1, "{why}");
-    assert_eq!(why["source"], "measured");
-    assert_eq!(why["rtt_from"], "check");
-    assert!(why["samples"].as_u64() >= Some(1), "{why}");
-    let change = &why["last_change"];
+    let why = rank_of(&doc, "web", "shanghai");
+    assert_eq!(why.position, 1, "{why:?}");
+    assert_eq!(why.source, "measured");
+    assert_eq!(why.rtt_from, "check");
+    assert!(why.samples >= 1, "{why:?}");
+    let change = why.last_change.as_ref().unwrap();
     assert_eq!(
-        (&change["from_position"], &change["to_position"]),
-        (&2.into(), &1.into()),
-        "{why}"
+        (change.from_position, change.to_position),
+        (2, 1),
+        "{why:?}"
     );
-    assert_eq!(change["rtt_ms"][0][0], "shanghai", "{why}");
-    assert!(change["rtt_ms"][1][1].as_f64() >= Some(50.0), "{why}");
+    assert_eq!(change.rtt_ms[0].0, "shanghai", "{why:?}");
+    assert!(change.rtt_ms[1].1 >= Some(50.0), "{why:?}");
     // Timed by the connect, the same endpoints are as near as each other: Beijing stays first,
     // with as many samples behind it.
     until(
@@ -80,16 +80,16 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
             let doc = status(&node);
             ["beijing", "shanghai"]
                 .iter()
-                .all(|g| group_of(&doc, "connect", g)["rank"]["samples"].as_u64() >= Some(5))
+                .all(|g| rank_of(&doc, "connect", g).samples >= 5)
         },
     )
     .await;
     let doc = status(&node);
     assert_eq!(order(&doc, "connect"), ["beijing", "shanghai"]);
-    let why = &group_of(&doc, "connect", "beijing")["rank"];
-    assert_eq!(why["rtt_from"], "connect");
-    assert!(why["rtt_ms"].as_f64() < Some(50.0), "{why}");
-    assert_eq!(why["last_change"], serde_json::Value::Null, "{why}");
+    let why = rank_of(&doc, "connect", "beijing");
+    assert_eq!(why.rtt_from, "connect");
+    assert!(why.rtt_ms < Some(50.0), "{why:?}");
+    assert_eq!(why.last_change, None, "{why:?}");
     node.shutdown().await;
 }
 
@@ -124,7 +124,7 @@ async fn groups_1_ms_apart_do_not_trade_places_on_jitter() {
         orders.iter().find(|o| *o != &["beijing", "shanghai"])
     );
     let doc = status(&node);
-    assert_eq!(group_of(&doc, "web", "shanghai")["rtt_source"], "measured");
+    assert_eq!(group_of(&doc, "web", "shanghai").rtt_source, "measured");
     node.shutdown().await;
 }
 
@@ -156,7 +156,7 @@ async fn a_blip_reorders_and_the_order_returns_across_a_reload() {
         let doc = status(&node);
         ["beijing", "shanghai"]
             .iter()
-            .all(|g| group_of(&doc, "web", g)["rank"]["samples"].as_u64() >= Some(2))
+            .all(|g| rank_of(&doc, "web", g).samples >= 2)
     })
     .await;
     assert_eq!(order(&status(&node), "web"), ["beijing", "shanghai"]);
@@ -177,7 +177,11 @@ async fn a_blip_reorders_and_the_order_returns_across_a_reload() {
     })
     .await;
     let doc = status(&node);
-    let why = &group_of(&doc, "web", "beijing")["rank"];
-    assert_eq!(why["last_change"]["to_position"], 1, "{why}");
+    let why = rank_of(&doc, "web", "beijing");
+    assert_eq!(
+        why.last_change.as_ref().map(|c| c.to_position),
+        Some(1),
+        "{why:?}"
+    );
     node.shutdown().await;
 }

@@ -87,29 +87,42 @@ async fn send_and_expect_find_an_endpoint_that_accepts_and_never_answers() {
     until("two checks of each endpoint on both listeners", || {
         let doc = status(&node);
         ["plain", "talk"].iter().all(|l| {
-            [silent, good, wrong].iter().all(|a| {
-                endpoint_of(&doc, l, "g", &a.to_string())["check"]["checks"].as_u64() >= Some(2)
-            })
+            [silent, good, wrong]
+                .iter()
+                .all(|a| checks_of(&doc, l, "g", &a.to_string()) >= 2)
         })
     })
     .await;
     let doc = status(&node);
-    let e = |l: &str, a: SocketAddr| endpoint_of(&doc, l, "g", &a.to_string())["check"].clone();
+    let e = |l: &str, a: SocketAddr| check_of(&doc, l, "g", &a.to_string()).clone();
+    let said = |l: &str, a: SocketAddr| {
+        let c = e(l, a);
+        (
+            c.healthy,
+            c.result.unwrap_or_default(),
+            c.reason.unwrap_or_default(),
+        )
+    };
     // Connecting says nothing about answering.
-    assert_eq!(e("plain", silent)["healthy"], true, "{doc}");
-    assert_eq!(e("plain", silent)["reason"], "connected");
+    assert!(said("plain", silent).0, "{doc:?}");
+    assert_eq!(said("plain", silent).2, "connected");
     // Talking does.
-    assert_eq!(e("talk", silent)["healthy"], false, "{doc}");
-    assert_eq!(e("talk", silent)["result"], "timeout");
-    assert_eq!(e("talk", silent)["reason"], "no \"+PONG\" within 400ms");
-    assert_eq!(e("talk", good)["healthy"], true, "{doc}");
-    assert_eq!(e("talk", good)["reason"], "answered \"+PONG\"");
-    // Something else, and the connection left open: a wrong answer, not a silent one.
-    assert_eq!(e("talk", wrong)["healthy"], false, "{doc}");
-    assert_eq!(e("talk", wrong)["result"], "unexpected");
     assert_eq!(
-        e("talk", wrong)["reason"],
-        "6 bytes without \"+PONG\" within 400ms"
+        said("talk", silent),
+        (false, "timeout".into(), "no \"+PONG\" within 400ms".into()),
+        "{doc:?}"
+    );
+    assert!(said("talk", good).0, "{doc:?}");
+    assert_eq!(said("talk", good).2, "answered \"+PONG\"");
+    // Something else, and the connection left open: a wrong answer, not a silent one.
+    assert_eq!(
+        said("talk", wrong),
+        (
+            false,
+            "unexpected".into(),
+            "6 bytes without \"+PONG\" within 400ms".into()
+        ),
+        "{doc:?}"
     );
     node.shutdown().await;
 }
@@ -152,25 +165,27 @@ async fn a_udp_check_finds_an_endpoint_that_never_replies() {
     let node = start(&write_config(dir.path(), &l)).await;
     until("two checks of each endpoint", || {
         let doc = status(&node);
-        eps.iter().all(|(a, _)| {
-            endpoint_of(&doc, "voice", "g", &a.to_string())["check"]["checks"].as_u64() >= Some(2)
-        })
+        eps.iter()
+            .all(|(a, _)| checks_of(&doc, "voice", "g", &a.to_string()) >= 2)
     })
     .await;
     let doc = status(&node);
     let e = |a: SocketAddr| endpoint_of(&doc, "voice", "g", &a.to_string()).clone();
-    assert_eq!(e(replying_addr)["check"]["healthy"], true, "{doc}");
-    assert_eq!(e(replying_addr)["check"]["reason"], "a reply of 4 bytes");
-    assert!(e(replying_addr)["rtt_ms"].as_f64().is_some(), "{doc}");
-    assert_eq!(e(mute_addr)["check"]["healthy"], false, "{doc}");
-    assert_eq!(e(mute_addr)["check"]["reason"], "no reply within 500ms");
+    let c = |a: SocketAddr| e(a).check.unwrap();
+    assert!(c(replying_addr).healthy, "{doc:?}");
     assert_eq!(
-        e(mute_addr)["rtt_ms"],
-        serde_json::Value::Null,
-        "no answer, no sample"
+        c(replying_addr).reason.as_deref(),
+        Some("a reply of 4 bytes")
     );
-    assert_eq!(e(closed_addr)["check"]["healthy"], false, "{doc}");
-    assert_eq!(e(closed_addr)["check"]["result"], "refused");
+    assert!(e(replying_addr).rtt_ms.is_some(), "{doc:?}");
+    assert!(!c(mute_addr).healthy, "{doc:?}");
+    assert_eq!(
+        c(mute_addr).reason.as_deref(),
+        Some("no reply within 500ms")
+    );
+    assert_eq!(e(mute_addr).rtt_ms, None, "no answer, no sample");
+    assert!(!c(closed_addr).healthy, "{doc:?}");
+    assert_eq!(c(closed_addr).result.as_deref(), Some("refused"));
     node.shutdown().await;
 }
 

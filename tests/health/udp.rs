@@ -69,9 +69,9 @@ async fn a_flow_leaves_an_endpoint_its_check_fails_and_does_not_come_back() {
     let to = listener_addr(&node, "voice").await;
     until("both endpoints checked", || {
         let doc = status(&node);
-        [a, b].iter().all(|e| {
-            endpoint_of(&doc, "voice", "g", &e.to_string())["check"]["checks"].as_u64() >= Some(1)
-        })
+        [a, b]
+            .iter()
+            .all(|e| checks_of(&doc, "voice", "g", &e.to_string()) >= 1)
     })
     .await;
     // One flow (one client socket), many datagrams: find it on A.
@@ -88,7 +88,7 @@ async fn a_flow_leaves_an_endpoint_its_check_fails_and_does_not_come_back() {
     // A's check port closes: A turns unhealthy and the flow moves on its next datagram.
     ca.abort();
     until("A unhealthy", || {
-        endpoint_of(&status(&node), "voice", "g", &a.to_string())["check"]["healthy"] == false
+        !check_of(&status(&node), "voice", "g", &a.to_string()).healthy
     })
     .await;
     assert_eq!(ask(&client, to, "moved?").await, "B");
@@ -96,7 +96,7 @@ async fn a_flow_leaves_an_endpoint_its_check_fails_and_does_not_come_back() {
     let back = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let _back = Backends(vec![serve(back)]);
     until("A healthy again", || {
-        endpoint_of(&status(&node), "voice", "g", &a.to_string())["healthy"] == true
+        endpoint_of(&status(&node), "voice", "g", &a.to_string()).healthy
     })
     .await;
     for i in 0..5 {
@@ -122,14 +122,14 @@ async fn a_group_without_checks_measures_its_rtt_with_the_light_probe() {
     let node = start(&cfg).await;
     // One light probe within its 10 s interval; the planner reads it within 250 ms.
     until("a measured RTT", || {
-        group_of(&status(&node), "t", "g")["rtt_source"] == "measured"
+        group_of(&status(&node), "t", "g").rtt_source == "measured"
     })
     .await;
     let doc = status(&node);
     let e = endpoint_of(&doc, "t", "g", &up.to_string());
-    assert!(e["rtt_ms"].as_f64().unwrap() < 1000.0, "{e}");
+    assert!(e.rtt_ms.unwrap() < 1000.0, "{e:?}");
     // A probe is not a health check: no verdict, nothing counted.
-    assert!(e["check"].is_null(), "{e}");
+    assert!(e.check.is_none(), "{e:?}");
     assert_eq!(metric(&node, "gtd_health_checks_total", &[]), 0.0);
     node.shutdown().await;
 }

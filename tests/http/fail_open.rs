@@ -18,7 +18,6 @@ use gtd::node::Node;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 use tokio::task::JoinHandle;
 
 /// A backend task, aborted on drop.
@@ -60,16 +59,10 @@ async fn backend(name: &'static str, served: Arc<AtomicU64>) -> (SocketAddr, Tas
 
 /// The listener's mode in `/status`, and how many of its endpoints count as healthy there.
 fn mode(node: &Node) -> (String, usize) {
-    let (_, body) = admin(node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&body).unwrap();
-    let l = &doc["listeners"][0];
-    let healthy = l["groups"][0]["endpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["healthy"] == true)
-        .count();
-    (l["mode"].as_str().unwrap().to_owned(), healthy)
+    let doc = status(node);
+    let l = &doc.listeners[0];
+    let healthy = l.groups[0].endpoints.iter().filter(|e| e.healthy).count();
+    (l.mode.clone(), healthy)
 }
 
 async fn http_with_every_endpoint_marked(fail_open: bool) {

@@ -5,6 +5,8 @@ use crate::harness::*;
 
 use std::sync::Arc;
 
+use gtd::view::RouteView;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_rules_choose_groups_and_unclaimed_paths_get_404() {
     let a = Backend::start("a", 200).await;
@@ -45,9 +47,7 @@ groups = [\"c\"]
     let node = start(&cfg).await;
     let addr = listener_addr(&node, "web").await;
     // The node's /status shows each rule's split exactly as sim computes it for this node.
-    let (status, text) = admin(&node, "GET", "/status", None);
-    assert_eq!(status, 200);
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let doc = status(&node);
     let sim = std::process::Command::new(env!("CARGO_BIN_EXE_sim"))
         .args([
             "--config",
@@ -60,10 +60,12 @@ groups = [\"c\"]
         .output()
         .unwrap();
     let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
-    let node_routes = &doc["listeners"][0]["routes"];
-    assert_eq!(node_routes.as_array().map(Vec::len), Some(4), "{text}");
-    assert_eq!(*node_routes, sim["listeners"][0]["regions"][0]["routes"]);
-    assert_eq!(node_routes[0]["matches"], "host api.example.com, path /v2/");
+    let node_routes = &doc.listeners[0].routes;
+    assert_eq!(node_routes.len(), 4, "{doc:?}");
+    let sim_routes: Vec<RouteView> =
+        serde_json::from_value(sim["listeners"][0]["regions"][0]["routes"].clone()).unwrap();
+    assert_eq!(*node_routes, sim_routes);
+    assert_eq!(node_routes[0].matches, "host api.example.com, path /v2/");
     let c = client();
     let url = |path: &str| format!("http://{addr}{path}");
     // (Host, path, extra headers, status, backend)

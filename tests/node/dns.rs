@@ -10,7 +10,7 @@ use crate::harness::*;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use serde_json::Value;
+use gtd::view::{DnsView, EndpointView};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
@@ -57,20 +57,21 @@ fn named_config(
     path
 }
 
-fn status(node: &gtd::node::Node) -> Value {
-    serde_json::from_str(&admin(node, "GET", "/status", None).1).unwrap()
-}
-
 /// The name's entry in `/status`'s `dns`.
-fn name_state(node: &gtd::node::Node, name: &str) -> Value {
-    status(node)["dns"][name].clone()
+fn name_state(node: &gtd::node::Node, name: &str) -> DnsView {
+    status(node)
+        .dns
+        .remove(name)
+        .unwrap_or_else(|| panic!("no {name} in /status"))
 }
 
-fn addresses(v: &Value) -> Vec<String> {
-    v["addresses"]
-        .as_array()
-        .map(|a| a.iter().map(|x| x.as_str().unwrap().to_owned()).collect())
-        .unwrap_or_default()
+fn addresses(v: &DnsView) -> Vec<String> {
+    v.addresses.clone()
+}
+
+/// The endpoints of the first group of the first listener.
+fn endpoints(node: &gtd::node::Node) -> Vec<EndpointView> {
+    status(node).listeners.remove(0).groups.remove(0).endpoints
 }
 
 /// Which backend answers each of `n` new connections through the node.
@@ -105,18 +106,13 @@ async fn a_names_addresses_are_targets_that_follow_its_records_as_their_ttl_runs
         "{seen:?}"
     );
     let s = name_state(&node, "api.test");
-    assert_eq!(s["state"], "resolved", "{s}");
+    assert_eq!(s.state, "resolved", "{s:?}");
     assert_eq!(addresses(&s), ["127.0.0.1", "127.0.0.2"]);
     assert!(metric(&node, "gtd_dns_lookups_total", &["result=\"ok\""]) >= 1.0);
     // Each address is an endpoint of its own in /status and the metrics.
     let id = |ip: &str| format!("api.test:{port}@{ip}");
-    let eps = status(&node)["listeners"][0]["groups"][0]["endpoints"].clone();
-    let ids: Vec<&str> = eps
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    let eps = endpoints(&node);
+    let ids: Vec<&str> = eps.iter().map(|e| e.id.as_deref().unwrap()).collect();
     assert_eq!(ids, [id("127.0.0.1"), id("127.0.0.2")]);
     assert!(
         metric(
@@ -137,12 +133,7 @@ async fn a_names_addresses_are_targets_that_follow_its_records_as_their_ttl_runs
     dns.set("api.test", &ips(&["127.0.0.2", "127.0.0.3"]), 1);
     // The name's table, then the snapshot built from it: the endpoints traffic goes to.
     until("the new addresses in /status", || {
-        let mut ids: Vec<String> = status(&node)["listeners"][0]["groups"][0]["endpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|e| e["id"].as_str().map(str::to_owned))
-            .collect();
+        let mut ids: Vec<String> = endpoints(&node).into_iter().filter_map(|e| e.id).collect();
         ids.sort();
         addresses(&name_state(&node, "api.test")) == ["127.0.0.2", "127.0.0.3"]
             && ids == [id("127.0.0.2"), id("127.0.0.3")]
@@ -151,15 +142,11 @@ async fn a_names_addresses_are_targets_that_follow_its_records_as_their_ttl_runs
     // .2 is still disabled (its state was kept), so .3 alone serves.
     let seen = who_answers(addr, 20).await;
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["127.0.0.3"], "{seen:?}");
-    let eps = status(&node)["listeners"][0]["groups"][0]["endpoints"].clone();
-    let two = eps
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["id"] == id("127.0.0.2"))
-        .unwrap()
-        .clone();
-    assert_eq!(two["enabled"], false, "{two}");
+    let two = endpoints(&node)
+        .into_iter()
+        .find(|e| e.id == Some(id("127.0.0.2")))
+        .unwrap();
+    assert!(!two.enabled, "{two:?}");
     // The connection opened before the change still reaches its backend.
     held.write_all(b"still").await.unwrap();
     let mut echo = [0_u8; 5];
@@ -187,8 +174,8 @@ async fn a_silent_server_keeps_the_last_good_addresses_and_nxdomain_takes_the_na
     })
     .await;
     let s = name_state(&node, "api.test");
-    assert_eq!(s["state"], "stale", "{s}");
-    assert!(s["error"].as_str().unwrap().contains("timed out"), "{s}");
+    assert_eq!(s.state, "stale", "{s:?}");
+    assert!(s.error.as_deref().unwrap().contains("timed out"), "{s:?}");
     assert_eq!(addresses(&s), ["127.0.0.1"]);
     // Still served from the last good answer.
     assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.1");
@@ -196,18 +183,18 @@ async fn a_silent_server_keeps_the_last_good_addresses_and_nxdomain_takes_the_na
     dns.silence(false);
     dns.nxdomain("api.test");
     until("NXDOMAIN taking the name out", || {
-        name_state(&node, "api.test")["state"] == "unresolved"
+        name_state(&node, "api.test").state == "unresolved"
     })
     .await;
     let s = name_state(&node, "api.test");
-    assert!(s["error"].as_str().unwrap().contains("NXDOMAIN"), "{s}");
+    assert!(s.error.as_deref().unwrap().contains("NXDOMAIN"), "{s:?}");
     // No address, no endpoint: the connection is closed without reaching anything.
     assert!(tcp_name(addr).await.is_err());
-    let ep = status(&node)["listeners"][0]["groups"][0]["endpoints"][0].clone();
-    assert_eq!(ep["resolved"], Value::Null, "{ep}");
+    let ep = endpoints(&node).remove(0);
+    assert_eq!(ep.resolved, Some(None), "{ep:?}");
     assert!(
-        ep["dns_error"].as_str().unwrap().contains("NXDOMAIN"),
-        "{ep}"
+        ep.dns_error.as_deref().unwrap().contains("NXDOMAIN"),
+        "{ep:?}"
     );
     assert!(metric(&node, "gtd_dns_lookups_total", &["result=\"nxdomain\""]) >= 1.0);
     node.shutdown().await;
@@ -223,21 +210,22 @@ async fn a_name_that_never_resolved_is_unusable_with_its_reason_until_it_does() 
     let node = start(&cfg).await;
     let addr = listener_addr(&node, "t").await;
     let s = name_state(&node, "late.test");
-    assert_eq!(s["state"], "unresolved", "{s}");
-    let group = status(&node)["listeners"][0]["groups"][0].clone();
-    assert_eq!(group["healthy"], false, "{group}");
+    assert_eq!(s.state, "unresolved", "{s:?}");
+    let group = status(&node).listeners.remove(0).groups.remove(0);
+    assert!(!group.healthy, "{group:?}");
     assert!(
-        group["endpoints"][0]["dns_error"]
-            .as_str()
+        group.endpoints[0]
+            .dns_error
+            .as_deref()
             .unwrap()
             .contains("NXDOMAIN"),
-        "{group}"
+        "{group:?}"
     );
     assert!(tcp_name(addr).await.is_err());
 
     dns.set("late.test", &ips(&["127.0.0.2"]), 1);
     until("the name resolving", || {
-        name_state(&node, "late.test")["state"] == "resolved"
+        name_state(&node, "late.test").state == "resolved"
     })
     .await;
     until("a connection served", || {
@@ -289,11 +277,7 @@ async fn a_reload_resolves_a_new_name_before_serving_it_and_a_rejected_one_chang
     std::fs::write(&cfg, text.replace("one.test", "two.test")).unwrap();
     node.reload().await.unwrap();
     assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.2");
-    let names = status(&node)["dns"].clone();
-    assert_eq!(
-        names.as_object().unwrap().keys().collect::<Vec<_>>(),
-        ["two.test"],
-        "{names}"
-    );
+    let names = status(&node).dns;
+    assert_eq!(names.keys().collect::<Vec<_>>(), ["two.test"], "{names:?}");
     node.shutdown().await;
 }

@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use gtd::node::Node;
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 
@@ -22,13 +21,9 @@ const MARKS_LONG: &str = "max_fails = 1\nfail_timeout = \"300s\"";
 
 /// The listener's mode in `/status`, and whether its first endpoint counts as healthy there.
 fn mode(node: &Node) -> (String, bool) {
-    let (_, body) = admin(node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&body).unwrap();
-    let l = &doc["listeners"][0];
-    (
-        l["mode"].as_str().unwrap().to_owned(),
-        l["groups"][0]["endpoints"][0]["healthy"].as_bool().unwrap(),
-    )
+    let doc = status(node);
+    let l = &doc.listeners[0];
+    (l.mode.clone(), l.groups[0].endpoints[0].healthy)
 }
 
 fn fail_open_key(fail_open: bool) -> &'static str {

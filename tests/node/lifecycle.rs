@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gtd::node::Node;
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A tcp listener "t" on `port`: group beijing (`a`, at `ratio_a`) and then shanghai (`b`).
@@ -109,12 +108,8 @@ async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
     );
     // The last good config (beijing at 30) is what runs: from cn-beijing 30 / 70.
     let share = |node: &Node| {
-        let (_, text) = admin(node, "GET", "/status", None);
-        let doc: Value = serde_json::from_str(&text).unwrap();
-        (
-            doc["listeners"][0]["groups"][0]["share"].as_f64().unwrap(),
-            doc,
-        )
+        let doc = crate::common::status(node);
+        (doc.listeners[0].groups[0].share, doc)
     };
     assert_eq!(share(&node).0, 30.0);
     // An endpoint disabled through the admin API stays disabled across a reload: shanghai's only
@@ -131,10 +126,7 @@ async fn reload_under_load_drops_nothing_and_bad_reload_keeps_config() {
     assert_eq!(admin(&node, "POST", "/reload", None).0, 200);
     let (after, doc) = share(&node);
     assert_eq!(after, 100.0);
-    assert_eq!(
-        doc["listeners"][0]["groups"][1]["endpoints"][0]["enabled"],
-        false
-    );
+    assert!(!doc.listeners[0].groups[1].endpoints[0].enabled);
     admin(
         &node,
         "POST",
@@ -285,40 +277,23 @@ async fn admin_api_status_metrics_and_token() {
     let node = start(&cfg).await;
     let (status, body) = admin(&node, "GET", "/healthz", None);
     assert_eq!((status, body.trim()), (200, "ok"));
-    let (_, body) = admin(&node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(doc["node"]["region"], "cn-beijing");
-    let l = &doc["listeners"][0];
+    // The document reads as the typed view (docs/status.md): every key it requires is there.
+    let doc = crate::common::status(&node);
+    assert_eq!(doc.node.region, "cn-beijing");
+    let l = &doc.listeners[0];
     assert_eq!(
-        (
-            l["name"].as_str(),
-            l["protocol"].as_str(),
-            l["mode"].as_str()
-        ),
-        (Some("t"), Some("tcp"), Some("cascade"))
+        (l.name.as_str(), l.protocol.as_str(), l.mode.as_str()),
+        ("t", "tcp", "cascade")
     );
-    let g = &l["groups"][0];
-    for key in [
-        "name",
-        "priority",
-        "rtt_ms",
-        "rtt_source",
-        "rank",
-        "ratio",
-        "healthy",
-        "share",
-        "endpoints",
-    ] {
-        assert!(!g[key].is_null(), "group key {key}");
-    }
+    let g = &l.groups[0];
+    assert_eq!((g.name.as_str(), g.priority), ("beijing", 1));
+    assert!(g.rtt_ms.is_some() && g.rank.is_some() && g.healthy, "{g:?}");
     // beijing 50 first, shanghai 100 takes the rest: 50 / 50.
     assert_eq!(
-        (g["share"].as_f64(), g["rtt_source"].as_str()),
-        (Some(50.0), Some("estimated"))
+        (g.ratio, g.share, g.rtt_source.as_str()),
+        (50.0, 50.0, "estimated")
     );
-    for key in ["address", "healthy", "enabled", "active", "weight", "fails"] {
-        assert!(!g["endpoints"][0][key].is_null(), "endpoint key {key}");
-    }
+    assert_eq!(g.endpoints.len(), 1);
     // POSTs need the token.
     let (status, _) = admin(&node, "POST", "/reload", None);
     assert_eq!(status, 401);

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -167,9 +166,7 @@ async fn no_route_closes_at_once_and_is_counted() {
         None,
     );
     assert_eq!(status, 200);
-    let (_, status_json) = admin(&node, "GET", "/status", None);
-    let doc: Value = serde_json::from_str(&status_json).unwrap();
-    assert_eq!(doc["listeners"][0]["mode"], "no-route");
+    assert_eq!(crate::common::status(&node).listeners[0].mode, "no-route");
     assert!(tcp_name(addr).await.is_err(), "closed without a backend");
     until("no-route counted", || {
         metric(&node, "gtd_no_route_total", &[]) >= 1.0

@@ -15,15 +15,18 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::Inner;
 use super::dashboard::{self, Asset};
 use super::telemetry::served;
-use super::{Inner, dns};
 use crate::config::Host;
-use crate::split::rules::describe;
+use crate::view::{
+    CheckFacts, DnsView, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView,
+    NodeView, Status,
+};
 
 type Body = Full<Bytes>;
 
@@ -74,7 +77,7 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
         .expect("static response parts")
 }
 
-fn json_reply(status: StatusCode, v: &Value) -> Response<Body> {
+fn json_reply(status: StatusCode, v: &impl serde::Serialize) -> Response<Body> {
     let mut text = serde_json::to_string_pretty(v).expect("JSON of plain values");
     text.push('\n');
     reply(status, "application/json", text)
@@ -245,11 +248,6 @@ fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
-/// A time in ms to the microsecond (measured RTTs carry float noise beyond it).
-fn micros(ms: f64) -> f64 {
-    (ms * 1000.0).round() / 1000.0
-}
-
 /// `GET /fleet`: what `gtd fleet --json` prints, read from etcd now; 404 on a node that
 /// serves a config file, 503 when etcd does not answer.
 async fn fleet(node: &Inner) -> Response<Body> {
@@ -276,154 +274,99 @@ async fn fleet(node: &Inner) -> Response<Body> {
     }
 }
 
-/// The `/status` document (docs/design.md §7).
-pub(crate) fn status(node: &Inner) -> Value {
+/// The `/status` document (docs/design.md §7, docs/status.md): the node's facts gathered
+/// and handed to [`crate::view`]'s builders.
+pub(crate) fn status(node: &Inner) -> Status {
     let snap = node.snapshot.load();
     let names = node.names.table();
     let now = Instant::now();
-    let listeners: Vec<Value> = snap
+    let listeners = snap
         .listeners
         .iter()
         .map(|l| {
             let http = l.cfg.protocol.is_http();
             let planned = l.planned.load();
             let ranked = l.ranked.load();
-            let groups: Vec<Value> = planned
-                .ranking
-                .order
+            let watches: Vec<Vec<_>> = l
+                .groups
                 .iter()
+                .map(|g| g.watches.iter().map(|w| w.state()).collect())
+                .collect();
+            let groups = l
+                .groups
+                .iter()
+                .zip(&l.cfg.groups)
+                .zip(&watches)
                 .enumerate()
-                .map(|(pos, &gi)| {
-                    let g = &l.groups[gi];
-                    let cfg = &l.cfg.groups[gi];
-                    let share = planned.plan.shares[gi];
-                    let mut group_served = 0;
-                    let endpoints: Vec<Value> = g
+                .map(|(gi, ((g, cfg), watches))| GroupLive {
+                    rank: l.why_ranked(gi, now),
+                    endpoints: g
                         .balancer
                         .endpoints()
                         .iter()
                         .zip(&cfg.endpoints)
-                        .zip(&g.watches)
-                        .map(|((state, e), watch)| {
-                            let w = watch.state();
-                            let check = w.verdict.as_ref().map(|v| {
-                                let last = w.last.as_ref();
-                                json!({
-                                    "healthy": v.is_healthy(),
-                                    "result": last.map(|c| c.result.as_str()),
-                                    "reason": last.map(|c| c.reason.as_str()),
-                                    "at_unix_ms": last.map(|c| unix_ms(c.at)),
-                                    "passes_needed": v.passes_needed(), "checks": v.checks(),
-                                })
-                            });
-                            let mut v = json!({
-                                "address": e.address.text, "healthy": state.is_usable(now), "enabled": state.is_enabled(),
-                                "active": state.active(), "weight": e.weight, "fails": state.fails(),
-                                "passive_down": state.is_passively_down(now),
-                                "ejected": state.is_ejected(now), "ejections": state.ejections(),
-                                "ejected_for_s": state.ejected_for(now).map(|d| d.as_secs_f64()),
-                                "check": check, "rtt_ms": w.rtt.value().map(micros),
-                                "backup": e.backup, "down": e.down, "drain": e.drain,
-                            });
-                            let n = served(&node.registry, http, &[&l.cfg.name, &g.name, &e.address.id()]);
-                            group_served += n;
-                            v["served"] = json!(n);
-                            // A name's address, or the name with none (and why).
-                            match &e.address.host {
-                                Host::Resolved { ip, .. } => {
-                                    v["id"] = json!(e.address.id());
-                                    v["resolved"] = json!(ip.to_string());
-                                }
-                                Host::Name(n) => {
-                                    v["resolved"] = Value::Null;
-                                    v["dns_error"] = json!(names.get(n).and_then(|s| s.error.as_deref()).unwrap_or("not resolved yet"));
-                                }
-                                Host::Ip(_) => {}
-                            }
-                            v
+                        .zip(watches)
+                        .map(|((state, e), w)| EndpointFacts {
+                            config: e,
+                            state,
+                            check: w.verdict.as_ref().map(|verdict| CheckFacts {
+                                verdict,
+                                last: w.last.as_ref().map(|c| LastCheck {
+                                    result: c.result.as_str(),
+                                    reason: &c.reason,
+                                    at: c.at,
+                                }),
+                            }),
+                            rtt_ms: w.rtt.value(),
+                            served: served(
+                                &node.registry,
+                                http,
+                                &[&l.cfg.name, &g.name, &e.address.id()],
+                            ),
+                            dns_error: match &e.address.host {
+                                Host::Name(n) => names.get(n).and_then(|s| s.error.as_deref()),
+                                _ => None,
+                            },
                         })
-                        .collect();
-                    let mut v = json!({
-                        "name": g.name, "region": cfg.region, "priority": pos + 1,
-                        "rtt_ms": micros(ranked.rtt_ms[gi]), "rtt_source": ranked.source[gi].as_str(),
-                        "ratio": planned.facts[gi].ratio, "healthy": planned.facts[gi].healthy,
-                        "share": share.total, "first_pass": share.first_pass, "leftover": share.leftover,
-                        "parts": share.kept_parts(),
-                        "method": cfg.balance.name(), "served": group_served, "endpoints": endpoints,
-                    });
-                    v["rank"] = json!(l.why_ranked(gi, now));
-                    // failover = "graceful": what the share was graded by, as `sim` prints it.
-                    if l.cfg.failover == crate::config::FailoverMode::Graceful {
-                        v["usable"] = json!(planned.facts[gi].fraction);
-                        v["keep"] = json!(share.keep);
-                        v["spill"] = json!(share.spill);
-                    }
-                    v
+                        .collect(),
                 })
                 .collect();
-            let mut v = json!({
-                "name": l.cfg.name, "protocol": l.cfg.protocol.as_str(), "port": l.cfg.port,
-                "mode": planned.plan.mode.as_str(), "failover": l.cfg.failover.as_str(),
-                "fail_open": l.cfg.fail_open, "groups": groups,
-            });
-            // Each forwarding rule's split, as `sim` prints it.
-            if !l.cfg.routes.is_empty() {
-                v["routes"] = l
-                    .cfg
-                    .routes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, rule)| {
-                        let groups: Vec<Value> = planned
-                            .rule_split(&l.cfg, i)
-                            .into_iter()
-                            .map(|(gi, share)| json!({"name": l.groups[gi].name, "share": share}))
-                            .collect();
-                        json!({"rule": i + 1, "matches": describe(rule),
-                            "mode": planned.routes[i].mode.as_str(), "groups": groups})
-                    })
-                    .collect();
-            }
-            v
+            let facts = ListenerFacts {
+                config: &l.cfg,
+                planned: &planned,
+                ranked: &ranked,
+                groups,
+            };
+            ListenerView::build(&facts, now)
         })
         .collect();
-    let mut doc = json!({
-        "node": {
-            "region": node.region, "version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": node.started.elapsed().as_secs(), "config": snap.config.source.display().to_string(),
+    Status {
+        node: NodeView {
+            region: node.region.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_s: node.started.elapsed().as_secs(),
+            config: snap.config.source.display().to_string(),
         },
-        "listeners": listeners,
-        "dns": dns_status(&names),
-    });
-    if let Some(f) = &node.fleet {
-        doc["fleet"] = f.status(&super::fleet::node_id(node, f));
+        listeners,
+        dns: names
+            .iter()
+            .map(|(name, s)| {
+                let view = DnsView::build(
+                    s.state(),
+                    &s.addrs,
+                    s.ttl,
+                    s.error.as_deref(),
+                    s.checked_at,
+                    s.next_in,
+                );
+                (name.clone(), view)
+            })
+            .collect(),
+        fleet: node
+            .fleet
+            .as_ref()
+            .map(|f| f.status(&super::fleet::node_id(node, f))),
     }
-    doc
-}
-
-/// `t` in milliseconds since the Unix epoch (0 before it).
-fn unix_ms(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Each endpoint host name: its state, addresses, TTL and last error.
-fn dns_status(names: &dns::Table) -> Value {
-    names
-        .iter()
-        .map(|(name, s)| {
-            let v = json!({
-                "state": s.state(),
-                "addresses": s.addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "ttl_s": s.ttl.map(|t| t.as_secs_f64()),
-                "error": s.error,
-                "checked_at_unix_ms": unix_ms(s.checked_at),
-                "next_lookup_in_s": s.next_in.as_secs_f64(),
-            });
-            (name.clone(), v)
-        })
-        .collect::<serde_json::Map<_, _>>()
-        .into()
 }
 
 #[cfg(test)]

@@ -353,7 +353,7 @@
       const refused = n.refused ? "refused revision " + n.refused.revision + ": " + (n.refused.reason || "") : "";
       const listeners = arr(n.listeners).map((l) => l.name + " " + (l.mode || "") +
         (l.reason ? " (" + l.reason + ")" : "") + ": " +
-        arr(l.groups).map((g) => g.name + " " + pct(g.share) + (g.health && g.health !== "healthy" ? " " + g.health : "")).join(", "));
+        arr(l.groups).map((g) => g.name + " " + pct(g.share) + (g.healthy === false ? " unhealthy" : "")).join(", "));
       return h("tr", { "data-node": n.id },
         h("td", {}, h("div", { text: n.id }), h("small", { text: [n.region, n.admin].filter(Boolean).join(" · ") })),
         h("td", { text: n.version || "" }),

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::{Fleet, Inner};
 use crate::fleet::Store;
 use crate::fleet::etcd::pb::etcdserverpb as rpc;
-use crate::fleet::registry::{Entry, listeners_of};
+use crate::fleet::registry::Entry;
 
 /// How often the node looks whether its entry changed (between the revisions and reloads that
 /// wake it at once): group health and shares move without either.
@@ -200,7 +200,11 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
         uptime_s: up.as_secs(),
         started_at_ms: now.saturating_sub(up.as_millis() as u64),
         updated_at_ms: now,
-        listeners: listeners_of(&status),
+        listeners: status
+            .listeners
+            .iter()
+            .map(crate::view::ListenerView::for_registry)
+            .collect(),
     }
 }
 
