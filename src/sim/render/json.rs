@@ -4,7 +4,8 @@ use crate::split::rules::Match;
 use serde_json::{Value, json};
 
 use crate::sim::capacity::Status;
-use crate::sim::engine::RegionReport;
+use crate::sim::engine::{GroupRow, RegionReport};
+use crate::view::{EndpointShare, GroupView, RouteShare, RouteView};
 
 use super::Output;
 
@@ -44,43 +45,8 @@ pub(crate) fn json(o: &Output<'_>) -> String {
 }
 
 fn region_json(r: &RegionReport, compare: bool) -> Value {
-    let groups: Vec<Value> = r
-        .groups
-        .iter()
-        .map(|g| {
-            let endpoints: Vec<Value> = g
-                .endpoints
-                .iter()
-                .map(|e| {
-                    let mut v = json!({"address": e.address, "share": e.share, "weight": e.weight, "state": e.state});
-                    if let Some(obs) = e.observed {
-                        v["observed"] = json!(obs);
-                    }
-                    v
-                })
-                .collect();
-            let mut v = json!({
-                "name": g.name, "priority": g.priority, "rtt_ms": g.rtt_ms, "rtt_source": g.rtt_source.as_str(),
-                "region": g.group_region, "ratio": g.ratio, "healthy": g.healthy,
-                "first_pass": g.first_pass, "leftover": g.leftover, "share": g.share,
-                "method": g.method, "endpoints": endpoints,
-            });
-            if let Some(obs) = g.observed {
-                v["observed"] = json!(obs);
-            }
-            if let Some(d) = g.graded {
-                v["usable"] = json!(d.usable);
-                v["keep"] = json!(d.keep);
-                v["spill"] = json!(d.spill);
-            }
-            if compare {
-                let before = g.share_before.unwrap_or(0.0);
-                v["share_before"] = json!(before);
-                v["delta"] = json!(g.share - before);
-            }
-            v
-        })
-        .collect();
+    let groups: Vec<GroupView<EndpointShare>> =
+        r.groups.iter().map(|g| group_view(g, compare)).collect();
     let mut v = json!({"region": r.region, "mode": r.mode.as_str(), "groups": groups});
     if let Some((n, max)) = r.verify {
         v["decisions"] = json!(n);
@@ -118,20 +84,65 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
         }
     }
     if !r.routes.is_empty() {
-        v["routes"] = r
+        let routes: Vec<RouteView> = r
             .routes
             .iter()
-            .map(|route| {
-                let groups: Vec<Value> = route
+            .map(|route| RouteView {
+                rule: route.index,
+                matches: route.rule.clone(),
+                mode: route.mode.as_str().to_owned(),
+                groups: route
                     .groups
                     .iter()
-                    .map(|(name, share)| json!({"name": name, "share": share}))
-                    .collect();
-                json!({"rule": route.index, "matches": route.rule, "mode": route.mode.as_str(), "groups": groups})
+                    .map(|(name, share)| RouteShare {
+                        name: name.clone(),
+                        share: *share,
+                    })
+                    .collect(),
             })
             .collect();
+        v["routes"] = json!(routes);
     }
     v
+}
+
+/// One group's row: the view a node's `/status` shows a group in ([`GroupView`]), over the
+/// simulator's endpoint shares, without the node's own fields (`parts`, `served`, `rank`).
+fn group_view(g: &GroupRow, compare: bool) -> GroupView<EndpointShare> {
+    let before = compare.then(|| g.share_before.unwrap_or(0.0));
+    GroupView {
+        name: g.name.clone(),
+        priority: g.priority,
+        rtt_ms: g.rtt_ms.is_finite().then_some(g.rtt_ms),
+        rtt_source: g.rtt_source.as_str().to_owned(),
+        region: g.group_region.clone(),
+        ratio: g.ratio,
+        healthy: g.healthy,
+        first_pass: g.first_pass,
+        leftover: g.leftover,
+        share: g.share,
+        method: g.method.to_owned(),
+        endpoints: g
+            .endpoints
+            .iter()
+            .map(|e| EndpointShare {
+                address: e.address.clone(),
+                share: e.share,
+                weight: e.weight,
+                state: e.state.to_owned(),
+                observed: e.observed,
+            })
+            .collect(),
+        observed: g.observed,
+        usable: g.graded.map(|d| d.usable),
+        keep: g.graded.map(|d| d.keep),
+        spill: g.graded.map(|d| d.spill),
+        share_before: before,
+        delta: before.map(|b| g.share - b),
+        parts: None,
+        served: None,
+        rank: None,
+    }
 }
 
 /// Where the `[geoip]` database puts a client, as JSON.
