@@ -23,7 +23,7 @@ fn groups_healthy(cluster: &Cluster, region: &str, group: &str) -> Option<bool> 
         .iter()
         .flat_map(|l| l["groups"].as_array().into_iter().flatten())
         .find(|g| g["name"] == group)
-        .map(|g| g["health"] == "healthy")
+        .map(|g| g["healthy"] == true)
 }
 
 #[test]
