@@ -19,7 +19,7 @@ mod validate;
 mod wire;
 
 pub(crate) use document::format_duration;
-pub use document::parse_duration;
+pub use document::{DurationError, parse_duration};
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
 pub(crate) use syntax::split_route_host as split_host;

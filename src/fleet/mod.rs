@@ -139,11 +139,16 @@ pub struct Current {
     pub header: i64,
 }
 
+/// A `--prefix` that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a key prefix starts with / (e.g. /gtd)")]
+pub struct PrefixError;
+
 /// A prefix as keys use it: starts with `/`, no trailing `/`.
-pub fn normalise_prefix(prefix: &str) -> Result<String> {
+pub fn normalise_prefix(prefix: &str) -> std::result::Result<String, PrefixError> {
     let p = prefix.trim_end_matches('/');
     if !p.starts_with('/') || p.contains("//") {
-        bail!("--prefix {prefix:?}: a key prefix starts with / (e.g. /gtd)");
+        return Err(PrefixError);
     }
     Ok(p.to_owned())
 }
@@ -155,7 +160,7 @@ impl Store {
     /// connect error), while a connection to one member fails as a whole and the caller
     /// moves on to the next.
     pub async fn connect(access: &Access, prefix: &str) -> Result<Store> {
-        let prefix = normalise_prefix(prefix)?;
+        let prefix = normalise_prefix(prefix).map_err(|e| anyhow!("--prefix {prefix:?}: {e}"))?;
         // The certificate and password files as they are now (rotated ones included).
         let options = access.options(true)?;
         let endpoints = access.endpoints();
