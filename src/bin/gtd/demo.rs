@@ -56,7 +56,7 @@ fn rate(s: &str) -> Result<u32, String> {
 
 impl Demo {
     /// The demo's options.
-    fn options(self) -> gtd::demo::Options {
+    pub(crate) fn options(self) -> gtd::demo::Options {
         let duration = self.duration.unwrap_or(if self.backends_only {
             // Serving endpoints for nodes started by hand: until Ctrl-C (a year).
             Duration::from_secs(365 * 86_400)

@@ -94,3 +94,67 @@ fn raise_open_files_limit() {
         Err(e) => tracing::warn!(limit = current, error = %e, "open files limit not raised"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("gtd").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .command
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn a_fleet_node_takes_its_defaults_and_systemds_state_directory() {
+        let Command::Run(run) = parse(&["run", "--region", "r", "--etcd", "a:1, b:2"]) else {
+            panic!("not run");
+        };
+        let opts = run.options(Some("/var/lib/gtd:/var/lib/other")).unwrap();
+        let fleet = opts.fleet.expect("fleet mode");
+        assert_eq!(fleet.etcd.endpoints(), ["http://a:1", "http://b:2"]);
+        assert_eq!(fleet.prefix, "/gtd");
+        assert_eq!(fleet.lease_ttl, std::time::Duration::from_secs(10));
+        assert_eq!(
+            fleet.cache,
+            std::path::Path::new("/var/lib/gtd/revision-r.json")
+        );
+        let Command::Run(run) = parse(&[
+            "run",
+            "--region",
+            "r",
+            "--etcd",
+            "a:1",
+            "--prefix",
+            "/x/",
+            "--lease-ttl",
+            "1m",
+        ]) else {
+            panic!("not run");
+        };
+        let fleet = run.options(None).unwrap().fleet.expect("fleet mode");
+        assert_eq!(fleet.prefix, "/x");
+        assert_eq!(fleet.lease_ttl, std::time::Duration::from_secs(60));
+        assert_eq!(fleet.cache, std::path::Path::new("gtd-revision-r.json"));
+    }
+
+    #[test]
+    fn the_demo_runs_30s_or_until_ctrl_c_with_backends_only() {
+        let Command::Demo(demo) = parse(&["demo", "--stop", "web/beijing@10s"]) else {
+            panic!("not demo");
+        };
+        let opts = demo.options();
+        assert_eq!(opts.duration, std::time::Duration::from_secs(30));
+        assert_eq!(opts.stop[0].group, "web/beijing");
+        assert_eq!(opts.stop[0].at, std::time::Duration::from_secs(10));
+        let Command::Demo(demo) = parse(&["demo", "--backends-only"]) else {
+            panic!("not demo");
+        };
+        assert!(demo.options().duration > std::time::Duration::from_secs(86_400));
+    }
+}

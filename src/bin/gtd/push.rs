@@ -32,7 +32,7 @@ pub(crate) struct Push {
 
 impl Push {
     /// The push's options, the credentials files read.
-    fn options(self) -> anyhow::Result<gtd::fleet::push::Options> {
+    pub(crate) fn options(self) -> anyhow::Result<gtd::fleet::push::Options> {
         let (prefix, etcd) = self.etcd.checked()?;
         Ok(gtd::fleet::push::Options {
             prefix,

@@ -53,7 +53,10 @@ pub(crate) struct Run {
 
 impl Run {
     /// The node's options; `state_directory` is systemd's `$STATE_DIRECTORY`.
-    fn options(self, state_directory: Option<&str>) -> anyhow::Result<gtd::node::Options> {
+    pub(crate) fn options(
+        self,
+        state_directory: Option<&str>,
+    ) -> anyhow::Result<gtd::node::Options> {
         let fleet = if self.etcd.is_empty() {
             if let Some(flag) = self.node_fleet.given() {
                 anyhow::bail!(
