@@ -4,9 +4,8 @@
 //! a regular file's reads.) The one file gtd writes, the access log, is held to the same rule:
 //! [`appendable`] checks it without touching it (`gtd check`), [`append`] opens it.
 
-use std::fmt;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Most bytes of a config file or region catalogue.
 pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
@@ -14,13 +13,16 @@ pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 pub const MAX_PEM_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Why a file could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// Opening or reading it failed.
+    #[error("{0}")]
     Io(io::Error),
     /// It is a directory, a pipe, a device or a socket.
+    #[error("not a regular file (a {0})")]
     NotRegular(&'static str),
     /// It holds more than the cap.
+    #[error("too large ({size} bytes; at most {max})")]
     TooLarge {
         /// Its size, when known before reading.
         size: u64,
@@ -29,16 +31,35 @@ pub enum FileError {
     },
 }
 
-impl fmt::Display for FileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FileError::Io(e) => write!(f, "{e}"),
-            FileError::NotRegular(kind) => write!(f, "not a regular file (a {kind})"),
-            FileError::TooLarge { size, max } => {
-                write!(f, "too large ({size} bytes; at most {max})")
-            }
-        }
-    }
+/// Why [`append`] would fail on a path (see [`appendable`]); said after the file's name.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// A directory.
+    #[error("is a directory; name a file in it")]
+    Directory,
+    /// A pipe, a device or a socket.
+    #[error("is not a regular file (a {0})")]
+    NotRegular(&'static str),
+    /// A file this process may not write.
+    #[error("is not writable: {0}")]
+    NotWritable(io::Error),
+    /// Missing, and its directory may not be written.
+    #[error("cannot be created in {}: {error}", dir.display())]
+    NotCreatable {
+        /// The directory.
+        dir: PathBuf,
+        /// Why not.
+        error: io::Error,
+    },
+    /// Missing, and what should be its directory is a file.
+    #[error("cannot be created: {} is not a directory", .0.display())]
+    ParentNotDirectory(PathBuf),
+    /// Missing, and so is its directory.
+    #[error("cannot be created: its directory {} does not exist", .0.display())]
+    NoDirectory(PathBuf),
+    /// `stat` failed otherwise.
+    #[error("cannot be looked at: {0}")]
+    Unreadable(io::Error),
 }
 
 /// The bytes of the regular file at `path` (symbolic links followed), at most `max` of them.
@@ -101,16 +122,13 @@ pub fn append(path: &Path) -> Result<std::fs::File, FileError> {
 /// directory or another kind of special file, it is not writable, or it is missing and its
 /// directory does not exist or is not writable. (Run as root, the permission checks pass, as
 /// the open would.)
-pub fn appendable(path: &Path) -> Result<(), String> {
+pub fn appendable(path: &Path) -> Result<(), AppendError> {
     use rustix::fs::Access;
     match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Err("is a directory; name a file in it".to_owned()),
-        Ok(meta) if !meta.is_file() => Err(format!(
-            "is not a regular file (a {})",
-            describe(&meta.file_type())
-        )),
+        Ok(meta) if meta.is_dir() => Err(AppendError::Directory),
+        Ok(meta) if !meta.is_file() => Err(AppendError::NotRegular(describe(&meta.file_type()))),
         Ok(_) => rustix::fs::access(path, Access::WRITE_OK)
-            .map_err(|e| format!("is not writable: {}", io::Error::from(e))),
+            .map_err(|e| AppendError::NotWritable(io::Error::from(e))),
         Err(e)
             if matches!(
                 e.kind(),
@@ -121,21 +139,26 @@ pub fn appendable(path: &Path) -> Result<(), String> {
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),
             };
-            let shown = dir.display();
             match std::fs::metadata(dir) {
                 Ok(meta) if meta.is_dir() => {
                     rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).map_err(|e| {
-                        format!("cannot be created in {shown}: {}", io::Error::from(e))
+                        AppendError::NotCreatable {
+                            dir: dir.to_owned(),
+                            error: io::Error::from(e),
+                        }
                     })
                 }
-                Ok(_) => Err(format!("cannot be created: {shown} is not a directory")),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
-                    "cannot be created: its directory {shown} does not exist"
-                )),
-                Err(e) => Err(format!("cannot be created in {shown}: {e}")),
+                Ok(_) => Err(AppendError::ParentNotDirectory(dir.to_owned())),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    Err(AppendError::NoDirectory(dir.to_owned()))
+                }
+                Err(error) => Err(AppendError::NotCreatable {
+                    dir: dir.to_owned(),
+                    error,
+                }),
             }
         }
-        Err(e) => Err(format!("cannot be looked at: {e}")),
+        Err(e) => Err(AppendError::Unreadable(e)),
     }
 }
 
@@ -192,7 +215,7 @@ mod tests {
     fn only_regular_files_are_appended_to() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("access.log");
-        assert_eq!(appendable(&log), Ok(()));
+        appendable(&log).unwrap();
         {
             use std::io::Write as _;
             let mut f = append(&log).unwrap();
@@ -201,9 +224,9 @@ mod tests {
             f.write_all(b"two\n").unwrap();
         }
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\n");
-        assert_eq!(appendable(&log), Ok(()));
+        appendable(&log).unwrap();
         assert_eq!(
-            appendable(dir.path()).unwrap_err(),
+            appendable(dir.path()).unwrap_err().to_string(),
             "is a directory; name a file in it"
         );
         let e = append(dir.path()).unwrap_err();
@@ -218,17 +241,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            appendable(&fifo).unwrap_err(),
+            appendable(&fifo).unwrap_err().to_string(),
             "is not a regular file (a named pipe)"
         );
         // No reader: refused at once (ENXIO) instead of waiting for one.
         assert!(append(&fifo).is_err());
         let nowhere = dir.path().join("no/such/dir/access.log");
-        let e = appendable(&nowhere).unwrap_err();
+        let e = appendable(&nowhere).unwrap_err().to_string();
         assert!(e.starts_with("cannot be created: its directory "), "{e}");
         assert!(e.ends_with("no/such/dir does not exist"), "{e}");
         let under_file = log.join("access.log");
-        let e = appendable(&under_file).unwrap_err();
+        let e = appendable(&under_file).unwrap_err().to_string();
         assert!(e.ends_with("access.log is not a directory"), "{e}");
     }
 }

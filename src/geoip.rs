@@ -174,22 +174,54 @@ struct LocationRecord {
     longitude: Option<f64>,
 }
 
+/// Why a GeoIP database cannot be used (see [`Database::open`]).
+#[derive(Debug, thiserror::Error)]
+pub enum GeoIpError {
+    /// Unreadable, not a regular file, or too large.
+    #[error("{0}")]
+    Read(crate::files::FileError),
+    /// No MaxMind DB metadata (a truncated file loses it: it is at the end).
+    #[error("not a MaxMind DB (.mmdb) file: {0}")]
+    NotADatabase(maxminddb::MaxMindDbError),
+    /// A damaged search tree.
+    #[error("corrupt MaxMind DB file: looking up {ip}: {error}")]
+    CorruptTree {
+        /// The address looked up.
+        ip: IpAddr,
+        /// What the reader said.
+        error: maxminddb::MaxMindDbError,
+    },
+    /// A damaged data section.
+    #[error("corrupt MaxMind DB file: the record of {ip}: {error}")]
+    CorruptRecord {
+        /// The address whose record was decoded.
+        ip: IpAddr,
+        /// What the reader said.
+        error: maxminddb::MaxMindDbError,
+    },
+    /// An ASN, ISP... database: no country or continent.
+    #[error(
+        "database type {0:?} is neither a City nor a Country database (GeoIP2, GeoLite2 or \
+         DB-IP): it has no client countries"
+    )]
+    NoCountries(String),
+}
+
 impl Database {
     /// Reads and opens the database at `path`. The message says what is wrong: unreadable,
     /// too large, not a MaxMind DB (a truncated file loses its metadata, which is at the end),
     /// corrupt (a few addresses across the space are looked up and decoded here, so that a
     /// damaged search tree or data section fails the load rather than lookups later), or a
     /// kind of database that has no country or continent (ASN, ISP, ...).
-    pub fn open(path: &Path) -> Result<Database, String> {
-        let bytes = crate::files::read(path, MAX_DATABASE_BYTES).map_err(|e| e.to_string())?;
+    pub fn open(path: &Path) -> Result<Database, GeoIpError> {
+        let bytes = crate::files::read(path, MAX_DATABASE_BYTES).map_err(GeoIpError::Read)?;
         Database::from_bytes(bytes)
     }
 
     /// Opens a database already in memory (see [`Database::open`]).
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<Database, String> {
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Database, GeoIpError> {
         let len = bytes.len();
-        let reader = maxminddb::Reader::from_source(bytes)
-            .map_err(|e| format!("not a MaxMind DB (.mmdb) file: {e}"))?;
+        let reader = maxminddb::Reader::from_source(bytes).map_err(GeoIpError::NotADatabase)?;
         // Some addresses across the space, through the search tree and into the data section:
         // a file damaged there fails here. (`Reader::verify` walks the whole file, which takes
         // seconds on a City database, and refuses databases every reader accepts, such as one
@@ -201,17 +233,15 @@ impl Database {
             }
             let found = reader
                 .lookup(ip)
-                .map_err(|e| format!("corrupt MaxMind DB file: looking up {ip}: {e}"))?;
+                .map_err(|error| GeoIpError::CorruptTree { ip, error })?;
             found
                 .decode::<Record<'_>>()
-                .map_err(|e| format!("corrupt MaxMind DB file: the record of {ip}: {e}"))?;
+                .map_err(|error| GeoIpError::CorruptRecord { ip, error })?;
         }
         let kind = reader.metadata().database_type.to_ascii_lowercase();
         if !(kind.contains("city") || kind.contains("country")) {
-            return Err(format!(
-                "database type {:?} is neither a City nor a Country database (GeoIP2, \
-                 GeoLite2 or DB-IP): it has no client countries",
-                reader.metadata().database_type
+            return Err(GeoIpError::NoCountries(
+                reader.metadata().database_type.clone(),
             ));
         }
         Ok(Database { reader, bytes: len })
@@ -353,7 +383,9 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_database() {
-        let e = Database::from_bytes(b"not a database at all".to_vec()).unwrap_err();
+        let e = Database::from_bytes(b"not a database at all".to_vec())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("not a MaxMind DB"), "{e}");
     }
 }

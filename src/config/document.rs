@@ -544,40 +544,62 @@ pub(crate) fn quote(s: &str) -> String {
     format!("{s:?}")
 }
 
+/// How to write a duration, for the errors that say it.
+const UNITS: &str = "use an integer followed by ms, s, m or h, like \"250ms\" or \"5s\"";
+
+/// Why a duration does not parse, in words (the caller adds the value and the key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// `-1s`.
+    #[error("durations cannot be negative")]
+    Negative,
+    /// `""`.
+    #[error("it is empty; {UNITS}")]
+    Empty,
+    /// `s`, `five seconds`: no number first.
+    #[error("{UNITS}")]
+    NoNumber,
+    /// `1.5s`.
+    #[error("fractions are not allowed; use a smaller unit, like \"1500ms\"")]
+    Fraction,
+    /// `5`.
+    #[error("it has no unit; {UNITS}")]
+    NoUnit,
+    /// `5sec`.
+    #[error("unknown unit {0:?}; {UNITS}")]
+    UnknownUnit(String),
+    /// More milliseconds than a u64 holds.
+    #[error("the number is too large")]
+    TooLarge,
+}
+
 /// Parses a duration: an unsigned integer followed by `ms`, `s`, `m` or `h`.
-///
-/// The error says what is wrong in words (the caller adds the value and the key).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    const UNITS: &str = "use an integer followed by ms, s, m or h, like \"250ms\" or \"5s\"";
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(digits_end);
     if s.starts_with('-') {
-        return Err("durations cannot be negative".to_owned());
+        return Err(DurationError::Negative);
     }
     if digits.is_empty() {
         return Err(if s.trim().is_empty() {
-            format!("it is empty; {UNITS}")
+            DurationError::Empty
         } else {
-            UNITS.to_owned()
+            DurationError::NoNumber
         });
     }
     if unit.starts_with(['.', ',']) {
-        return Err("fractions are not allowed; use a smaller unit, like \"1500ms\"".to_owned());
+        return Err(DurationError::Fraction);
     }
     let per_unit_ms: u64 = match unit {
-        "" => return Err(format!("it has no unit; {UNITS}")),
+        "" => return Err(DurationError::NoUnit),
         "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        other => return Err(format!("unknown unit {}; {UNITS}", quote(other))),
+        other => return Err(DurationError::UnknownUnit(other.to_owned())),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "the number is too large".to_owned())?;
-    let ms = n
-        .checked_mul(per_unit_ms)
-        .ok_or_else(|| "the number is too large".to_owned())?;
+    let n: u64 = digits.parse().map_err(|_| DurationError::TooLarge)?;
+    let ms = n.checked_mul(per_unit_ms).ok_or(DurationError::TooLarge)?;
     Ok(Duration::from_millis(ms))
 }
 
@@ -688,7 +710,7 @@ mod tests {
 
     #[test]
     fn durations_reject_everything_else_with_a_reason() {
-        let err = |s: &str| parse_duration(s).unwrap_err();
+        let err = |s: &str| parse_duration(s).unwrap_err().to_string();
         assert!(err("5").contains("no unit"), "{}", err("5"));
         assert!(err("1.5s").contains("fractions"));
         assert!(err("-1s").contains("negative"));

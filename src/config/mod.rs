@@ -19,9 +19,10 @@ mod validate;
 mod wire;
 
 pub(crate) use document::format_duration;
-pub use document::parse_duration;
+pub use document::{DurationError, parse_duration};
 pub use error::{ConfigError, ConfigErrors, position};
 pub use model::*;
+pub use summary::RegionError;
 pub(crate) use syntax::split_route_host as split_host;
 
 use std::path::Path;

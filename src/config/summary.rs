@@ -4,12 +4,30 @@ use std::fmt::Write as _;
 
 use super::model::{AccessLog, Config};
 
+/// Why a node of a region would serve nothing under a config (`--region`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegionError {
+    /// Not a region of the catalogue.
+    #[error("--region {0}: not in the region catalogue")]
+    Unknown(String),
+    /// No listener lists it.
+    #[error(
+        "--region {region}: no listener lists this region (listeners are served from: {served})"
+    )]
+    Unserved {
+        /// The region.
+        region: String,
+        /// The regions listeners list, comma separated.
+        served: String,
+    },
+}
+
 impl Config {
     /// Whether a node in `region` would serve anything: the region is in the catalogue and at
     /// least one listener lists it (`gtd run --region` and `gtd check --region` ask the same).
-    pub fn serves(&self, region: &str) -> Result<(), String> {
+    pub fn serves(&self, region: &str) -> Result<(), RegionError> {
         if self.catalog.get(region).is_none() {
-            return Err(format!("--region {region}: not in the region catalogue"));
+            return Err(RegionError::Unknown(region.to_owned()));
         }
         if self
             .listeners
@@ -23,10 +41,10 @@ impl Config {
             .iter()
             .flat_map(|l| l.regions.iter().map(String::as_str))
             .collect();
-        Err(format!(
-            "--region {region}: no listener lists this region (listeners are served from: {})",
-            served.into_iter().collect::<Vec<_>>().join(", ")
-        ))
+        Err(RegionError::Unserved {
+            region: region.to_owned(),
+            served: served.into_iter().collect::<Vec<_>>().join(", "),
+        })
     }
 
     /// A few lines an operator can read at a glance: per listener its protocol, port, regions,

@@ -41,13 +41,49 @@ pub struct Options {
     /// New decisions per second, per listener and region.
     pub rate: u32,
     /// `GROUP@T` / `LISTENER/GROUP@T`: the group's endpoints stop at T.
-    pub stop: Vec<String>,
+    pub stop: Vec<Change>,
     /// The same, started again at T.
-    pub start: Vec<String>,
+    pub start: Vec<Change>,
     /// Print the final report as JSON instead of the table (and no live view).
     pub json: bool,
     /// Serve the endpoints only (no nodes, no load), for nodes started by hand.
     pub backends_only: bool,
+}
+
+/// `--stop` / `--start`: a group (`GROUP` or `LISTENER/GROUP`) and when, from the start of
+/// the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// `GROUP` or `LISTENER/GROUP`, as written.
+    pub group: String,
+    /// When.
+    pub at: Duration,
+    /// `GROUP@TIME` as written (for errors).
+    written: String,
+}
+
+/// Why a `--stop` or `--start` value is not `GROUP@TIME`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    /// No `@`.
+    #[error("expected GROUP@TIME, like beijing@10s")]
+    NoTime,
+    /// The time is not a duration.
+    #[error(transparent)]
+    Time(#[from] config::DurationError),
+}
+
+impl std::str::FromStr for Change {
+    type Err = ChangeError;
+
+    fn from_str(s: &str) -> Result<Change, ChangeError> {
+        let (group, at) = s.rsplit_once('@').ok_or(ChangeError::NoTime)?;
+        Ok(Change {
+            group: group.to_owned(),
+            at: config::parse_duration(at)?,
+            written: s.to_owned(),
+        })
+    }
 }
 
 /// One scheduled change.
@@ -76,11 +112,8 @@ fn parse_events(opts: &Options, plan: &[Spec]) -> Result<Vec<Event>> {
         (&opts.stop, false, "--stop"),
         (&opts.start, true, "--start"),
     ] {
-        for item in list {
-            let (name, at) = item
-                .rsplit_once('@')
-                .ok_or_else(|| anyhow!("{flag} {item}: expected GROUP@TIME, like beijing@10s"))?;
-            let at = config::parse_duration(at).map_err(|e| anyhow!("{flag} {item}: {e}"))?;
+        for change in list {
+            let (name, at, item) = (change.group.as_str(), change.at, &change.written);
             let backends: Vec<usize> = plan
                 .iter()
                 .enumerate()

@@ -13,7 +13,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow, bail};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::etcd::ConnectOptions;
@@ -44,6 +43,102 @@ fn certificate_alert(why: &str) -> bool {
 /// The environment variable a password may come from (rather than a command line, which
 /// every user of the machine can read).
 pub const PASSWORD_ENV: &str = "GTD_ETCD_PASSWORD";
+
+/// What is wrong with one `--etcd` value (said without the flag: clap, or [`AccessError`],
+/// names it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// Nothing but commas and spaces.
+    #[error("no endpoint given (host:port, http://host:port or https://host:port)")]
+    None,
+    /// `user@host`: not echoed, since it is a password on the command line.
+    #[error("an endpoint with user info (user@host); give --etcd-user instead")]
+    UserInfo,
+    /// Not `host:port` with a port number.
+    #[error("{0}: expected host:port, http://host:port or https://host:port")]
+    NotAnAddress(String),
+}
+
+/// Why the etcd settings cannot be used: flags that do not go together, or a file they name
+/// that cannot be read or used. Each message names the flag to change.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// An `--etcd` value.
+    #[error("--etcd{}{}", separator(.0), .0)]
+    Endpoint(EndpointError),
+    /// `--etcd-cert` without `--etcd-key`.
+    #[error("--etcd-cert needs --etcd-key, the certificate's private key")]
+    CertWithoutKey,
+    /// `--etcd-key` without `--etcd-cert`.
+    #[error("--etcd-key needs --etcd-cert, the certificate it signs for")]
+    KeyWithoutCert,
+    /// A client certificate without TLS.
+    #[error("--etcd-cert needs --etcd-cacert: a client certificate is shown over TLS")]
+    CertWithoutTls,
+    /// An `http://` endpoint while `--etcd-cacert` asks for TLS.
+    #[error("--etcd {url}: plaintext, but --etcd-cacert asks for TLS; use https://{rest}")]
+    PlaintextUnderTls {
+        /// The endpoint as given.
+        url: String,
+        /// Its host and port.
+        rest: String,
+    },
+    /// An `https://` endpoint without `--etcd-cacert`.
+    #[error("--etcd {0}: TLS needs --etcd-cacert FILE, the CA that signed etcd's certificate")]
+    TlsWithoutCa(String),
+    /// `--etcd-user NAME:PASSWORD` (etcdctl's habit); not echoed.
+    #[error(
+        "--etcd-user takes a name only; the password goes in --etcd-password-file FILE or \
+         {PASSWORD_ENV}"
+    )]
+    PasswordInUser,
+    /// `--etcd-password-file` without a user.
+    #[error("--etcd-password-file needs --etcd-user")]
+    PasswordFileWithoutUser,
+    /// The password variable set without a user.
+    #[error("{PASSWORD_ENV} is set but --etcd-user is not")]
+    PasswordEnvWithoutUser,
+    /// A user without a password.
+    #[error("--etcd-user {0}: no password; give --etcd-password-file FILE or set {PASSWORD_ENV}")]
+    NoPassword(String),
+    /// The password variable set but empty.
+    #[error("{PASSWORD_ENV} is empty")]
+    EmptyPasswordEnv,
+    /// A certificate, key or password file that cannot be read or used, after the flag that
+    /// names it (the message names the file).
+    #[error("{flag} {message}")]
+    File {
+        /// `--etcd-cacert`, `--etcd-cert`, `--etcd-key` or `--etcd-password-file`.
+        flag: &'static str,
+        /// What is wrong, the file first.
+        message: String,
+    },
+}
+
+impl From<EndpointError> for AccessError {
+    fn from(e: EndpointError) -> AccessError {
+        AccessError::Endpoint(e)
+    }
+}
+
+/// `--etcd h:x` as the flag and its value; `--etcd: no endpoint given` as the flag and a
+/// sentence.
+fn separator(e: &EndpointError) -> &'static str {
+    match e {
+        EndpointError::NotAnAddress(_) => " ",
+        _ => ": ",
+    }
+}
+
+type Result<T, E = AccessError> = std::result::Result<T, E>;
+
+/// A file error for `flag`.
+fn file_error(flag: &'static str, message: impl Into<String>) -> AccessError {
+    AccessError::File {
+        flag,
+        message: message.into(),
+    }
+}
 
 /// The credentials as given on the command line. Its `Debug` leaves the password out.
 #[derive(Clone, Default)]
@@ -93,42 +188,33 @@ impl Access {
         let c = &credentials;
         let tls = c.cacert.is_some();
         match (&c.cert, &c.key) {
-            (Some(_), None) => bail!("--etcd-cert needs --etcd-key, the certificate's private key"),
-            (None, Some(_)) => bail!("--etcd-key needs --etcd-cert, the certificate it signs for"),
-            (Some(_), Some(_)) if !tls => {
-                bail!("--etcd-cert needs --etcd-cacert: a client certificate is shown over TLS")
-            }
+            (Some(_), None) => return Err(AccessError::CertWithoutKey),
+            (None, Some(_)) => return Err(AccessError::KeyWithoutCert),
+            (Some(_), Some(_)) if !tls => return Err(AccessError::CertWithoutTls),
             _ => {}
         }
-        let endpoints = parse_endpoints(urls, tls)?;
+        let endpoints = with_schemes(endpoints(urls)?, tls);
         for u in &endpoints {
-            if tls && u.starts_with("http://") {
-                bail!(
-                    "--etcd {u}: plaintext, but --etcd-cacert asks for TLS; use https://{}",
-                    &u["http://".len()..]
-                );
+            if tls && let Some(rest) = u.strip_prefix("http://") {
+                return Err(AccessError::PlaintextUnderTls {
+                    url: u.clone(),
+                    rest: rest.to_owned(),
+                });
             }
             if !tls && u.starts_with("https://") {
-                bail!(
-                    "--etcd {u}: TLS needs --etcd-cacert FILE, the CA that signed etcd's certificate"
-                );
+                return Err(AccessError::TlsWithoutCa(u.clone()));
             }
         }
         if c.user.as_ref().is_some_and(|u| u.contains(':')) {
             // etcdctl's --user takes NAME:PASSWORD; here the value is not echoed, since it
             // may hold a password.
-            bail!(
-                "--etcd-user takes a name only; the password goes in --etcd-password-file FILE \
-                 or {PASSWORD_ENV}"
-            );
+            return Err(AccessError::PasswordInUser);
         }
         match (&c.user, &c.password_file, &c.password_env) {
-            (None, Some(_), _) => bail!("--etcd-password-file needs --etcd-user"),
-            (None, None, Some(_)) => bail!("{PASSWORD_ENV} is set but --etcd-user is not"),
-            (Some(u), None, None) => bail!(
-                "--etcd-user {u}: no password; give --etcd-password-file FILE or set {PASSWORD_ENV}"
-            ),
-            (Some(_), None, Some(p)) if p.is_empty() => bail!("{PASSWORD_ENV} is empty"),
+            (None, Some(_), _) => return Err(AccessError::PasswordFileWithoutUser),
+            (None, None, Some(_)) => return Err(AccessError::PasswordEnvWithoutUser),
+            (Some(u), None, None) => return Err(AccessError::NoPassword(u.clone())),
+            (Some(_), None, Some(p)) if p.is_empty() => return Err(AccessError::EmptyPasswordEnv),
             _ => {}
         }
         Ok(Access {
@@ -230,16 +316,20 @@ impl Access {
         if let Some(ca) = &c.cacert {
             // Checked as the data plane's certificates are (crate::pem), then handed to tonic
             // as the PEM text it takes.
-            crate::pem::roots(ca).map_err(|e| anyhow!("--etcd-cacert {e}"))?;
-            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem(ca)?));
+            crate::pem::roots(ca).map_err(|e| file_error("--etcd-cacert", e))?;
+            let mut tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(pem("--etcd-cacert", ca)?));
             if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
                 crate::pem::certified(cert, key, &crate::pem::provider()).map_err(
                     |(faulty, e)| match faulty {
-                        crate::pem::Faulty::Cert => anyhow!("--etcd-cert {e}"),
-                        crate::pem::Faulty::Key => anyhow!("--etcd-key {e}"),
+                        crate::pem::Faulty::Cert => file_error("--etcd-cert", e),
+                        crate::pem::Faulty::Key => file_error("--etcd-key", e),
                     },
                 )?;
-                tls = tls.identity(Identity::from_pem(pem(cert)?, pem(key)?));
+                tls = tls.identity(Identity::from_pem(
+                    pem("--etcd-cert", cert)?,
+                    pem("--etcd-key", key)?,
+                ));
             }
             options = options.with_tls(tls);
         }
@@ -258,34 +348,35 @@ impl Access {
     }
 }
 
-/// A PEM file's text (already checked by crate::pem).
-fn pem(path: &Path) -> Result<Vec<u8>> {
-    crate::pem::pem_bytes(path).map_err(|e| anyhow!(e))
+/// A PEM file's text (already checked by crate::pem), the file named by `flag`.
+fn pem(flag: &'static str, path: &Path) -> Result<Vec<u8>> {
+    crate::pem::pem_bytes(path).map_err(|e| file_error(flag, e))
 }
 
 /// A password file's first line, exactly, without its line ending (`\n`, `\r\n` or `\r`).
 fn password_from(path: &Path) -> Result<String> {
     // A regular file of at most 4 KiB (not a FIFO or a device to read forever).
+    const FLAG: &str = "--etcd-password-file";
+    let shown = path.display();
     let text = crate::files::read(path, 4096)
-        .map_err(|e| anyhow!("--etcd-password-file {}: {e}", path.display()))
+        .map_err(|e| file_error(FLAG, format!("{shown}: {e}")))
         .and_then(|b| {
-            String::from_utf8(b)
-                .map_err(|_| anyhow!("--etcd-password-file {}: not UTF-8", path.display()))
+            String::from_utf8(b).map_err(|_| file_error(FLAG, format!("{shown}: not UTF-8")))
         })?;
     let password = text.split(['\n', '\r']).next().unwrap_or_default();
     if password.is_empty() {
-        bail!(
-            "--etcd-password-file {}: its first line is empty (the password is the first line)",
-            path.display()
-        );
+        return Err(file_error(
+            FLAG,
+            format!("{shown}: its first line is empty (the password is the first line)"),
+        ));
     }
     Ok(password.to_owned())
 }
 
-/// `--etcd` endpoints: `host:port`, `http://host:port` or `https://host:port`, comma separated
-/// or repeated; a bare `host:port` is `https://` under TLS (`tls`, or another endpoint's
-/// scheme), else `http://`.
-fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
+/// `--etcd` values: `host:port`, `http://host:port` or `https://host:port`, comma separated
+/// or repeated; each checked, none echoed that holds user info (a password on the command
+/// line).
+pub fn endpoints(urls: &[String]) -> Result<Vec<String>, EndpointError> {
     let list: Vec<String> = urls
         .iter()
         .flat_map(|u| u.split(','))
@@ -294,13 +385,13 @@ fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
         .map(str::to_owned)
         .collect();
     if list.is_empty() {
-        bail!("--etcd: no endpoint given (host:port, http://host:port or https://host:port)");
+        return Err(EndpointError::None);
+    }
+    // Before any other check, whose message would echo the endpoint.
+    if list.iter().any(|u| u.contains('@')) {
+        return Err(EndpointError::UserInfo);
     }
     for u in &list {
-        if u.contains('@') {
-            // Not echoed: user info in a URL is a password on the command line.
-            bail!("--etcd: an endpoint with user info (user@host); give --etcd-user instead");
-        }
         let rest = u
             .strip_prefix("https://")
             .or_else(|| u.strip_prefix("http://"))
@@ -309,12 +400,17 @@ fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
             .rsplit_once(':')
             .is_none_or(|(_, p)| p.parse::<u16>().is_err())
         {
-            bail!("--etcd {u}: expected host:port, http://host:port or https://host:port");
+            return Err(EndpointError::NotAnAddress(u.clone()));
         }
     }
+    Ok(list)
+}
+
+/// Checked endpoints with their schemes: a bare `host:port` is `https://` under TLS (`tls`, or
+/// another endpoint's scheme), else `http://`.
+fn with_schemes(list: Vec<String>, tls: bool) -> Vec<String> {
     let tls = tls || list.iter().any(|u| u.starts_with("https://"));
-    Ok(list
-        .into_iter()
+    list.into_iter()
         .map(|u| {
             if u.contains("://") {
                 u
@@ -324,7 +420,7 @@ fn parse_endpoints(urls: &[String], tls: bool) -> Result<Vec<String>> {
                 format!("http://{u}")
             }
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,10 +6,8 @@
 //! leave no more than that behind; etcd's own `--auto-compaction-*` flags (deploy/) do the same
 //! job from the server's side, and either is enough.
 
-use anyhow::{Context as _, Result};
-
-use super::Store;
 use super::etcd::pb::etcdserverpb as rpc;
+use super::{Error, Store};
 
 /// How often a round runs: the history kept is between one and two of these.
 pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
@@ -40,7 +38,7 @@ pub enum Outcome {
 /// `PREFIX/compaction` is still current (so that one node of the fleet wins each round), then,
 /// for the winner, a compaction to the revision of the previous round. Returns the view for the
 /// next round and what happened.
-pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome)> {
+pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome), Error> {
     use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
     use rpc::request_op::Request;
     let key = format!("{}/compaction", store.prefix()).into_bytes();
@@ -66,11 +64,10 @@ pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome)> {
             })),
         }],
     };
-    let resp = store
-        .client()
-        .txn(txn)
-        .await
-        .context("claiming the compaction round")?;
+    let resp = store.client().txn(txn).await.map_err(|error| Error::Etcd {
+        doing: "claiming the compaction round".to_owned(),
+        error,
+    })?;
     let now = resp.header.as_ref().map_or(0, |h| h.revision);
     if !resp.succeeded {
         // Someone else's round: remember the key's version, so that this node can win the next
@@ -102,7 +99,12 @@ pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome)> {
         Ok(_) => {}
         // Compacted further already (etcd's own auto-compaction, an operator): nothing left.
         Err(e) if e.is_compacted() => {}
-        Err(e) => return Err(e).context("compacting etcd's history"),
+        Err(error) => {
+            return Err(Error::Etcd {
+                doing: "compacting etcd's history".to_owned(),
+                error,
+            });
+        }
     }
     Ok((
         next,

@@ -24,7 +24,6 @@ pub mod report;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow, bail};
 use etcd::pb::etcdserverpb as rpc;
 use etcd::{Client, ConnectOptions};
 use serde::{Deserialize, Serialize};
@@ -32,6 +31,88 @@ use serde::{Deserialize, Serialize};
 use crate::config::{self, Config, ConfigErrors};
 
 pub use access::{Access, Credentials};
+
+/// What went wrong with the fleet's keys on etcd, or reaching etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A `--prefix` that is not one.
+    #[error("--prefix {prefix:?}: {error}")]
+    Prefix {
+        /// As given.
+        prefix: String,
+        /// Why not.
+        error: PrefixError,
+    },
+    /// The etcd settings or their files.
+    #[error(transparent)]
+    Access(#[from] access::AccessError),
+    /// No member answered, or every one refused.
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+    /// A request etcd failed (its error is the source, for [`describe`] and [`transient`]).
+    #[error("{doing}")]
+    Etcd {
+        /// What was being done: "reading the current revision".
+        doing: String,
+        /// etcd's answer, or the transport's failure.
+        #[source]
+        error: etcd::Error,
+    },
+    /// `PREFIX/revision` holds something else than a number.
+    #[error("{key} holds {text:?}, not a revision number")]
+    NotANumber {
+        /// The key.
+        key: String,
+        /// What it holds.
+        text: String,
+    },
+    /// `PREFIX/revision` names a revision that is gone.
+    #[error("{key} names revision {n}, which is not kept")]
+    NotKept {
+        /// The key.
+        key: String,
+        /// The revision.
+        n: u64,
+    },
+    /// A revision's key holds something else than a revision.
+    #[error("{key} does not hold a gtd revision")]
+    NotARevision {
+        /// The key.
+        key: String,
+        /// What JSON says.
+        #[source]
+        error: serde_json::Error,
+    },
+    /// A revision that does not serialise (never seen).
+    #[error(transparent)]
+    Encode(serde_json::Error),
+    /// Another push won the transaction.
+    #[error(
+        "another push published a revision after {0} was read; nothing was published (push again)"
+    )]
+    Conflict(u64),
+    /// The config or catalogue file of a draft.
+    #[error("{0}")]
+    Read(config::ConfigErrors),
+    /// A config whose catalogue came from no file.
+    #[error("the config's catalogue was not read from a file")]
+    NoCatalogFile,
+}
+
+/// As anyhow's errors are seen, for [`describe`] and [`retrying`].
+impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
+    fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// [`Error::Etcd`] for `doing`.
+fn etcd_error(doing: impl Into<String>) -> impl FnOnce(etcd::Error) -> Error {
+    let doing = doing.into();
+    move |error| Error::Etcd { doing, error }
+}
 
 /// The prefix when none is given.
 pub const DEFAULT_PREFIX: &str = "/gtd";
@@ -107,9 +188,19 @@ pub struct Store {
 /// An error in a few words: its context, then for an etcd client error the gRPC status's
 /// message or, for a transport failure, its innermost cause ("Connection refused"), not
 /// tonic's nested debug output.
-pub fn describe(e: &anyhow::Error) -> String {
+pub fn describe<E>(e: &E) -> String
+where
+    E: AsRef<dyn std::error::Error + Send + Sync + 'static> + ?Sized,
+{
+    describe_error(e.as_ref())
+}
+
+/// [`describe`] of any error (an [`etcd::Error`] as the client returns it).
+pub(crate) fn describe_error(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
-    for cause in e.chain() {
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        next = cause.source();
         if let Some(etcd) = cause.downcast_ref::<etcd::Error>() {
             // etcd::Error names no source: start from the status's or transport's.
             let (mut words, mut source) = match etcd {
@@ -144,11 +235,16 @@ pub struct Current {
     pub header: i64,
 }
 
+/// A `--prefix` that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a key prefix starts with / (e.g. /gtd)")]
+pub struct PrefixError;
+
 /// A prefix as keys use it: starts with `/`, no trailing `/`.
-pub fn normalise_prefix(prefix: &str) -> Result<String> {
+pub fn normalise_prefix(prefix: &str) -> std::result::Result<String, PrefixError> {
     let p = prefix.trim_end_matches('/');
     if !p.starts_with('/') || p.contains("//") {
-        bail!("--prefix {prefix:?}: a key prefix starts with / (e.g. /gtd)");
+        return Err(PrefixError);
     }
     Ok(p.to_owned())
 }
@@ -160,7 +256,10 @@ impl Store {
     /// connect error), while a connection to one member fails as a whole and the caller
     /// moves on to the next.
     pub async fn connect(access: &Access, prefix: &str) -> Result<Store> {
-        let prefix = normalise_prefix(prefix)?;
+        let prefix = normalise_prefix(prefix).map_err(|error| Error::Prefix {
+            prefix: prefix.to_owned(),
+            error,
+        })?;
         // The certificate and password files as they are now (rotated ones included).
         let options = access.options(true)?;
         let endpoints = access.endpoints();
@@ -210,12 +309,11 @@ impl Store {
             .map(|(w, _)| w)
             .collect::<Vec<_>>()
             .join("; ");
-        Err(Unreachable {
+        Err(Error::Unreachable(Unreachable {
             reasons,
             refused,
             hint,
-        }
-        .into())
+        }))
     }
 
     /// A connection to one member, or why not and whether it was refused (see [`refusal`]).
@@ -232,7 +330,7 @@ impl Store {
             Err(_) => Err(("timed out".to_owned(), false)),
             Ok(Err(e)) => {
                 let refused = refusal(&e);
-                Err((describe(&e.into()), refused))
+                Err((describe_error(&e), refused))
             }
             Ok(Ok((_, 0))) => Err(("the member knows no leader".to_owned(), false)),
             Ok(Ok((client, _))) => Ok(client),
@@ -287,7 +385,7 @@ impl Store {
                 ..range(&key, false)
             })
             .await
-            .context("reading the current revision")?;
+            .map_err(etcd_error("reading the current revision"))?;
         let header = resp.header.as_ref().map_or(0, |h| h.revision);
         let Some(kv) = resp.kvs.first() else {
             return Ok(Current {
@@ -297,10 +395,10 @@ impl Store {
             });
         };
         let text = std::str::from_utf8(&kv.value).unwrap_or_default();
-        let number = text
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("{key} holds {text:?}, not a revision number"))?;
+        let number = text.trim().parse().map_err(|_| Error::NotANumber {
+            key: key.clone(),
+            text: text.to_owned(),
+        })?;
         Ok(Current {
             number,
             mod_revision: kv.mod_revision,
@@ -318,7 +416,7 @@ impl Store {
         self.revision(n)
             .await?
             .map(Some)
-            .ok_or_else(|| anyhow!("{key} names revision {n}, which is not kept"))
+            .ok_or(Error::NotKept { key, n })
     }
 
     /// Revision `n`'s document, if it is still kept.
@@ -331,12 +429,14 @@ impl Store {
                 ..range(&key, false)
             })
             .await
-            .with_context(|| format!("reading revision {n}"))?;
+            .map_err(etcd_error(format!("reading revision {n}")))?;
         resp.kvs
             .first()
             .map(|kv| {
-                serde_json::from_slice(&kv.value)
-                    .with_context(|| format!("{key} does not hold a gtd revision"))
+                serde_json::from_slice(&kv.value).map_err(|error| Error::NotARevision {
+                    key: key.clone(),
+                    error,
+                })
             })
             .transpose()
     }
@@ -351,7 +451,7 @@ impl Store {
                 ..range(&from, true)
             })
             .await
-            .context("listing revisions")?;
+            .map_err(etcd_error("listing revisions"))?;
         let mut numbers: Vec<u64> = resp
             .kvs
             .iter()
@@ -382,7 +482,7 @@ impl Store {
             // `who()` is what the machine says; the etcd user is who etcd let write.
             draft.pushed_by = format!("{} as etcd user {user}", draft.pushed_by);
         }
-        let doc = serde_json::to_vec(&draft)?;
+        let doc = serde_json::to_vec(&draft).map_err(Error::Encode)?;
         let current = self.current_key();
         use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
         use rpc::request_op::Request;
@@ -432,12 +532,9 @@ impl Store {
             .client
             .txn(txn)
             .await
-            .context("publishing the revision")?;
+            .map_err(etcd_error("publishing the revision"))?;
         if !resp.succeeded {
-            bail!(
-                "another push published a revision after {} was read; nothing was published (push again)",
-                seen.number
-            );
+            return Err(Error::Conflict(seen.number));
         }
         Ok(draft)
     }
@@ -449,7 +546,7 @@ impl Store {
             .client
             .range(range(&from, true))
             .await
-            .context("reading the node registry")?;
+            .map_err(etcd_error("reading the node registry"))?;
         let mut entries: Vec<registry::Entry> = resp
             .kvs
             .iter()
@@ -490,11 +587,21 @@ fn range(key: &str, prefix: bool) -> rpc::RangeRequest {
 
 /// Whether `e` came from etcd itself (a leader election under way, a member gone, a timeout):
 /// worth trying again, unlike a refusal of gtd's own or a [`refusal`] of etcd's.
-pub fn transient(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<etcd::Error>().is_some_and(|e| !refusal(e))
-            || c.downcast_ref::<Unreachable>().is_some_and(|u| !u.refused)
-    })
+pub fn transient(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(c) = next {
+        let unreachable = match c.downcast_ref::<Error>() {
+            Some(Error::Unreachable(u)) => Some(u),
+            _ => c.downcast_ref::<Unreachable>(),
+        };
+        if c.downcast_ref::<etcd::Error>().is_some_and(|e| !refusal(e))
+            || unreachable.is_some_and(|u| !u.refused)
+        {
+            return true;
+        }
+        next = c.source();
+    }
+    false
 }
 
 /// Whether etcd's answer is one that asking again will not change: credentials or a request
@@ -571,16 +678,17 @@ pub struct Unreachable {
 /// before its transaction only reads, and the transaction is guarded by the revision read, so
 /// running it all again is safe: after a transaction that did commit but whose answer was
 /// lost, the next attempt finds the config already published and says so.
-pub async fn retrying<T, F, Fut>(mut work: F) -> Result<T>
+pub async fn retrying<T, E, F, Fut>(mut work: F) -> Result<T, E>
 where
+    E: AsRef<dyn std::error::Error + Send + Sync + 'static>,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
 {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let mut pause = Duration::from_millis(250);
     loop {
         match work().await {
-            Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
+            Err(e) if transient(e.as_ref()) && std::time::Instant::now() < deadline => {
                 // The last pause ends at the deadline, for one more attempt there.
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 tokio::time::sleep(pause.min(left)).await;
@@ -630,17 +738,14 @@ pub fn now_ms() -> u64 {
 /// A revision to publish from a config validated on this machine.
 pub fn draft(config: &Config) -> Result<Revision> {
     // As the config check reads them (one text, its failure at FILE:LINE:COL).
-    let read = |path: &Path| config::read(path).map_err(|e| anyhow!("{e}"));
+    let read = |path: &Path| config::read(path).map_err(Error::Read);
     let name = |path: &Path| {
         path.file_name().map_or_else(
             || "config.toml".to_owned(),
             |n| n.to_string_lossy().into_owned(),
         )
     };
-    let catalog_file = config
-        .catalog_file
-        .as_deref()
-        .ok_or_else(|| anyhow!("the config's catalogue was not read from a file"))?;
+    let catalog_file = config.catalog_file.as_deref().ok_or(Error::NoCatalogFile)?;
     Ok(Revision {
         revision: 0,
         pushed_at_ms: now_ms(),

@@ -136,9 +136,12 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     }
     let mut store = Store::connect(&opts.etcd, &opts.prefix)
         .await
-        .map_err(Error::Store)?;
-    let seen = store.current().await.map_err(Error::Store)?;
-    let running = store.named(seen.number).await.map_err(Error::Store)?;
+        .map_err(|e| Error::Store(e.into()))?;
+    let seen = store.current().await.map_err(|e| Error::Store(e.into()))?;
+    let running = store
+        .named(seen.number)
+        .await
+        .map_err(|e| Error::Store(e.into()))?;
     if let Some(r) = &running
         && r.same_text(&draft)
     {
@@ -181,7 +184,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     let published = store
         .publish(seen, draft, opts.keep)
         .await
-        .map_err(Error::Store)?;
+        .map_err(|e| Error::Store(e.into()))?;
     let mut o = Outcome::ok(published_line(&mut store, &published).await?);
     o.err = warnings;
     Ok(o)
@@ -191,14 +194,18 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 async fn rollback(opts: &Options) -> Result<Outcome> {
     let mut store = Store::connect(&opts.etcd, &opts.prefix)
         .await
-        .map_err(Error::Store)?;
-    let seen = store.current().await.map_err(Error::Store)?;
-    let Some(running) = store.named(seen.number).await.map_err(Error::Store)? else {
+        .map_err(|e| Error::Store(e.into()))?;
+    let seen = store.current().await.map_err(|e| Error::Store(e.into()))?;
+    let Some(running) = store
+        .named(seen.number)
+        .await
+        .map_err(|e| Error::Store(e.into()))?
+    else {
         return Err(Error::NothingPublished {
             prefix: store.prefix().to_owned(),
         });
     };
-    let kept = store.kept().await.map_err(Error::Store)?;
+    let kept = store.kept().await.map_err(|e| Error::Store(e.into()))?;
     let target = match opts.rollback.flatten() {
         Some(n) => n,
         None => {
@@ -211,7 +218,11 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
                 })?
         }
     };
-    let Some(old) = store.revision(target).await.map_err(Error::Store)? else {
+    let Some(old) = store
+        .revision(target)
+        .await
+        .map_err(|e| Error::Store(e.into()))?
+    else {
         return Err(Error::NotKept {
             revision: target,
             prefix: store.prefix().to_owned(),
@@ -250,13 +261,13 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
     let published = store
         .publish(seen, draft, opts.keep)
         .await
-        .map_err(Error::Store)?;
+        .map_err(|e| Error::Store(e.into()))?;
     Ok(Outcome::ok(published_line(&mut store, &published).await?))
 }
 
 /// The running revision's document (`None` before the first push).
 async fn published_line(store: &mut Store, r: &Revision) -> Result<String> {
-    let kept = store.kept().await.map_err(Error::Store)?;
+    let kept = store.kept().await.map_err(|e| Error::Store(e.into()))?;
     let what = match r.rollback_of {
         Some(n) => format!("revision {n}'s config"),
         None => format!("{} with {}", r.config_name, r.catalog_name),

@@ -199,7 +199,7 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
         store
             .revision(n)
             .await
-            .map_err(Error::Store)?
+            .map_err(|e| Error::Store(e.into()))?
             .ok_or_else(|| Error::NotKept {
                 revision: n,
                 prefix: store.prefix().to_owned(),

@@ -132,7 +132,7 @@ impl Names {
         self: &Arc<Self>,
         config: &Config,
         region: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResolverError> {
         let known = self.table();
         let fresh: Vec<String> = names_of(config, region)
             .into_iter()
@@ -205,7 +205,7 @@ impl Names {
     }
 
     /// The running resolver when `dns` is the running `[dns]`, else a new one for it.
-    fn resolver_for(&self, dns: &Dns) -> Result<Arc<TokioResolver>, String> {
+    fn resolver_for(&self, dns: &Dns) -> Result<Arc<TokioResolver>, ResolverError> {
         let running = lock(&self.running);
         match (&running.settings, &running.resolver) {
             (Some(s), Some(r)) if s == dns => Ok(Arc::clone(r)),
@@ -360,15 +360,10 @@ fn names_of(config: &Config, region: &str) -> BTreeSet<String> {
 /// A resolver for `[dns]`: its name servers (UDP, then TCP for a truncated answer) or the
 /// system's, with its timeout and attempts; no cache of its own (each name is asked again
 /// when its answer runs out, and that is the cache).
-fn resolver(dns: &Dns) -> Result<TokioResolver, String> {
+fn resolver(dns: &Dns) -> Result<TokioResolver, ResolverError> {
     let provider = TokioRuntimeProvider::default();
     let mut builder = if dns.nameservers.is_empty() {
-        TokioResolver::builder_tokio().map_err(|e| {
-            format!(
-                "reading the system's DNS settings (/etc/resolv.conf): {e}; set [dns] \
-                 nameservers"
-            )
-        })?
+        TokioResolver::builder_tokio().map_err(ResolverError::SystemSettings)?
     } else {
         let servers = dns
             .nameservers
@@ -403,9 +398,25 @@ fn resolver(dns: &Dns) -> Result<TokioResolver, String> {
         opts.use_hosts_file = ResolveHosts::Never;
     }
     opts.cache_size = 0;
-    builder
-        .build()
-        .map_err(|e| format!("setting up the DNS resolver: {e}"))
+    builder.build().map_err(ResolverError::Build)
+}
+
+/// Why no resolver can be set up for a `[dns]` (a start or reload fails with it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResolverError {
+    /// No name servers configured, and the system's cannot be read.
+    #[error("reading the system's DNS settings (/etc/resolv.conf): {0}; set [dns] nameservers")]
+    SystemSettings(NetError),
+    /// The resolver refuses its settings.
+    #[error("setting up the DNS resolver: {0}")]
+    Build(NetError),
+}
+
+/// A reload still carries its errors as text.
+impl From<ResolverError> for String {
+    fn from(e: ResolverError) -> String {
+        e.to_string()
+    }
 }
 
 /// One lookup of `name`: A and AAAA asked separately (together, the resolver would report

@@ -120,7 +120,7 @@ impl Fleet {
                 .await
             {
                 Ok(Ok(_)) => tracing::info!("fleet: left the registry"),
-                Ok(Err(e)) => tracing::warn!(error = %crate::fleet::describe(&e.into()),
+                Ok(Err(e)) => tracing::warn!(error = %crate::fleet::describe_error(&e),
                     "fleet: the registry entry stays until its lease runs out"),
                 Err(_) => tracing::warn!(
                     "fleet: etcd did not answer; the registry entry stays until its lease runs out"
@@ -175,7 +175,7 @@ impl Fleet {
     }
 
     /// A connection for one `GET /fleet`: the session's, or a new one.
-    pub(crate) async fn store(&self) -> Result<Store> {
+    pub(crate) async fn store(&self) -> Result<Store, crate::fleet::Error> {
         let running = self.store.lock().expect("fleet state").clone();
         match running {
             Some(s) => Ok(s),

@@ -7,7 +7,7 @@
 //! build with a message naming it, and the running config stays.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -29,13 +29,60 @@ const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",                  // Alpine, macOS
 ];
 
+/// Why a TLS config cannot be built: a file it names, or what rustls refuses.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsError {
+    /// A certificate, key or CA file.
+    #[error(transparent)]
+    Pem(#[from] pem::PemError),
+    /// `SSL_CERT_FILE` names no file.
+    #[error("SSL_CERT_FILE={}: not a file", .0.display())]
+    SslCertFile(PathBuf),
+    /// No `ca` and no system bundle.
+    #[error(
+        "tls towards endpoints without `ca` verifies them with the system CA bundle, and none \
+         was found ({}; or set SSL_CERT_FILE); set `ca = \"bundle.pem\"`",
+        SYSTEM_BUNDLES.join(", ")
+    )]
+    NoSystemBundle,
+    /// A system bundle none of whose certificates rustls can use.
+    #[error("{}: no usable CA certificate in the system bundle", .0.display())]
+    NoUsableSystemCa(PathBuf),
+    /// An HTTPS listener with no certificate (the config check refuses it first).
+    #[error("https listener without certificates")]
+    NoCertificate,
+    /// rustls refuses the protocol versions or the client certificate.
+    #[error("{0}")]
+    Rustls(rustls::Error),
+    /// The client certificate and key, refused together.
+    #[error("{} / {}: {error}", cert.display(), key.display())]
+    ClientCertificate {
+        cert: PathBuf,
+        key: PathBuf,
+        error: rustls::Error,
+    },
+    /// Not a name or address to send as SNI.
+    #[error("server name {name:?}: {error}")]
+    ServerName {
+        name: String,
+        error: rustls::pki_types::InvalidDnsNameError,
+    },
+}
+
+/// The HTTP wing and the probes still carry errors as text.
+impl From<TlsError> for String {
+    fn from(e: TlsError) -> String {
+        e.to_string()
+    }
+}
+
 /// The system's CA bundle for a group `tls` without `ca`: `SSL_CERT_FILE` when set (as for
 /// curl and OpenSSL), else the first of [`SYSTEM_BUNDLES`] that exists.
-fn system_bundle() -> Result<std::path::PathBuf, String> {
+fn system_bundle() -> Result<PathBuf, TlsError> {
     if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
-        let file = std::path::PathBuf::from(file);
+        let file = PathBuf::from(file);
         if !file.is_file() {
-            return Err(format!("SSL_CERT_FILE={}: not a file", file.display()));
+            return Err(TlsError::SslCertFile(file));
         }
         return Ok(file);
     }
@@ -44,13 +91,7 @@ fn system_bundle() -> Result<std::path::PathBuf, String> {
         .map(Path::new)
         .find(|p| p.is_file())
         .map(Path::to_path_buf)
-        .ok_or_else(|| {
-            format!(
-                "tls towards endpoints without `ca` verifies them with the system CA bundle, and \
-                 none was found ({}; or set SSL_CERT_FILE); set `ca = \"bundle.pem\"`",
-                SYSTEM_BUNDLES.join(", ")
-            )
-        })
+        .ok_or(TlsError::NoSystemBundle)
 }
 
 /// A certificate with its key and the DNS names (SANs, lower case) it serves.
@@ -110,7 +151,7 @@ impl ResolvesServerCert for SniResolver {
 }
 
 /// The server config of an HTTPS listener: every certificate loaded and checked against its key.
-pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String> {
+pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = provider();
     let mut certs = Vec::with_capacity(tls.certs.len());
     for pair in &tls.certs {
@@ -122,11 +163,11 @@ pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String
         });
     }
     if certs.is_empty() {
-        return Err("https listener without certificates".into());
+        return Err(TlsError::NoCertificate);
     }
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(TlsError::Rustls)?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver { certs }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -136,7 +177,7 @@ pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<ServerConfig>, String
 /// The client config towards a group's endpoints: verified with the group's CA bundle (`ca`),
 /// else the system's; or not at all with `insecure_skip_verify` (tests); mTLS when the group
 /// names a client certificate and key.
-pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, TlsError> {
     let provider = provider();
     let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
         TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -144,7 +185,7 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
     };
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions)
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsError::Rustls)?;
     let builder = if tls.insecure_skip_verify {
         builder
             .dangerous()
@@ -159,10 +200,7 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
                 let mut roots = RootCertStore::empty();
                 let (added, _) = roots.add_parsable_certificates(read_chain(&bundle)?);
                 if added == 0 {
-                    return Err(format!(
-                        "{}: no usable CA certificate in the system bundle",
-                        bundle.display()
-                    ));
+                    return Err(TlsError::NoUsableSystemCa(bundle));
                 }
                 roots
             }
@@ -172,7 +210,11 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
     let mut config = match (&tls.client_cert, &tls.client_key) {
         (Some(cert), Some(key)) => builder
             .with_client_auth_cert(read_chain(cert)?, read_key(key)?)
-            .map_err(|e| format!("{} / {}: {e}", cert.display(), key.display()))?,
+            .map_err(|error| TlsError::ClientCertificate {
+                cert: cert.clone(),
+                key: key.clone(),
+                error,
+            })?,
         _ => builder.with_no_client_auth(),
     };
     // Endpoints are spoken to in HTTP/1.1 (pooled keep-alive connections).
@@ -181,13 +223,16 @@ pub(crate) fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, Stri
 }
 
 /// The server name sent to an endpoint: the group's `sni`, else the endpoint's host.
-pub(crate) fn server_name(sni: Option<&str>, host: &str) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(sni: Option<&str>, host: &str) -> Result<ServerName<'static>, TlsError> {
     let name = sni.unwrap_or(host);
     let name = name
         .strip_prefix('[')
         .and_then(|n| n.strip_suffix(']'))
         .unwrap_or(name);
-    ServerName::try_from(name.to_owned()).map_err(|e| format!("server name {name:?}: {e}"))
+    ServerName::try_from(name.to_owned()).map_err(|error| TlsError::ServerName {
+        name: name.to_owned(),
+        error,
+    })
 }
 
 /// `insecure_skip_verify`: accepts any certificate, still checking the handshake signatures.

@@ -9,10 +9,11 @@
 //!   parses (addresses, enums) and none is repeated. Conflicts and required flags are checked
 //!   only at the end, which `--help` skips: so also
 //! - `gtd ARGS`, changed only so that gtd stops right after clap accepted the whole line: in
-//!   fleet mode `--lease-ttl 1s`, which gtd refuses before any connection (the real lease value,
-//!   when there is one, is parsed here with the crate's own duration parser; the etcd
-//!   endpoints, with the crate's endpoint parser, and replaced by loopback's discard port
-//!   anyway); in file mode, run in an empty directory, with the line's `--config` (if any)
+//!   fleet mode, run in an empty directory with the etcd endpoints replaced by loopback's
+//!   discard port (nothing listens there: refused at once), so that the node finds neither
+//!   etcd nor a cached revision and says so, unless gtd refuses the line's etcd settings
+//!   together first (`--etcd-key` without `--etcd-cert`); the line's endpoints are checked
+//!   here with the crate's endpoint parser. In file mode, with the line's `--config` (if any)
 //!   pointed at a file that does not exist. Clap's refusals begin `error:`, gtd's own `gtd:`
 //!   with its message.
 //!
@@ -139,21 +140,27 @@ fn gtd_accepts(args: &[String], what: &str) {
                     .unwrap_or_else(|e| panic!("{what}: --lease-ttl {ttl}: {e}"));
                 assert!(d >= Duration::from_secs(2), "{what}: --lease-ttl {ttl}");
             }
-            let args = with_flag(
-                &with_flag(args, "--etcd", "127.0.0.1:9"),
-                "--lease-ttl",
-                "1s",
-            );
-            (args, "--lease-ttl 1s: at least 2s".to_owned())
+            let args = with_flag(args, "--etcd", "127.0.0.1:9");
+            // gtd's refusal of the etcd settings, or the node's (a JSON log line with
+            // `--log-format json`).
+            (
+                args,
+                vec![
+                    "gtd: ".to_owned(),
+                    "no cached revision to start from".to_owned(),
+                ],
+            )
         }
         // The default config.toml is absent from the empty directory; a --config of the line is
         // pointed at an absent file (only its value changes, so clap sees the same flags: with
         // --config present clap waives the `requires = "etcd"` of --cache and the like).
-        "run" if flag(args, "--config").is_none() => (args.to_vec(), "config.toml".to_owned()),
+        "run" if flag(args, "--config").is_none() => {
+            (args.to_vec(), vec!["config.toml".to_owned()])
+        }
         "run" => {
             let absent = dir.path().join("absent.toml");
             let absent = absent.to_str().expect("UTF-8 temp path").to_owned();
-            (with_flag(args, "--config", &absent), absent)
+            (with_flag(args, "--config", &absent), vec![absent])
         }
         other => panic!("{what}: gtd {other}: only `gtd run` lines are expected in a unit"),
     };
@@ -171,8 +178,8 @@ fn gtd_accepts(args: &[String], what: &str) {
         "{what}: gtd {args:?} should pass clap and stop at gtd's own check:\n{stderr}"
     );
     assert!(
-        stderr.contains(&expect),
-        "{what}: gtd {args:?} stopped elsewhere than expected ({expect}):\n{stderr}"
+        expect.iter().any(|e| stderr.contains(e.as_str())),
+        "{what}: gtd {args:?} stopped elsewhere than expected ({expect:?}):\n{stderr}"
     );
 }
 
@@ -206,6 +213,16 @@ fn the_command_line_checks_catch_what_they_claim_to() {
         "n"
     ]));
     assert!(refused(&["run", "--etcd", "e:1"]));
+    // Refused by clap's value parsers, `--help` or not.
+    assert!(refused(&[
+        "run",
+        "--region",
+        "r",
+        "--etcd",
+        "e:1",
+        "--lease-ttl",
+        "1s"
+    ]));
     assert!(refused(&["run", "--region", "r", "--etcd", "https://e:1"]));
     // And accepts what it should.
     gtd_accepts(&strings(&["run", "--region", "r"]), "file mode");
@@ -240,6 +257,76 @@ fn longest_drain(config: &Path) -> Duration {
 /// `drain_timeout` (docs/configuration.md), and the shipped config's.
 fn fleet_drain() -> Duration {
     longest_drain(&root().join("config.toml")).max(Duration::from_secs(30))
+}
+
+/// Every value is parsed by clap: a bad one is refused as clap refuses any (`error: invalid
+/// value 'V' for '--flag <NAME>': why`, exit status 2), before anything is read or connected.
+#[test]
+fn bad_values_are_refused_by_the_argument_parser() {
+    for (args, says) in [
+        (
+            &["run", "--region", "r", "--etcd", "e:1", "--lease-ttl", "1x"][..],
+            "invalid value '1x' for '--lease-ttl <TTL>': unknown unit \"x\"; use an integer",
+        ),
+        (
+            &["run", "--region", "r", "--etcd", "e:1", "--lease-ttl", "1s"],
+            "invalid value '1s' for '--lease-ttl <TTL>': at least 2s (etcd counts leases in \
+             seconds)",
+        ),
+        (
+            &["run", "--region", "r", "--etcd", "e:1", "--prefix", "gtd"],
+            "invalid value 'gtd' for '--prefix <PREFIX>': a key prefix starts with / (e.g. /gtd)",
+        ),
+        (
+            &["fleet", "--etcd", "e:1,h"],
+            "invalid value 'e:1,h' for '--etcd <URL,...>': h: expected host:port, \
+             http://host:port or https://host:port",
+        ),
+        (
+            &["push", "--etcd", ",,"],
+            "invalid value ',,' for '--etcd <URL,...>': no endpoint given",
+        ),
+        (
+            &["demo", "--duration", "1.5s"],
+            "invalid value '1.5s' for '--duration <DURATION>': fractions are not allowed",
+        ),
+        (
+            &["demo", "--rate", "0"],
+            "invalid value '0' for '--rate <RATE>': the demo needs at least one decision a second",
+        ),
+        (
+            &["demo", "--stop", "beijing"],
+            "invalid value 'beijing' for '--stop <GROUP@TIME>': expected GROUP@TIME, like \
+             beijing@10s",
+        ),
+        (
+            &["demo", "--start", "beijing@soon"],
+            "invalid value 'beijing@soon' for '--start <GROUP@TIME>': use an integer followed by",
+        ),
+    ] {
+        let out = Command::new(GTD).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(says),
+            "{args:?}: {says:?} not in\n{stderr}"
+        );
+    }
+    // Except an endpoint with user info, which clap would quote, password and all: gtd refuses
+    // it without echoing it.
+    for etcd in ["root:s3cret@h:1", "h:1,bad,root:s3cret@h:2"] {
+        let out = Command::new(GTD)
+            .args(["fleet", "--etcd", etcd])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.starts_with("gtd: --etcd: an endpoint with user info")
+                && !stderr.contains("s3cret"),
+            "{stderr}"
+        );
+    }
 }
 
 /// A fleet flag next to `--config` would have no effect: it is refused, naming the flag, rather

@@ -96,6 +96,33 @@ impl Outcome {
     }
 }
 
+/// Why a group's check cannot be prepared (the config check refuses most of these first).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecError {
+    /// The TLS config of an `https` check.
+    #[error("health_check (https): {0}")]
+    Tls(tls::TlsError),
+    /// A `path` that is no request target.
+    #[error("health_check path {path:?}: {error}")]
+    Path {
+        path: String,
+        error: http::uri::InvalidUri,
+    },
+    /// A header name of `headers` or `expect_headers` (`key`).
+    #[error("health_check {key} {name:?}: {error}")]
+    HeaderName {
+        key: &'static str,
+        name: String,
+        error: http::header::InvalidHeaderName,
+    },
+    /// A header value of `headers`.
+    #[error("health_check header {name:?}: {error}")]
+    HeaderValue {
+        name: String,
+        error: http::header::InvalidHeaderValue,
+    },
+}
+
 /// A group's check, prepared once per config version: what to send, how to judge the answer.
 pub(crate) struct Spec {
     /// The check's settings (the light probe's for a group without `health_check`).
@@ -182,7 +209,7 @@ impl Spec {
         region: &str,
         light_timeout: Duration,
         rtt_from: RttFrom,
-    ) -> std::result::Result<Option<Spec>, String> {
+    ) -> std::result::Result<Option<Spec>, SpecError> {
         let Some(c) = &group.health_check else {
             if udp {
                 return Ok(None);
@@ -209,8 +236,7 @@ impl Spec {
                         .tls
                         .clone()
                         .unwrap_or_else(crate::config::UpstreamTls::defaults);
-                    let config =
-                        tls::client_config(&t).map_err(|e| format!("health_check (https): {e}"))?;
+                    let config = tls::client_config(&t).map_err(SpecError::Tls)?;
                     Some((TlsConnector::from(config), t.sni.clone()))
                 } else {
                     None
@@ -221,31 +247,49 @@ impl Spec {
                     CheckMethod::Post => http::Method::POST,
                     CheckMethod::Delete => http::Method::DELETE,
                 };
-                let path = http::uri::PathAndQuery::try_from(c.path.as_str())
-                    .map_err(|e| format!("health_check path {:?}: {e}", c.path))?;
+                let path = http::uri::PathAndQuery::try_from(c.path.as_str()).map_err(|error| {
+                    SpecError::Path {
+                        path: c.path.clone(),
+                        error,
+                    }
+                })?;
                 let headers = c
                     .headers
                     .iter()
                     .map(|(k, v)| {
                         Ok((
-                            HeaderName::try_from(k.as_str())
-                                .map_err(|e| format!("health_check header {k:?}: {e}"))?,
-                            HeaderValue::try_from(v.as_str())
-                                .map_err(|e| format!("health_check header {k:?}: {e}"))?,
+                            HeaderName::try_from(k.as_str()).map_err(|error| {
+                                SpecError::HeaderName {
+                                    key: "header",
+                                    name: k.clone(),
+                                    error,
+                                }
+                            })?,
+                            HeaderValue::try_from(v.as_str()).map_err(|error| {
+                                SpecError::HeaderValue {
+                                    name: k.clone(),
+                                    error,
+                                }
+                            })?,
                         ))
                     })
-                    .collect::<std::result::Result<Vec<_>, String>>()?;
+                    .collect::<std::result::Result<Vec<_>, SpecError>>()?;
                 let expect_headers = c
                     .expect_headers
                     .iter()
                     .map(|(k, v)| {
                         Ok((
-                            HeaderName::try_from(k.as_str())
-                                .map_err(|e| format!("health_check expect_headers {k:?}: {e}"))?,
+                            HeaderName::try_from(k.as_str()).map_err(|error| {
+                                SpecError::HeaderName {
+                                    key: "expect_headers",
+                                    name: k.clone(),
+                                    error,
+                                }
+                            })?,
                             v.clone(),
                         ))
                     })
-                    .collect::<std::result::Result<Vec<_>, String>>()?;
+                    .collect::<std::result::Result<Vec<_>, SpecError>>()?;
                 Some(HttpSpec {
                     tls,
                     method,
@@ -513,7 +557,7 @@ impl HttpSpec {
         };
         let request = match self.request(target) {
             Ok(r) => r,
-            Err(e) => return Outcome::failed(Result::Error, e),
+            Err(e) => return Outcome::failed(Result::Error, format!("building the request: {e}")),
         };
         let exchange = async {
             let response = sender.send_request(request).await?;
@@ -579,7 +623,10 @@ impl HttpSpec {
         }
     }
 
-    fn request(&self, target: &Address) -> std::result::Result<http::Request<Full<Bytes>>, String> {
+    fn request(
+        &self,
+        target: &Address,
+    ) -> std::result::Result<http::Request<Full<Bytes>>, http::Error> {
         let mut b = http::Request::builder()
             .method(self.method.clone())
             .uri(self.path.clone());
@@ -602,7 +649,6 @@ impl HttpSpec {
             b = b.header("x-gtd-healthcheck-id", format!("{prefix}{ms}"));
         }
         b.body(Full::new(self.body.clone()))
-            .map_err(|e| format!("building the request: {e}"))
     }
 
     /// Judges an answer: the status, then each expected header, then the body.

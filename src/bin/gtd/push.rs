@@ -1,0 +1,57 @@
+//! `gtd push`: publishes a validated config as the fleet's next revision, or an older one
+//! again (`--rollback`); `--dry-run` shows what it would change.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::etcd::Etcd;
+
+/// `gtd push`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct Push {
+    #[command(flatten)]
+    etcd: Etcd,
+    /// The config file to publish.
+    #[arg(long, short, default_value = "config.toml")]
+    config: PathBuf,
+    /// The region catalogue to publish instead of the config's `catalog = ...`.
+    #[arg(long)]
+    regions: Option<PathBuf>,
+    /// Print the text difference and `sim --compare` of the running revision against this
+    /// one; publish nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Publish the revision before the current one again (or revision REV) as a new
+    /// revision.
+    #[arg(long, value_name = "REV", num_args = 0..=1, conflicts_with_all = ["config", "regions"])]
+    rollback: Option<Option<u64>>,
+    /// How many revisions to keep (the new one included).
+    #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
+    keep: u64,
+}
+
+impl Push {
+    /// The push's options, the credentials files read.
+    pub(crate) fn options(self) -> anyhow::Result<gtd::fleet::push::Options> {
+        let (prefix, etcd) = self.etcd.checked()?;
+        Ok(gtd::fleet::push::Options {
+            prefix,
+            etcd,
+            config: self.config,
+            regions: self.regions,
+            keep: self.keep,
+            dry_run: self.dry_run,
+            rollback: self.rollback,
+        })
+    }
+
+    /// Publishes (or shows) the revision.
+    pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
+        let opts = self.options()?;
+        crate::etcd::command(|| async {
+            gtd::fleet::push::run(&opts)
+                .await
+                .map_err(|e| e.into_store())
+        })
+    }
+}
