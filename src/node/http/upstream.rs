@@ -35,10 +35,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
-use crate::config::{Address, Balance, Group, Listener};
+use crate::config::{Address, Balance, Config, Group, Listener};
+use crate::node::snapshot::{Attached, GroupSeries, GroupState};
+use crate::node::telemetry as m;
 
 use super::bodies::{
-    BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, UpBody,
+    BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, Socket, UpBody,
 };
 use super::client::{Outgoing, RawPool};
 use super::failure::{Failure, connect_failure};
@@ -85,6 +87,37 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
+    /// The upstream of group `g` of an HTTP listener.
+    #[inline]
+    pub(crate) fn of(g: &GroupState) -> Option<&Upstream> {
+        g.upstream.as_ref()?.get()
+    }
+
+    /// Builds the upstream of `group` of listener `l` as the snapshot holds it (see
+    /// [`crate::node::snapshot::Wings`]): its connections count into the group's and its
+    /// endpoints' series.
+    pub(crate) fn attach(
+        l: &Listener,
+        group: &Group,
+        config: &Config,
+        series: &GroupSeries<'_>,
+    ) -> Result<Attached, String> {
+        let labels = [l.name.as_str(), group.name.as_str()];
+        let seconds = series
+            .registry
+            .histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
+        // The connections the HTTP clients open count into the endpoints' series.
+        let connects = Connects {
+            seconds: series.connect_seconds.clone(),
+            opened: series
+                .endpoints
+                .iter()
+                .map(|e| e.connections.clone())
+                .collect(),
+        };
+        Upstream::build(l, group, config.node.source_ip, seconds, connects).map(Attached::new)
+    }
+
     /// The client of `group` of listener `l`. Fails (naming the file) when a TLS file is bad.
     pub(crate) fn build(
         l: &Listener,
@@ -200,8 +233,9 @@ impl Upstream {
         index: usize,
         r: Sending<'a>,
     ) -> Either<impl Future<Output = Exchanged> + Send + 'a, BoxedExchange<'a>> {
-        let bodiless =
-            matches!(r.body, RequestBody::Empty) && !r.upgrade && super::idempotent(r.method);
+        let bodiless = matches!(r.body, RequestBody::Empty)
+            && !r.upgrade
+            && super::retry::idempotent(r.method);
         if bodiless && self.raw.is_some() {
             let headers: &'a HeaderMap = r.headers;
             let path = r.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -589,13 +623,6 @@ impl Stream {
 /// may not have heard of yet; and looked at once more just before the next request's first
 /// byte leaves (the request went through hyper's channel and task meanwhile).
 pub(crate) struct Shared(Arc<Socket>);
-
-/// The socket of a connection through hyper's client, shared with its pool entry.
-pub(crate) struct Socket {
-    pub(crate) tcp: TcpStream,
-    /// Taken from the pool: the next write first checks that nothing came meanwhile.
-    pub(crate) reused: AtomicBool,
-}
 
 impl Shared {
     /// Fails the write when the connection was reused and the endpoint wrote or closed on it
