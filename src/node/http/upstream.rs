@@ -414,7 +414,7 @@ impl Upstream {
             tracing::debug!(error = %e, "connect failed");
             connect_failure(&e)
         })?;
-        let socket = stream.socket();
+        let socket = socket(&stream);
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
@@ -587,7 +587,7 @@ impl ConnectCfg {
             reused: AtomicBool::new(false),
         }));
         let Some((connector, sni)) = &self.tls else {
-            return Ok(Stream::Plain(tcp));
+            return Ok(Either::Left(tcp));
         };
         let name = tls::server_name(sni.as_deref(), host)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -595,25 +595,19 @@ impl ConnectCfg {
         let stream = tokio::time::timeout(self.connect_timeout, handshake)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-        Ok(Stream::Tls(Box::new(stream)))
+        Ok(Either::Right(Box::new(stream)))
     }
 }
 
-/// A connection to an endpoint, plain or TLS.
-pub(crate) enum Stream {
-    /// Cleartext.
-    Plain(Shared),
-    /// TLS (boxed: the session state is large).
-    Tls(Box<tokio_rustls::client::TlsStream<Shared>>),
-}
+/// A connection to an endpoint: cleartext (left) or TLS (right, boxed: the session state is
+/// large). `Either` forwards reads and writes to the side in use.
+pub(crate) type Stream = Either<Shared, Box<tokio_rustls::client::TlsStream<Shared>>>;
 
-impl Stream {
-    /// The socket underneath, for the pool to look at while the connection is idle.
-    fn socket(&self) -> Arc<Socket> {
-        match self {
-            Stream::Plain(s) => Arc::clone(&s.0),
-            Stream::Tls(s) => Arc::clone(&s.get_ref().0.0),
-        }
+/// The socket underneath `stream`, for the pool to look at while the connection is idle.
+fn socket(stream: &Stream) -> Arc<Socket> {
+    match stream {
+        Either::Left(s) => Arc::clone(&s.0),
+        Either::Right(s) => Arc::clone(&s.get_ref().0.0),
     }
 }
 
@@ -711,62 +705,4 @@ fn shutdown_write(socket: &TcpStream) -> io::Result<()> {
 #[cfg(not(unix))]
 fn shutdown_write(_: &TcpStream) -> io::Result<()> {
     Ok(())
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
 }
