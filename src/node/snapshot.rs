@@ -230,7 +230,7 @@ pub struct EndpointMetrics {
     pub healthy: Gauge,
     /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
     pub requests: [Counter; 5],
-    /// Active checks by result, in the order of `probe::Result::ALL` (no-op handles for a
+    /// Active checks by result, in the order of `CheckResult::ALL` (no-op handles for a
     /// group without checks).
     pub(crate) checks: [Counter; 5],
 }

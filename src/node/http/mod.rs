@@ -7,13 +7,14 @@
 //! 2. the forwarding rules pick a route (or 404), see [`crate::split::rules`];
 //! 3. a valid sticky cookie names a (group, endpoint) that is eligible and may serve: the first
 //!    attempt goes there;
-//! 4. otherwise, and for every retry, [`Attempts`] walks the route's cascade: the chosen group's
-//!    balancer, the group's other usable endpoints, then the highest-priority eligible group not
-//!    yet tried;
+//! 4. otherwise, and for every retry, [`crate::node::attempt::Attempts`] walks the route's
+//!    cascade: the chosen group's balancer, the group's other usable endpoints, then the
+//!    highest-priority eligible group not yet tried;
 //! 5. connect errors, timeouts and `unhealthy_status` answers are passive failures
 //!    ([`crate::balance::Pick::failure`]); a retry happens while `retry`, `tries` and
 //!    `retry_timeout` allow, the body can be sent again (there is none, or no byte of it left),
-//!    and the method is idempotent, nothing was sent (connect error) or `retry_non_idempotent`;
+//!    and the method is idempotent, nothing was sent (connect error) or `retry_non_idempotent`
+//!    (the rule, as a value decided after each attempt: [`retry`]);
 //!    A client whose request body breaks off or stops coming for `upstream_timeout` (while the
 //!    endpoint waits for it) fails no endpoint: the request ends there with 400 or 408;
 //! 6. the last attempt's unhealthy answer goes back as is; no answer at all gives 502 (504 when

@@ -2,7 +2,7 @@
 //! and HTTP/2; h2c prior knowledge on cleartext, ALPN on TLS) after the TLS handshake, with the
 //! timers hyper lacks (the first byte and request head within `header_timeout`, idle
 //! connections closed after `idle_timeout`, the node's stop), until it closes. Each request is
-//! handed to [`super::proxy`].
+//! handed to [`super::proxy::proxy`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -418,7 +418,7 @@ impl Upstream {
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
-            // One flat write per request, as on the listener side (src/node/http/mod.rs).
+            // One flat write per request, as on the listener side (src/node/http/state.rs).
             .writev(false)
             // At most 64 KiB read ahead of the client (and a response head of 64 KiB at most,
             // as gtd's own client): hyper's default lets a slow reader cost 400 KiB.
