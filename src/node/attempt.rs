@@ -44,6 +44,17 @@ impl Budget {
         }
     }
 
+    /// A budget of `tries` attempts (with `retry` on), no retry starting `retry_timeout`
+    /// after `started`.
+    #[cfg(test)]
+    pub(crate) fn of(tries: u32, retry_timeout: std::time::Duration, started: Instant) -> Budget {
+        Budget {
+            tries,
+            made: 0,
+            retries_until: started.checked_add(retry_timeout),
+        }
+    }
+
     /// Whether an attempt may start at `now`: the first always, another while fewer than
     /// `tries` were made and `retry_timeout` has not passed since the start.
     pub fn allows(&self, now: Instant) -> bool {

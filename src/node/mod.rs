@@ -31,6 +31,14 @@ mod start_props;
 pub mod telemetry;
 mod timers;
 mod tls;
+pub(crate) mod watch;
+
+/// What the wings attach to each snapshot (the snapshot lies beneath them and names none).
+pub(crate) const WINGS: snapshot::Wings = snapshot::Wings {
+    http: http::HttpState::attach,
+    upstream: http::upstream::Upstream::attach,
+    probe: checks::attach_probe,
+};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -218,6 +226,7 @@ impl Node {
             &registry,
             &names.table(),
             now,
+            &WINGS,
         )
         .map_err(|e| anyhow!("{e}"))?;
         let access = AccessLog::new(opts.log_format, &registry);
@@ -513,6 +522,7 @@ impl Inner {
                 &inner.registry,
                 &inner.names.table(),
                 Instant::now(),
+                &WINGS,
             )
         })
         .await
@@ -726,7 +736,7 @@ async fn planner(inner: Arc<Inner>) {
         if n.is_multiple_of(4) {
             for l in &inner.snapshot.load().listeners {
                 for g in &l.groups {
-                    if let Some(up) = &g.upstream {
+                    if let Some(up) = http::upstream::Upstream::of(g) {
                         up.sweep();
                     }
                 }

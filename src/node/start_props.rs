@@ -205,6 +205,7 @@ fn start(config: Config) -> Result<(), String> {
             &Registry::new(),
             &names,
             Instant::now(),
+            &super::WINGS,
         )
         .map_err(|e| format!("{region}: {e}"))?;
     }

@@ -17,110 +17,18 @@
 pub(crate) mod probe;
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::{Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::HealthCheck;
-use crate::health::rtt::Ewma;
-use crate::health::{Change, Rules, Verdict};
+use crate::health::Change;
 
 use super::Inner;
-use super::snapshot::{ListenerState, Snapshot};
-
-/// One endpoint's check state: shared by the task that checks it, the planner and `/status`.
-#[derive(Debug, Default)]
-pub(crate) struct Watch {
-    state: Mutex<State>,
-}
-
-/// What a [`Watch`] knows.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct State {
-    /// The verdict machine; `None` for a group without checks.
-    pub(crate) verdict: Option<Verdict>,
-    /// Average round trip of the checks (or light probes) that got an answer.
-    pub(crate) rtt: Ewma,
-    /// The last check's outcome.
-    pub(crate) last: Option<Last>,
-    /// When the next check is due, so that a reload continues the schedule.
-    next_due: Option<tokio::time::Instant>,
-}
-
-/// The last check of an endpoint, for `/status`.
-#[derive(Debug, Clone)]
-pub(crate) struct Last {
-    /// When it ended.
-    pub(crate) at: SystemTime,
-    /// How.
-    pub(crate) result: probe::Result,
-    /// Why.
-    pub(crate) reason: String,
-}
+use super::snapshot::{Attached, ListenerState, Snapshot};
+pub(crate) use super::watch::{Last, Watch};
 
 impl Watch {
-    /// A new endpoint's watch: healthy unless the check is `essential`.
-    pub(crate) fn new(check: Option<&HealthCheck>) -> Watch {
-        Watch {
-            state: Mutex::new(State {
-                verdict: check.map(|c| Verdict::new(Rules::from(c))),
-                ..State::default()
-            }),
-        }
-    }
-
-    /// The watch of an endpoint that a reload keeps: the same one when its group's check is
-    /// unchanged; else its health and RTT under the new rules (a check added starts as a new
-    /// endpoint's, one removed leaves it healthy).
-    pub(crate) fn carried(
-        old: &Arc<Watch>,
-        was: Option<&HealthCheck>,
-        now: Option<&HealthCheck>,
-    ) -> Arc<Watch> {
-        if was == now {
-            return Arc::clone(old);
-        }
-        let mut state = old.state();
-        state.verdict = match (state.verdict.take(), now) {
-            (Some(v), Some(c)) => Some(v.with_rules(Rules::from(c))),
-            (None, Some(c)) => Some(Verdict::new(Rules::from(c))),
-            (_, None) => None,
-        };
-        if now.is_none() {
-            state.last = None;
-        }
-        state.next_due = None;
-        Arc::new(Watch {
-            state: Mutex::new(state),
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A copy of the state.
-    pub(crate) fn state(&self) -> State {
-        self.lock().clone()
-    }
-
-    /// Whether the checks let the endpoint serve (true without checks).
-    pub(crate) fn healthy(&self) -> bool {
-        self.lock().verdict.as_ref().is_none_or(Verdict::is_healthy)
-    }
-
-    /// The RTT average, ms, and the samples behind it.
-    pub(crate) fn rtt(&self) -> (Option<f64>, u64) {
-        let s = self.lock();
-        (s.rtt.value(), s.rtt.samples())
-    }
-
-    /// Drops the RTT average (a reload changed what a sample measures, `rtt_from`).
-    pub(crate) fn forget_rtt(&self) {
-        self.lock().rtt = Ewma::default();
-    }
-
     /// Takes one outcome; returns the verdict's change, if any. Only a check that passed is an
     /// RTT sample: a refused, late or wrong answer says nothing about the path's round trip.
     fn record(&self, outcome: &probe::Outcome) -> Option<Change> {
@@ -141,6 +49,21 @@ impl Watch {
     }
 }
 
+/// The check (or light probe) of group `group` of listener `listener`, attached to the
+/// snapshot (see [`probe::Spec::of`]).
+pub(crate) fn attach_probe(
+    listener: &str,
+    udp: bool,
+    group: &crate::config::Group,
+    region: &str,
+    light_timeout: std::time::Duration,
+    rtt_from: crate::config::RttFrom,
+) -> Result<Option<Attached>, String> {
+    let spec = probe::Spec::of(listener, udp, group, region, light_timeout, rtt_from)
+        .map_err(|e| e.to_string())?;
+    Ok(spec.map(Attached::new))
+}
+
 /// Starts the checks of `snap` (the snapshot now running) and stops those of the one before:
 /// first writes every endpoint's current verdict to its balancer state (a new `essential`
 /// endpoint is out until it passes), then one task per endpoint that is not `down`.
@@ -158,14 +81,14 @@ pub(crate) fn start(inner: &Arc<Inner>, snap: &Snapshot) {
             for (ei, ep) in g.balancer.endpoints().iter().enumerate() {
                 let watch = &g.watches[ei];
                 ep.set_active_healthy(watch.healthy(), now);
-                if let Some(spec) = &g.probe
+                if let Some(spec) = g.probe.as_ref().and_then(Attached::shared::<probe::Spec>)
                     && !ep.config().down
                 {
                     tokio::spawn(run(
                         Arc::clone(l),
                         gi,
                         ei,
-                        Arc::clone(spec),
+                        Arc::clone(&spec),
                         Arc::clone(watch),
                         source,
                         token.clone(),

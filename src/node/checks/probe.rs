@@ -18,7 +18,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Address, CheckMethod, CheckProtocol, Group, HealthCheck, RttFrom, StatusSet};
-use crate::health::Check;
 use crate::node::{connect, tls};
 
 /// Most of an answer's body read for `expect_body`; the substring must be within it.
@@ -28,51 +27,7 @@ pub(crate) const MAX_BODY: usize = 64 * 1024;
 /// health checks.
 pub(crate) const LIGHT_INTERVAL: Duration = Duration::from_secs(10);
 
-/// How one check ended, as `gtd_health_checks_total{result}` counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Result {
-    /// Passed.
-    Passed,
-    /// Answered, but not as expected (status, a header or the body).
-    Unexpected,
-    /// The connection was refused or reset.
-    Refused,
-    /// No answer in time.
-    Timeout,
-    /// Anything else: TLS failure, a malformed answer, no address.
-    Error,
-}
-
-impl Result {
-    /// Every result, in the order of the counters kept per endpoint.
-    pub(crate) const ALL: [Result; 5] = [
-        Result::Passed,
-        Result::Unexpected,
-        Result::Refused,
-        Result::Timeout,
-        Result::Error,
-    ];
-
-    /// The label value.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Result::Passed => "passed",
-            Result::Unexpected => "unexpected",
-            Result::Refused => "refused",
-            Result::Timeout => "timeout",
-            Result::Error => "error",
-        }
-    }
-
-    /// What the verdict machine is told.
-    pub(crate) fn check(self) -> Check {
-        match self {
-            Result::Passed => Check::Passed,
-            Result::Unexpected => Check::Refuted,
-            Result::Refused | Result::Timeout | Result::Error => Check::Unanswered,
-        }
-    }
-}
+pub(crate) use crate::node::watch::CheckResult as Result;
 
 /// One check's outcome.
 #[derive(Debug, Clone)]

@@ -8,9 +8,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::HttpState;
 use super::bodies::DownBody;
 use super::failure::Failure;
+use super::retry::Last;
+use super::state::HttpState;
 use crate::node::snapshot::ListenerState;
 
 pub(super) fn class(status: StatusCode) -> usize {
@@ -36,14 +37,6 @@ this port speaks HTTPS: the plain HTTP request was not read\n";
 pub(super) fn own(http: &HttpState, status: StatusCode, text: &'static str) -> Response<DownBody> {
     http.own[class(status)].increment(1);
     bare(status, text)
-}
-
-/// What the last failed attempt left.
-pub(super) enum Last {
-    /// No attempt was made: no group could take the request.
-    Nothing,
-    /// The last attempt failed so.
-    Failed(Failure),
 }
 
 /// gtd's own answer when no attempt gave one to pass on.
@@ -79,6 +72,9 @@ pub(super) fn failed(http: &HttpState, l: &ListenerState, last: Last) -> Respons
             StatusCode::REQUEST_TIMEOUT,
             "the request body stopped coming\n",
         )),
+        Last::Failed(Failure::BadTarget) => {
+            own(http, StatusCode::BAD_REQUEST, "bad request path\n")
+        }
         Last::Failed(Failure::BadResponse) => own(
             http,
             StatusCode::BAD_GATEWAY,

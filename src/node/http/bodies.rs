@@ -35,7 +35,8 @@ use crate::config::Measure;
 use super::access::Line;
 use super::client::{BoxError, RawBody};
 use super::h1;
-use crate::node::timers::{Moving, origin, quiet};
+pub(crate) use super::progress::Progress;
+use crate::node::timers::{Moving, quiet};
 
 use super::failure::Failure;
 use super::pool::{KeepAlive, Reusable};
@@ -56,7 +57,7 @@ pub(super) type Pool = KeepAlive<Idle>;
 pub(super) struct Idle {
     pub(super) sender: http1::SendRequest<UpBody>,
     pub(super) clock: Arc<AtomicU64>,
-    pub(super) socket: Arc<super::upstream::Socket>,
+    pub(super) socket: Arc<Socket>,
 }
 
 impl Reusable for Idle {
@@ -69,6 +70,14 @@ impl Reusable for Idle {
     fn quiet(&self) -> bool {
         super::client::quiet(&self.socket.tcp)
     }
+}
+
+/// The socket of a connection through hyper's client, shared with its pool entry (see
+/// [`super::upstream::Shared`]).
+pub(crate) struct Socket {
+    pub(crate) tcp: tokio::net::TcpStream,
+    /// Taken from the pool: the next write first checks that nothing came meanwhile.
+    pub(crate) reused: AtomicBool,
 }
 
 /// A connection carrying a response: back to the pool when the response ends
@@ -89,56 +98,6 @@ impl Pooled {
 }
 
 // ------------------------------------------------------------------------------- request body
-
-/// How far a request body got: shared between the body on its way up and the attempt waiting
-/// for the response (to tell a slow upload from a silent endpoint).
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    /// When the last piece went up: nanoseconds since [`origin`], plus one (0: none yet).
-    moved_at: AtomicU64,
-    done: AtomicBool,
-    /// The last read of the client's body found nothing yet (as opposed to the endpoint not
-    /// taking what was read).
-    awaiting_client: AtomicBool,
-    /// Reading the client's body failed: the client went away or broke the framing.
-    client_broke: AtomicBool,
-    /// Count the body's bytes in `received` (the access log is on).
-    counting: bool,
-    /// Bytes of the body read from the client so far, when `counting`.
-    received: AtomicU64,
-}
-
-impl Progress {
-    /// When the last piece of the body went up, if one did.
-    pub(crate) fn moved_at(&self) -> Option<Instant> {
-        let nanos = self.moved_at.load(Ordering::Acquire).checked_sub(1)?;
-        Some(origin() + Duration::from_nanos(nanos))
-    }
-
-    fn moved_now(&self) {
-        let nanos = u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        self.moved_at.store(nanos + 1, Ordering::Release);
-    }
-
-    pub(crate) fn awaiting_client(&self) -> bool {
-        !self.done.load(Ordering::Acquire) && self.awaiting_client.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn client_broke(&self) -> bool {
-        self.client_broke.load(Ordering::Acquire)
-    }
-
-    /// Bytes of the body read from the client so far (counted only for the access log).
-    pub(crate) fn received(&self) -> u64 {
-        self.received.load(Ordering::Relaxed)
-    }
-
-    fn count(&self, n: usize) {
-        if self.counting {
-            self.received.fetch_add(n as u64, Ordering::Relaxed);
-        }
-    }
-}
 
 /// A request body of known size up to this many bytes is read whole before the first attempt,
 /// so that a retry can send it again (as nginx buffers bodies in its `client_body_buffer_size`,
@@ -442,6 +401,13 @@ pub(crate) async fn tunnel(
 }
 
 // ------------------------------------------------------------------------------- response body
+
+/// `response` goes to the client with the request's access log `line`: its status is noted and
+/// the line travels on with the body (put there in place), which counts what it sends.
+pub(crate) fn with_line(response: &mut http::Response<DownBody>, mut line: Line) {
+    line.status(response.status());
+    response.body_mut().carry(line);
+}
 
 /// The body of a response to the client, and the request's access log line, sent once the
 /// body is dropped (the response is over, or the client went away).

@@ -153,7 +153,7 @@ impl RawPool {
         Fut: Future<Output = io::Result<TcpStream>>,
     {
         let head_request = *request.method == Method::HEAD;
-        let replayable = super::idempotent(request.method);
+        let replayable = super::retry::idempotent(request.method);
         loop {
             let (mut conn, reused) = match self.take(index) {
                 Some(conn) => (conn, true),

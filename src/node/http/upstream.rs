@@ -35,10 +35,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
-use crate::config::{Address, Balance, Group, Listener};
+use crate::config::{Address, Balance, Config, Group, Listener};
+use crate::node::snapshot::{Attached, GroupSeries, GroupState};
+use crate::node::telemetry as m;
 
 use super::bodies::{
-    BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, UpBody,
+    BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, Socket, UpBody,
 };
 use super::client::{Outgoing, RawPool};
 use super::failure::{Failure, connect_failure};
@@ -85,6 +87,37 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
+    /// The upstream of group `g` of an HTTP listener.
+    #[inline]
+    pub(crate) fn of(g: &GroupState) -> Option<&Upstream> {
+        g.upstream.as_ref()?.get()
+    }
+
+    /// Builds the upstream of `group` of listener `l` as the snapshot holds it (see
+    /// [`crate::node::snapshot::Wings`]): its connections count into the group's and its
+    /// endpoints' series.
+    pub(crate) fn attach(
+        l: &Listener,
+        group: &Group,
+        config: &Config,
+        series: &GroupSeries<'_>,
+    ) -> Result<Attached, String> {
+        let labels = [l.name.as_str(), group.name.as_str()];
+        let seconds = series
+            .registry
+            .histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
+        // The connections the HTTP clients open count into the endpoints' series.
+        let connects = Connects {
+            seconds: series.connect_seconds.clone(),
+            opened: series
+                .endpoints
+                .iter()
+                .map(|e| e.connections.clone())
+                .collect(),
+        };
+        Upstream::build(l, group, config.node.source_ip, seconds, connects).map(Attached::new)
+    }
+
     /// The client of `group` of listener `l`. Fails (naming the file) when a TLS file is bad.
     pub(crate) fn build(
         l: &Listener,
@@ -200,8 +233,9 @@ impl Upstream {
         index: usize,
         r: Sending<'a>,
     ) -> Either<impl Future<Output = Exchanged> + Send + 'a, BoxedExchange<'a>> {
-        let bodiless =
-            matches!(r.body, RequestBody::Empty) && !r.upgrade && super::idempotent(r.method);
+        let bodiless = matches!(r.body, RequestBody::Empty)
+            && !r.upgrade
+            && super::retry::idempotent(r.method);
         if bodiless && self.raw.is_some() {
             let headers: &'a HeaderMap = r.headers;
             let path = r.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -380,11 +414,11 @@ impl Upstream {
             tracing::debug!(error = %e, "connect failed");
             connect_failure(&e)
         })?;
-        let socket = stream.socket();
+        let socket = socket(&stream);
         let moving = Moving::new(stream, None);
         let moves = Arc::clone(&moving.moves);
         let (sender, conn) = http1::Builder::new()
-            // One flat write per request, as on the listener side (src/node/http/mod.rs).
+            // One flat write per request, as on the listener side (src/node/http/state.rs).
             .writev(false)
             // At most 64 KiB read ahead of the client (and a response head of 64 KiB at most,
             // as gtd's own client): hyper's default lets a slow reader cost 400 KiB.
@@ -553,7 +587,7 @@ impl ConnectCfg {
             reused: AtomicBool::new(false),
         }));
         let Some((connector, sni)) = &self.tls else {
-            return Ok(Stream::Plain(tcp));
+            return Ok(Either::Left(tcp));
         };
         let name = tls::server_name(sni.as_deref(), host)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -561,25 +595,19 @@ impl ConnectCfg {
         let stream = tokio::time::timeout(self.connect_timeout, handshake)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-        Ok(Stream::Tls(Box::new(stream)))
+        Ok(Either::Right(Box::new(stream)))
     }
 }
 
-/// A connection to an endpoint, plain or TLS.
-pub(crate) enum Stream {
-    /// Cleartext.
-    Plain(Shared),
-    /// TLS (boxed: the session state is large).
-    Tls(Box<tokio_rustls::client::TlsStream<Shared>>),
-}
+/// A connection to an endpoint: cleartext (left) or TLS (right, boxed: the session state is
+/// large). `Either` forwards reads and writes to the side in use.
+pub(crate) type Stream = Either<Shared, Box<tokio_rustls::client::TlsStream<Shared>>>;
 
-impl Stream {
-    /// The socket underneath, for the pool to look at while the connection is idle.
-    fn socket(&self) -> Arc<Socket> {
-        match self {
-            Stream::Plain(s) => Arc::clone(&s.0),
-            Stream::Tls(s) => Arc::clone(&s.get_ref().0.0),
-        }
+/// The socket underneath `stream`, for the pool to look at while the connection is idle.
+fn socket(stream: &Stream) -> Arc<Socket> {
+    match stream {
+        Either::Left(s) => Arc::clone(&s.0),
+        Either::Right(s) => Arc::clone(&s.get_ref().0.0),
     }
 }
 
@@ -589,13 +617,6 @@ impl Stream {
 /// may not have heard of yet; and looked at once more just before the next request's first
 /// byte leaves (the request went through hyper's channel and task meanwhile).
 pub(crate) struct Shared(Arc<Socket>);
-
-/// The socket of a connection through hyper's client, shared with its pool entry.
-pub(crate) struct Socket {
-    pub(crate) tcp: TcpStream,
-    /// Taken from the pool: the next write first checks that nothing came meanwhile.
-    pub(crate) reused: AtomicBool,
-}
 
 impl Shared {
     /// Fails the write when the connection was reused and the endpoint wrote or closed on it
@@ -684,62 +705,4 @@ fn shutdown_write(socket: &TcpStream) -> io::Result<()> {
 #[cfg(not(unix))]
 fn shutdown_write(_: &TcpStream) -> io::Result<()> {
     Ok(())
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
 }

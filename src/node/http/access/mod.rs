@@ -33,8 +33,10 @@ use http::{Method, Version};
 use metrics::Counter;
 use tokio::sync::{mpsc, oneshot};
 
-use super::bodies::{DownBody, Progress};
+use super::conn::Held;
+use super::progress::Progress;
 use crate::config::{self, Listener};
+use crate::node::snapshot::Attached;
 use crate::node::telemetry::{self as m, Registry};
 use crate::node::timers::Pace;
 
@@ -121,7 +123,8 @@ impl AccessLog {
     /// Makes `sink` where lines go from now on (`None`: nowhere, the log is off), once the
     /// writer has taken it (or [`HANDOVER`] passed); the handle requests send their lines
     /// with, `None` when off.
-    pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Handle>, String> {
+    /// (The handle goes into the snapshot, which holds it as [`Attached`].)
+    pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Attached>, String> {
         let on = sink.is_some();
         let handle = {
             let mut slot = self.handle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -143,7 +146,7 @@ impl AccessLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(sink);
         handle.flush().await;
-        Ok(on.then_some(handle))
+        Ok(on.then(|| Attached::new(handle)))
     }
 
     /// Waits (at most [`HANDOVER`]) until every line queued so far is written: at the end of a
@@ -360,9 +363,9 @@ pub(crate) struct Entry {
 /// nothing, and each of its methods is one branch.
 ///
 /// It also carries what the exchange holds until its response body ends (its endpoint
-/// connection's descriptor and its connection's slot, [`super::server::Held`]), logged or not.
+/// connection's descriptor and its connection's slot, [`Held`]), logged or not.
 #[derive(Default)]
-pub(crate) struct Line(Option<Pending>, Option<super::server::Held>);
+pub(crate) struct Line(Option<Pending>, Option<Held>);
 
 struct Pending {
     log: Handle,
@@ -378,7 +381,7 @@ impl Line {
 
     /// Keeps `held` until the response body ends (or the request is dropped).
     #[inline]
-    pub(crate) fn hold(&mut self, held: super::server::Held) {
+    pub(crate) fn hold(&mut self, held: Held) {
         self.1 = Some(held);
     }
 
@@ -429,13 +432,12 @@ impl Line {
         }
     }
 
-    /// The response goes to the client: its status is noted and the line travels on with its
-    /// body (put there in place), which counts what it sends.
-    pub(crate) fn respond(mut self, response: &mut http::Response<DownBody>) {
+    /// The response goes to the client with `status` (see [`super::bodies::with_line`]).
+    #[inline]
+    pub(crate) fn status(&mut self, status: http::StatusCode) {
         if let Some(p) = &mut self.0 {
-            p.entry.status = Some(response.status().as_u16());
+            p.entry.status = Some(status.as_u16());
         }
-        response.body_mut().carry(self);
     }
 
     /// `n` more response body bytes went to the client.
