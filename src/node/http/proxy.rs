@@ -198,31 +198,37 @@ pub(super) async fn proxy(
                 req.headers.remove(header::HOST);
             }
             let elapsed = now.duration_since(sent_at);
-            let ended = match result {
-                Ok((response, pooled)) => {
-                    line.upstream(elapsed);
-                    Ended::Answered {
-                        unhealthy: answered(l, up, &attempt, &response, elapsed, now),
-                        answer: (attempt, response, pooled),
-                    }
-                }
+            let resend = Resend::new(&req.method, cfg.retry_non_idempotent, body.replayable());
+            let view = req.view(conn.peer);
+            let mut decide =
+                |ended| super::retry::next(ended, resend, &budget, now, || router.next(&view, now));
+            // The answer stays here while the rule decides on a copy-free summary of it.
+            let (response, pooled) = match result {
+                Ok(answer) => answer,
                 Err(failure) => {
                     // The attempt's pick goes before the next is chosen.
                     unanswered(l, attempt, failure, elapsed, now);
-                    Ended::Failed(failure)
+                    match decide(Ended::Failed(failure)) {
+                        Next::Retry { to } => {
+                            attempt = to;
+                            continue;
+                        }
+                        Next::GiveUp(last) => break 'request failed(http, l, last),
+                        Next::Respond => break 'request failed(http, l, Last::Failed(failure)),
+                    }
                 }
             };
-            let resend = Resend::new(&req.method, cfg.retry_non_idempotent, body.replayable());
-            let view = req.view(conn.peer);
-            match super::retry::next(ended, resend, &budget, now, || router.next(&view, now)) {
-                Next::Retry { to, dropped } => {
-                    if let Some(answer) = dropped {
-                        discard(cfg, answer);
-                    }
+            line.upstream(elapsed);
+            let unhealthy = answered(l, up, &attempt, &response, elapsed, now);
+            match decide(Ended::Answered { unhealthy }) {
+                Next::Retry { to } => {
+                    discard(cfg, &attempt, response, pooled);
                     attempt = to;
                 }
-                Next::Respond(answer) => {
-                    break 'request pass_on(http, l, &conn, &mut req, answer, sent_at);
+                Next::Respond => {
+                    break 'request pass_on(
+                        http, l, &conn, &mut req, attempt, response, pooled, sent_at,
+                    );
                 }
                 Next::GiveUp(last) => break 'request failed(http, l, last),
             }
@@ -240,12 +246,14 @@ pub(super) async fn proxy(
     Ok(response)
 }
 
-/// An endpoint's answer to an attempt, with the attempt and its pooled connection.
-type Reply = (Attempt, Response<EndpointBody>, Option<Pooled>);
-
 /// An unhealthy answer the client will not see, as a retry follows: its connection goes back
 /// to the pool when nothing of its body is left to read.
-fn discard(cfg: &Listener, (attempt, response, pooled): Reply) {
+fn discard(
+    cfg: &Listener,
+    attempt: &Attempt,
+    response: Response<EndpointBody>,
+    pooled: Option<Pooled>,
+) {
     if hyper::body::Body::is_end_stream(response.body())
         && let Some(pooled) = pooled
     {
@@ -256,12 +264,15 @@ fn discard(cfg: &Listener, (attempt, response, pooled): Reply) {
 
 /// The endpoint's answer goes to the client: as a response, or as the switch to the protocol
 /// the request asked for.
+#[allow(clippy::too_many_arguments)]
 fn pass_on(
     http: &HttpState,
     l: &ListenerState,
     conn: &Conn,
     req: &mut Forward,
-    (attempt, response, pooled): Reply,
+    attempt: Attempt,
+    response: Response<EndpointBody>,
+    pooled: Option<Pooled>,
     sent_at: Instant,
 ) -> Response<DownBody> {
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {

@@ -39,11 +39,13 @@ pub(crate) enum Last {
     Failed(Failure),
 }
 
-/// How one attempt ended, as the rule sees it; `R` is the endpoint's answer.
-#[derive(Debug)]
-pub(crate) enum Ended<R> {
+/// How one attempt ended, as the rule sees it. The endpoint's answer itself stays with the
+/// caller: the rule needs only whether it was healthy (a response is a few hundred bytes, and
+/// every move of it through the decision is a copy on the request path).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ended {
     /// The endpoint answered; `unhealthy` when the status is one of `unhealthy_status`.
-    Answered { answer: R, unhealthy: bool },
+    Answered { unhealthy: bool },
     /// No answer to pass on.
     Failed(Failure),
 }
@@ -68,14 +70,13 @@ impl Resend {
     }
 }
 
-/// What comes after an attempt; `W` is where another attempt goes, `R` the endpoint's answer.
+/// What comes after an attempt; `W` is where another attempt goes.
 #[derive(Debug)]
-pub(crate) enum Next<W, R> {
+pub(crate) enum Next<W> {
     /// The endpoint's answer goes to the client.
-    Respond(R),
-    /// Another attempt, at `to`; `dropped` is the answer this one got (an unhealthy status),
-    /// which nobody reads.
-    Retry { to: W, dropped: Option<R> },
+    Respond,
+    /// Another attempt, at `to` (an unhealthy answer this one got is dropped unread).
+    Retry { to: W },
     /// gtd answers for the last attempt.
     GiveUp(Last),
 }
@@ -83,22 +84,19 @@ pub(crate) enum Next<W, R> {
 /// What follows an attempt that `ended` so, for a request that allows `resend`, with the
 /// listener's `budget` at `now`. `walk` gives the next endpoint of the request's walk: it is
 /// asked only when the rule lets another attempt start (a pick counts against its endpoint).
-pub(crate) fn next<W, R>(
-    ended: Ended<R>,
+pub(crate) fn next<W>(
+    ended: Ended,
     resend: Resend,
     budget: &Budget,
     now: Instant,
     walk: impl FnOnce() -> Option<W>,
-) -> Next<W, R> {
-    let (sent, answer) = match ended {
-        Ended::Answered {
-            answer,
-            unhealthy: false,
-        } => return Next::Respond(answer),
-        Ended::Answered { answer, .. } => (true, Ok(answer)),
+) -> Next<W> {
+    let (sent, failure) = match ended {
+        Ended::Answered { unhealthy: false } => return Next::Respond,
+        Ended::Answered { .. } => (true, None),
         // Nothing reached the endpoint.
-        Ended::Failed(failure @ Failure::Connect(_)) => (false, Err(failure)),
-        Ended::Failed(failure @ (Failure::Timeout | Failure::Broken)) => (true, Err(failure)),
+        Ended::Failed(failure @ Failure::Connect(_)) => (false, Some(failure)),
+        Ended::Failed(failure @ (Failure::Timeout | Failure::Broken)) => (true, Some(failure)),
         Ended::Failed(
             failure @ (Failure::BadTarget
             | Failure::Exhausted
@@ -108,13 +106,10 @@ pub(crate) fn next<W, R>(
         ) => return Next::GiveUp(Last::Failed(failure)),
     };
     let may = budget.allows(now) && resend.replayable && (!sent || resend.after_sent);
-    match (if may { walk() } else { None }, answer) {
-        (Some(to), answer) => Next::Retry {
-            to,
-            dropped: answer.ok(),
-        },
-        (None, Ok(answer)) => Next::Respond(answer),
-        (None, Err(failure)) => Next::GiveUp(Last::Failed(failure)),
+    match (if may { walk() } else { None }, failure) {
+        (Some(to), _) => Next::Retry { to },
+        (None, None) => Next::Respond,
+        (None, Some(failure)) => Next::GiveUp(Last::Failed(failure)),
     }
 }
 
@@ -126,7 +121,7 @@ mod tests {
     use super::*;
     use crate::node::http::failure::Cause;
 
-    /// What the rule decided, by name (the walk's endpoint is "b", the answer "answer").
+    /// What the rule decided, by name (the walk's endpoint is "b").
     #[derive(Debug, PartialEq)]
     enum Got {
         Respond,
@@ -136,9 +131,9 @@ mod tests {
 
     /// A case: what it shows, how the attempt ended, the request, the budget, whether the walk
     /// has an endpoint left, and what the rule decides.
-    type Case<'a> = (&'a str, Ended<&'static str>, Resend, &'a Budget, bool, Got);
+    type Case<'a> = (&'a str, Ended, Resend, &'a Budget, bool, Got);
 
-    fn decide(ended: Ended<&'static str>, resend: Resend, budget: &Budget, left: bool) -> Got {
+    fn decide(ended: Ended, resend: Resend, budget: &Budget, left: bool) -> Got {
         let asked = Cell::new(false);
         let walk = || {
             asked.set(true);
@@ -146,11 +141,8 @@ mod tests {
         };
         let decided = next(ended, resend, budget, Instant::now(), walk);
         let got = match decided {
-            Next::Respond(answer) => {
-                assert_eq!(answer, "answer");
-                Got::Respond
-            }
-            Next::Retry { to, .. } => {
+            Next::Respond => Got::Respond,
+            Next::Retry { to } => {
                 assert_eq!(to, "b");
                 Got::Retry
             }
@@ -176,14 +168,8 @@ mod tests {
 
     #[test]
     fn the_rule_as_a_table() {
-        let ok = Ended::Answered {
-            answer: "answer",
-            unhealthy: false,
-        };
-        let unhealthy = || Ended::Answered {
-            answer: "answer",
-            unhealthy: true,
-        };
+        let ok = Ended::Answered { unhealthy: false };
+        let unhealthy = || Ended::Answered { unhealthy: true };
         let connect = Failure::Connect(Cause::Refused);
         let get = Resend::new(&Method::GET, false, true);
         let post = Resend::new(&Method::POST, false, true);
