@@ -165,8 +165,7 @@ pub(super) async fn proxy(
             if retry {
                 l.metrics.retries.increment(1);
             }
-            let group = &l.groups[attempt.group];
-            let Some(up) = Upstream::of(group) else {
+            let Some(up) = Upstream::of(&l.groups[attempt.group]) else {
                 break 'request failed(http, l, Last::Nothing);
             };
             let index = attempt.pick.index();
@@ -193,8 +192,7 @@ pub(super) async fn proxy(
             let result = up.request(index, sending).await;
             now = Instant::now();
             if req.hostless {
-                // That endpoint's address was for it alone: hash keys of a retry must not see
-                // it.
+                // That address was for this endpoint alone: a retry's hash keys must not see it.
                 req.headers.remove(header::HOST);
             }
             let elapsed = now.duration_since(sent_at);
@@ -202,20 +200,17 @@ pub(super) async fn proxy(
             let view = req.view(conn.peer);
             let mut decide =
                 |ended| super::retry::next(ended, resend, &budget, now, || router.next(&view, now));
-            // The answer stays here while the rule decides on a copy-free summary of it.
             let (response, pooled) = match result {
                 Ok(answer) => answer,
                 Err(failure) => {
                     // The attempt's pick goes before the next is chosen.
                     unanswered(l, attempt, failure, elapsed, now);
                     match decide(Ended::Failed(failure)) {
-                        Next::Retry { to } => {
-                            attempt = to;
-                            continue;
-                        }
+                        Next::Retry { to } => attempt = to,
                         Next::GiveUp(last) => break 'request failed(http, l, last),
                         Next::Respond => break 'request failed(http, l, Last::Failed(failure)),
                     }
+                    continue;
                 }
             };
             line.upstream(elapsed);
