@@ -28,6 +28,7 @@ pub mod location;
 pub mod snapshot;
 #[cfg(test)]
 mod start_props;
+mod status;
 pub mod telemetry;
 mod timers;
 mod tls;

@@ -21,12 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Inner;
 use super::dashboard::{self, Asset};
-use super::telemetry::served;
-use crate::config::Host;
-use crate::view::{
-    CheckFacts, DnsView, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView,
-    NodeView, Status,
-};
+use crate::view::{DnsView, NodeView, Status};
 
 type Body = Full<Bytes>;
 
@@ -280,66 +275,7 @@ pub(crate) fn status(node: &Inner) -> Status {
     let snap = node.snapshot.load();
     let names = node.names.table();
     let now = Instant::now();
-    let listeners = snap
-        .listeners
-        .iter()
-        .map(|l| {
-            let http = l.cfg.protocol.is_http();
-            let planned = l.planned.load();
-            let ranked = l.ranked.load();
-            let watches: Vec<Vec<_>> = l
-                .groups
-                .iter()
-                .map(|g| g.watches.iter().map(|w| w.state()).collect())
-                .collect();
-            let groups = l
-                .groups
-                .iter()
-                .zip(&l.cfg.groups)
-                .zip(&watches)
-                .enumerate()
-                .map(|(gi, ((g, cfg), watches))| GroupLive {
-                    rank: l.why_ranked(gi, now),
-                    endpoints: g
-                        .balancer
-                        .endpoints()
-                        .iter()
-                        .zip(&cfg.endpoints)
-                        .zip(watches)
-                        .map(|((state, e), w)| EndpointFacts {
-                            config: e,
-                            state,
-                            check: w.verdict.as_ref().map(|verdict| CheckFacts {
-                                verdict,
-                                last: w.last.as_ref().map(|c| LastCheck {
-                                    result: c.result.as_str(),
-                                    reason: &c.reason,
-                                    at: c.at,
-                                }),
-                            }),
-                            rtt_ms: w.rtt.value(),
-                            served: served(
-                                &node.registry,
-                                http,
-                                &[&l.cfg.name, &g.name, &e.address.id()],
-                            ),
-                            dns_error: match &e.address.host {
-                                Host::Name(n) => names.get(n).and_then(|s| s.error.as_deref()),
-                                _ => None,
-                            },
-                        })
-                        .collect(),
-                })
-                .collect();
-            let facts = ListenerFacts {
-                config: &l.cfg,
-                planned: &planned,
-                ranked: &ranked,
-                groups,
-            };
-            ListenerView::build(&facts, now)
-        })
-        .collect();
+    let listeners = super::status::listeners(node, &snap, &names, now);
     Status {
         node: NodeView {
             region: node.region.clone(),

@@ -181,7 +181,6 @@ fn report(said: &mut Option<String>, why: String) {
 
 /// The node's entry now.
 fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
-    let status = super::super::admin::status(inner);
     let (applied, source) = {
         let a = fleet.applied.lock().expect("fleet state");
         (a.0.revision, a.1)
@@ -200,11 +199,15 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
         uptime_s: up.as_secs(),
         started_at_ms: now.saturating_sub(up.as_millis() as u64),
         updated_at_ms: now,
-        listeners: status
-            .listeners
-            .iter()
-            .map(crate::view::ListenerView::for_registry)
-            .collect(),
+        listeners: {
+            let snap = inner.snapshot.load();
+            let names = inner.names.table();
+            let now = std::time::Instant::now();
+            super::super::status::listeners(inner, &snap, &names, now)
+                .iter()
+                .map(crate::view::ListenerView::for_registry)
+                .collect()
+        },
     }
 }
 

@@ -1,0 +1,80 @@
+//! What each listener of a node shows now, as the typed views of [`crate::view`]: the facts
+//! gathered from the snapshot, the balancers, the checks, the counters and the names, and
+//! the views built from them. `/status` ([`super::admin`]) and the registry entry
+//! ([`super::fleet`]) both start here, so that neither imports the other.
+
+use std::time::Instant;
+
+use super::snapshot::Snapshot;
+use super::telemetry::served;
+use super::{Inner, dns};
+use crate::config::Host;
+use crate::view::{CheckFacts, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView};
+
+/// Every listener of `snap` as `node` runs it at `now`; `names` for the endpoints' DNS errors.
+pub(crate) fn listeners(
+    node: &Inner,
+    snap: &Snapshot,
+    names: &dns::Table,
+    now: Instant,
+) -> Vec<ListenerView> {
+    snap.listeners
+        .iter()
+        .map(|l| {
+            let http = l.cfg.protocol.is_http();
+            let planned = l.planned.load();
+            let ranked = l.ranked.load();
+            let watches: Vec<Vec<_>> = l
+                .groups
+                .iter()
+                .map(|g| g.watches.iter().map(|w| w.state()).collect())
+                .collect();
+            let groups = l
+                .groups
+                .iter()
+                .zip(&l.cfg.groups)
+                .zip(&watches)
+                .enumerate()
+                .map(|(gi, ((g, cfg), watches))| GroupLive {
+                    rank: l.why_ranked(gi, now),
+                    endpoints: g
+                        .balancer
+                        .endpoints()
+                        .iter()
+                        .zip(&cfg.endpoints)
+                        .zip(watches)
+                        .map(|((state, e), w)| EndpointFacts {
+                            config: e,
+                            state,
+                            check: w.verdict.as_ref().map(|verdict| CheckFacts {
+                                verdict,
+                                last: w.last.as_ref().map(|c| LastCheck {
+                                    result: c.result.as_str(),
+                                    reason: &c.reason,
+                                    at: c.at,
+                                }),
+                            }),
+                            rtt_ms: w.rtt.value(),
+                            served: served(
+                                &node.registry,
+                                http,
+                                &[&l.cfg.name, &g.name, &e.address.id()],
+                            ),
+                            dns_error: match &e.address.host {
+                                Host::Name(n) => names.get(n).and_then(|s| s.error.as_deref()),
+                                _ => None,
+                            },
+                        })
+                        .collect(),
+                })
+                .collect();
+            let facts = ListenerFacts {
+                config: &l.cfg,
+                planned: &planned,
+                ranked: &ranked,
+                groups,
+            };
+            ListenerView::build(&facts, now)
+        })
+        .collect()
+}
