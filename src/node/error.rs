@@ -61,3 +61,34 @@ pub enum Error {
     #[error(transparent)]
     Fleet(#[from] super::fleet::Error),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages anyhow's contexts printed (`{e:#}`), whole in `{e}` now: the binary, the
+    /// reload's log and the tests match on them.
+    #[test]
+    fn bind_messages_carry_the_os_error() {
+        let addr: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        let error = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let bind = Error::Bind {
+            name: "web".into(),
+            protocol: "tcp",
+            addr,
+            error: error(),
+        };
+        assert_eq!(
+            bind.to_string(),
+            format!("listener \"web\": binding tcp 127.0.0.1:80: {}", error())
+        );
+        let admin = Error::AdminBind {
+            addr,
+            error: error(),
+        };
+        assert_eq!(
+            format!("{admin:#}"),
+            format!("binding the admin server on 127.0.0.1:80: {}", error())
+        );
+    }
+}
