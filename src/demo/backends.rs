@@ -13,7 +13,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -21,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::{Error, Result};
 use crate::config::{Config, HealthCheck, Host, Protocol};
 
 /// Which node (by its source address) is in which region, and the catalogue RTTs.
@@ -77,23 +77,21 @@ pub(crate) fn plan(config: &Config) -> Result<Vec<Spec>> {
     for l in &config.listeners {
         for g in &l.groups {
             if g.tls.as_ref().is_some_and(|t| t.enabled) {
-                bail!(
-                    "listener {:?} group {:?} speaks TLS to its endpoints: the demo's endpoints \
-                     are plain; remove the group's tls table for the demo",
-                    l.name,
-                    g.name
-                );
+                return Err(Error::GroupTls {
+                    listener: l.name.clone(),
+                    group: g.name.clone(),
+                });
             }
             for e in &g.endpoints {
                 let ip = match &e.address.host {
                     Host::Ip(ip) if ip.is_loopback() => *ip,
-                    _ => bail!(
-                        "listener {:?} group {:?}: endpoint {} is not a loopback address; the \
-                         demo runs every endpoint on this machine (127.0.0.0/8, ::1)",
-                        l.name,
-                        g.name,
-                        e.address
-                    ),
+                    _ => {
+                        return Err(Error::NotLoopback {
+                            listener: l.name.clone(),
+                            group: g.name.clone(),
+                            endpoint: e.address.to_string(),
+                        });
+                    }
                 };
                 let kind = match l.protocol {
                     Protocol::Tcp => Kind::Tcp,
@@ -148,13 +146,11 @@ fn add(by_addr: &mut BTreeMap<(bool, SocketAddr), Spec>, udp: bool, spec: Spec) 
                     | (Kind::CheckPort, Kind::CheckPort)
             );
             if !same {
-                bail!(
-                    "{} is an endpoint (or check port) of {} and of {}, of different protocols: \
-                     the demo cannot serve both on one address",
-                    spec.addr,
-                    have.groups.join(", "),
-                    spec.groups.join(", ")
-                );
+                return Err(Error::Shared {
+                    addr: spec.addr,
+                    first: have.groups.join(", "),
+                    second: spec.groups.join(", "),
+                });
             }
             have.groups.extend(spec.groups);
         }
@@ -174,13 +170,10 @@ impl Drop for Backend {
 
 /// Starts `spec`'s backend; fails, naming the address, when it cannot be bound.
 pub(crate) async fn start(spec: &Spec, geo: Arc<Geography>) -> Result<Backend> {
-    let taken = |e: std::io::Error| {
-        anyhow!(
-            "{} ({}): {e}; the demo serves this endpoint itself, so nothing else may listen \
-             there — stop what does, or run the demo with a config whose endpoints are free",
-            spec.addr,
-            spec.groups.join(", ")
-        )
+    let taken = |error| Error::Taken {
+        addr: spec.addr,
+        groups: spec.groups.join(", "),
+        error,
     };
     let name: Arc<str> = spec.name.as_str().into();
     let region: Arc<str> = spec.region.as_str().into();

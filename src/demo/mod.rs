@@ -8,6 +8,7 @@
 //! failback happen in the view. Ctrl-C stops everything it started.
 
 mod backends;
+mod error;
 mod load;
 mod view;
 
@@ -18,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,10 @@ use crate::node::{Node, Options as NodeOptions};
 use self::backends::{Backend, Geography, Spec};
 use self::load::{Generator, Tally};
 use self::view::Pane;
+
+pub use self::error::Error;
+
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -102,7 +106,7 @@ fn node_ip(i: usize) -> Result<IpAddr> {
     let last = u8::try_from(i + 2)
         .ok()
         .filter(|&n| n < 255)
-        .ok_or_else(|| anyhow!("the demo runs at most 252 regions"))?;
+        .ok_or(Error::TooManyRegions)?;
     Ok(IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)))
 }
 
@@ -125,13 +129,18 @@ fn parse_events(opts: &Options, plan: &[Spec]) -> Result<Vec<Event>> {
                 .map(|(i, _)| i)
                 .collect();
             if backends.is_empty() {
-                bail!("{flag} {item}: no group {name:?} in the config (GROUP or LISTENER/GROUP)");
+                return Err(Error::NoGroup {
+                    flag,
+                    item: item.clone(),
+                    name: name.to_owned(),
+                });
             }
             if at > opts.duration {
-                bail!(
-                    "{flag} {item}: after the end of the run ({})",
-                    config::format_duration(opts.duration)
-                );
+                return Err(Error::AfterEnd {
+                    flag,
+                    item: item.clone(),
+                    duration: config::format_duration(opts.duration),
+                });
             }
             events.push(Event {
                 at,
@@ -152,18 +161,20 @@ fn insecure_tls() -> Result<tokio_rustls::TlsConnector> {
         insecure_skip_verify: true,
         ..UpstreamTls::defaults()
     };
-    let cfg = crate::node::tls_client_config(&t).map_err(|e| anyhow!(e))?;
+    let cfg = crate::node::tls_client_config(&t).map_err(|e| Error::Tls(e.to_string()))?;
     Ok(tokio_rustls::TlsConnector::from(cfg))
 }
 
 /// Runs the demo; returns the final report (table or JSON) for stdout.
 pub async fn run(opts: Options) -> Result<String> {
-    let config = Arc::new(
-        config::load(&opts.config, opts.regions.as_deref())
-            .map_err(|e| anyhow!(e.report(&opts.config)))?,
-    );
+    let config = Arc::new(config::load(&opts.config, opts.regions.as_deref()).map_err(
+        |errors| Error::Config {
+            file: opts.config.clone(),
+            errors,
+        },
+    )?);
     if opts.rate == 0 {
-        bail!("--rate 0: the demo needs at least one decision a second");
+        return Err(Error::NoRate);
     }
     // Every acceleration region that serves some listener, in config order.
     let mut regions: Vec<String> = Vec::new();
@@ -224,7 +235,11 @@ pub async fn run(opts: Options) -> Result<String> {
             fleet: None,
         })
         .await
-        .with_context(|| format!("starting the node of {region} on {ip}"))?;
+        .map_err(|error| Error::Node {
+            region: region.clone(),
+            ip,
+            error,
+        })?;
         nodes.push(node);
     }
     let outcome = drive(
@@ -284,7 +299,10 @@ async fn drive(
                 .into_iter()
                 .find(|(n, _)| *n == l.name)
                 .map(|(_, a)| a)
-                .ok_or_else(|| anyhow!("listener {:?} not bound on {region}", l.name))?;
+                .ok_or_else(|| Error::NotBound {
+                    listener: l.name.clone(),
+                    region: region.clone(),
+                })?;
             let names: Vec<String> = l.groups.iter().map(|g| g.name.clone()).collect();
             let (_, now) = view::read_status(&nodes[ri].status(), &l.name, &names);
             let shares = Arc::new(ArcSwap::from_pointee(view::shares(&now, names.len())));

@@ -99,7 +99,7 @@ pub enum Error {
     NoCatalogFile,
 }
 
-/// As anyhow's errors are seen, for [`describe`] and [`retrying`].
+/// As a `dyn Error` (boxed, or anyhow's in the binaries), for [`describe`] and [`retrying`].
 impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
     fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         self

@@ -14,7 +14,7 @@ pub enum Error {
     /// etcd, as the fleet's store reports it: its chain holds etcd's own error, which
     /// [`super::retrying`] and [`super::describe`] read (see [`Error::into_store`]).
     #[error(transparent)]
-    Store(anyhow::Error),
+    Store(#[from] super::Error),
     /// The config or catalogue file could not be read again for publishing.
     #[error("{0}")]
     Read(String),
@@ -49,12 +49,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// As an `anyhow::Error` whose chain is the store's own when it came from etcd (what
-    /// [`super::retrying`] and [`super::describe`] read), else this error.
-    pub fn into_store(self) -> anyhow::Error {
+    /// The store's own error when it came from etcd (what [`super::retrying`] and
+    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
+    /// whose source is the store error's source), else this error.
+    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
         match self {
-            Error::Store(e) => e,
-            other => anyhow::Error::new(other),
+            Error::Store(e) => Box::new(e),
+            other => Box::new(other),
         }
     }
 }
@@ -136,12 +137,9 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     }
     let mut store = Store::connect(&opts.etcd, &opts.prefix)
         .await
-        .map_err(|e| Error::Store(e.into()))?;
-    let seen = store.current().await.map_err(|e| Error::Store(e.into()))?;
-    let running = store
-        .named(seen.number)
-        .await
-        .map_err(|e| Error::Store(e.into()))?;
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let running = store.named(seen.number).await.map_err(Error::Store)?;
     if let Some(r) = &running
         && r.same_text(&draft)
     {
@@ -184,7 +182,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
     let published = store
         .publish(seen, draft, opts.keep)
         .await
-        .map_err(|e| Error::Store(e.into()))?;
+        .map_err(Error::Store)?;
     let mut o = Outcome::ok(published_line(&mut store, &published).await?);
     o.err = warnings;
     Ok(o)
@@ -194,18 +192,14 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 async fn rollback(opts: &Options) -> Result<Outcome> {
     let mut store = Store::connect(&opts.etcd, &opts.prefix)
         .await
-        .map_err(|e| Error::Store(e.into()))?;
-    let seen = store.current().await.map_err(|e| Error::Store(e.into()))?;
-    let Some(running) = store
-        .named(seen.number)
-        .await
-        .map_err(|e| Error::Store(e.into()))?
-    else {
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let Some(running) = store.named(seen.number).await.map_err(Error::Store)? else {
         return Err(Error::NothingPublished {
             prefix: store.prefix().to_owned(),
         });
     };
-    let kept = store.kept().await.map_err(|e| Error::Store(e.into()))?;
+    let kept = store.kept().await.map_err(Error::Store)?;
     let target = match opts.rollback.flatten() {
         Some(n) => n,
         None => {
@@ -218,11 +212,7 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
                 })?
         }
     };
-    let Some(old) = store
-        .revision(target)
-        .await
-        .map_err(|e| Error::Store(e.into()))?
-    else {
+    let Some(old) = store.revision(target).await.map_err(Error::Store)? else {
         return Err(Error::NotKept {
             revision: target,
             prefix: store.prefix().to_owned(),
@@ -261,13 +251,13 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
     let published = store
         .publish(seen, draft, opts.keep)
         .await
-        .map_err(|e| Error::Store(e.into()))?;
+        .map_err(Error::Store)?;
     Ok(Outcome::ok(published_line(&mut store, &published).await?))
 }
 
 /// The running revision's document (`None` before the first push).
 async fn published_line(store: &mut Store, r: &Revision) -> Result<String> {
-    let kept = store.kept().await.map_err(|e| Error::Store(e.into()))?;
+    let kept = store.kept().await.map_err(Error::Store)?;
     let what = match r.rollback_of {
         Some(n) => format!("revision {n}'s config"),
         None => format!("{} with {}", r.config_name, r.catalog_name),

@@ -13,7 +13,7 @@ pub enum Error {
     /// etcd, as the fleet's store reports it (its chain holds etcd's own error, which
     /// [`super::retrying`] and [`super::describe`] read: see [`Error::into_store`]).
     #[error(transparent)]
-    Store(anyhow::Error),
+    Store(#[from] super::Error),
     /// A revision asked for is not kept.
     #[error("revision {revision} is not kept under {prefix}")]
     NotKept {
@@ -28,12 +28,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// As an `anyhow::Error` whose chain is the store's own when it came from etcd, else
-    /// this error.
-    pub fn into_store(self) -> anyhow::Error {
+    /// The store's own error when it came from etcd (what [`super::retrying`] and
+    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
+    /// whose source is the store error's source), else this error.
+    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
         match self {
-            Error::Store(e) => e,
-            other => anyhow::Error::new(other),
+            Error::Store(e) => Box::new(e),
+            other => Box::new(other),
         }
     }
 }
@@ -50,7 +51,7 @@ pub struct Fleet {
 
 impl Fleet {
     /// Reads the current revision and the registry (an error is the store's, as it gives it).
-    pub async fn read(store: &mut Store) -> anyhow::Result<Fleet> {
+    pub async fn read(store: &mut Store) -> Result<Fleet, super::Error> {
         let seen = store.current().await?;
         let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
@@ -199,7 +200,7 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
         store
             .revision(n)
             .await
-            .map_err(|e| Error::Store(e.into()))?
+            .map_err(Error::Store)?
             .ok_or_else(|| Error::NotKept {
                 revision: n,
                 prefix: store.prefix().to_owned(),

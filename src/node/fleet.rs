@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::fleet::etcd::pb::{etcdserverpb as rpc, mvccpb};
-use anyhow::{Context as _, Result, anyhow, bail};
 use metrics::Gauge;
 
 use super::Inner;
@@ -23,6 +22,91 @@ use crate::fleet::{Revision, Store};
 use crate::view::FleetView;
 
 mod registry;
+
+/// Why a fleet node has no revision to start from, or lost etcd (the follower describes it,
+/// with [`crate::fleet::describe`], and tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reaching etcd, or reading the fleet's keys.
+    #[error(transparent)]
+    Store(#[from] crate::fleet::Error),
+    /// `PREFIX/revision` is not there.
+    #[error("nothing is published under {prefix} yet (gtd push first)")]
+    Unpublished {
+        /// The fleet's prefix.
+        prefix: String,
+    },
+    /// etcd gave no revision (described) and the cache none either.
+    #[error("{etcd}; and no cached revision to start from: {cache}")]
+    NoRevision {
+        /// Why not etcd's, in a few words.
+        etcd: String,
+        /// Why not the cached one.
+        cache: CacheError,
+    },
+    /// Watching `PREFIX/revision` failed (etcd's error is the source).
+    #[error("watching the current revision")]
+    Watch(#[source] crate::fleet::etcd::Error),
+    /// etcd ended the watch.
+    #[error("the watch ended")]
+    WatchEnded,
+    /// etcd cancelled the watch, for this reason.
+    #[error("the watch was cancelled: {0}")]
+    WatchCancelled(String),
+    /// The node stopped while waiting for a leader.
+    #[error("stopping")]
+    Stopping,
+}
+
+/// As [`crate::fleet::describe`] reads errors.
+impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
+    fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+}
+
+/// Why the revision cache cannot be read or written (the message says all, inner error
+/// included).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The file cannot be read.
+    #[error("reading {}: {error}", path.display())]
+    Read {
+        /// The cache file.
+        path: PathBuf,
+        /// Why not.
+        error: crate::files::FileError,
+    },
+    /// The file holds something else.
+    #[error("{} does not hold a gtd revision: {error}", path.display())]
+    NotARevision {
+        /// The cache file.
+        path: PathBuf,
+        /// What JSON says.
+        error: serde_json::Error,
+    },
+    /// The revision does not serialise (never seen).
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+    /// The temp file cannot be written.
+    #[error("writing {}: {error}", path.display())]
+    Write {
+        /// The temp file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The temp file cannot take the cache's name.
+    #[error("renaming to {}: {error}", path.display())]
+    Rename {
+        /// The cache file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `gtd run --etcd ...`.
 #[derive(Debug, Clone)]
@@ -199,12 +283,12 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     let from_etcd = async {
         let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
         let seen = store.current().await?;
-        store.named(seen.number).await?.ok_or_else(|| {
-            anyhow!(
-                "nothing is published under {} yet (gtd push first)",
-                store.prefix()
-            )
-        })
+        store
+            .named(seen.number)
+            .await?
+            .ok_or_else(|| Error::Unpublished {
+                prefix: store.prefix().to_owned(),
+            })
     }
     .await;
     match (from_etcd, cached) {
@@ -218,27 +302,38 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
             fallback: None,
             etcd_error: Some(crate::fleet::describe(&e)),
         }),
-        (Err(e), Err(c)) => Err(anyhow!(
-            "{}; and no cached revision to start from: {c:#}",
-            crate::fleet::describe(&e)
-        )),
+        (Err(e), Err(cache)) => Err(Error::NoRevision {
+            etcd: crate::fleet::describe(&e),
+            cache,
+        }),
     }
 }
 
-fn read_cache(path: &Path) -> Result<Revision> {
-    let bytes = crate::files::read(path, 4 * crate::files::MAX_CONFIG_BYTES)
-        .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} does not hold a gtd revision", path.display()))
+fn read_cache(path: &Path) -> Result<Revision, CacheError> {
+    let bytes = crate::files::read(path, 4 * crate::files::MAX_CONFIG_BYTES).map_err(|error| {
+        CacheError::Read {
+            path: path.to_owned(),
+            error,
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|error| CacheError::NotARevision {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 /// Writes the revision served to the cache file (a temp file renamed over it, so that a crash
 /// leaves the old one or the new one, never half of either).
-fn write_cache(path: &Path, r: &Revision) -> Result<()> {
+fn write_cache(path: &Path, r: &Revision) -> Result<(), CacheError> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(r)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+    std::fs::write(&tmp, serde_json::to_vec(r)?).map_err(|error| CacheError::Write {
+        path: tmp.clone(),
+        error,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|error| CacheError::Rename {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 /// The node's registry id.
@@ -346,14 +441,14 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
         };
         let response = match message {
             Ok(Some(r)) => r,
-            Ok(None) => bail!("the watch ended"),
+            Ok(None) => return Err(Error::WatchEnded),
             // An election ended the stream (etcd ends `hasleader` streams of a member without
             // a leader): the member is alive, so watch again from where this one stopped.
             Err(e) if e.is_leaderless() => {
                 events = watch(inner, &store, &key, from).await?;
                 continue;
             }
-            Err(e) => return Err(e).context("watching the current revision"),
+            Err(e) => return Err(Error::Watch(e)),
         };
         if response.canceled {
             if response.compact_revision > 0 {
@@ -366,7 +461,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                 events = watch(inner, &store, &key, from).await?;
                 continue;
             }
-            bail!("the watch was cancelled: {}", response.cancel_reason);
+            return Err(Error::WatchCancelled(response.cancel_reason));
         }
         let mut latest = None;
         for event in &response.events {
@@ -452,11 +547,11 @@ async fn watch(
         match store.client().watch(key, from).await {
             Err(e) if e.is_leaderless() && began.elapsed() < LEADERLESS => {
                 tokio::select! {
-                    _ = inner.stop.cancelled() => bail!("stopping"),
+                    _ = inner.stop.cancelled() => return Err(Error::Stopping),
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             }
-            watch => return watch.context("watching the current revision"),
+            watch => return watch.map_err(Error::Watch),
         }
     }
 }

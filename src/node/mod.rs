@@ -21,6 +21,7 @@ pub mod connect;
 pub mod dashboard;
 pub(crate) mod descriptors;
 pub(crate) mod dns;
+mod error;
 pub mod fleet;
 pub mod http;
 pub mod l4;
@@ -47,7 +48,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
 use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Mutex;
@@ -61,8 +61,11 @@ use self::http::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
 
+pub use self::error::Error;
 pub use self::http::access::LogFormat;
 pub(crate) use self::tls::client_config as tls_client_config;
+
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How to start a node.
 #[derive(Debug, Clone)]
@@ -142,11 +145,11 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
             opts.config.clone(),
         ),
     };
-    let mut config = loaded.map_err(|errors| anyhow!(errors.report(&file)))?;
+    let mut config = loaded.map_err(|errors| Error::Config { file, errors })?;
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    config.serves(&opts.region).map_err(|e| anyhow!(e))?;
+    config.serves(&opts.region)?;
     if let Some(ip) = opts.source_ip {
         config.node.source_ip = Some(ip);
     }
@@ -218,7 +221,7 @@ impl Node {
         names
             .prepare(&config, &opts.region)
             .await
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(|e| Error::Resolver(e.to_string()))?;
         let now = Instant::now();
         let mut snapshot = Snapshot::build(
             config.clone(),
@@ -229,16 +232,19 @@ impl Node {
             now,
             &WINGS,
         )
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(Error::Snapshot)?;
         let access = AccessLog::new(opts.log_format, &registry);
-        let sink = Sink::open(&config.log.access).map_err(|e| anyhow!(e))?;
-        snapshot.access = access.install(sink).await.map_err(|e| anyhow!(e))?;
+        let sink = Sink::open(&config.log.access).map_err(Error::AccessLog)?;
+        snapshot.access = access.install(sink).await.map_err(Error::AccessLog)?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
-        guard_admin(&config, admin_bind).map_err(|e| anyhow!(e))?;
+        guard_admin(&config, admin_bind).map_err(Error::Admin)?;
         let admin = TcpListener::bind(admin_bind)
             .await
-            .with_context(|| format!("binding the admin server on {admin_bind}"))?;
+            .map_err(|error| Error::AdminBind {
+                addr: admin_bind,
+                error,
+            })?;
         let admin_addr = admin.local_addr()?;
         let inner = Arc::new(Inner {
             region: opts.region.clone(),
@@ -393,7 +399,7 @@ pub struct Signals {
 
 impl Signals {
     /// Takes SIGTERM, SIGINT and SIGHUP (inside the runtime).
-    pub fn take() -> Result<Signals> {
+    pub fn take() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
@@ -630,16 +636,31 @@ async fn bind_all(
             let s = UdpSocket::bind(addr)
                 .await
                 .and_then(l4::udp_socket::Listen::new)
-                .with_context(|| format!("listener {name:?}: binding udp {addr}"))?;
+                .map_err(|error| bind_error(name, "udp", addr, error))?;
             fresh.push(Fresh::Udp(port, s));
         } else {
             let backlog = listener.map_or(Listener::DEFAULT_BACKLOG, |l| l.cfg.backlog);
-            let s = listen_tcp(addr, backlog)
-                .with_context(|| format!("listener {name:?}: binding tcp {addr}"))?;
+            let s =
+                listen_tcp(addr, backlog).map_err(|error| bind_error(name, "tcp", addr, error))?;
             fresh.push(Fresh::Tcp(port, s));
         }
     }
     Ok(fresh)
+}
+
+/// [`Error::Bind`] for listener `name`.
+fn bind_error(
+    name: &str,
+    protocol: &'static str,
+    addr: SocketAddr,
+    error: std::io::Error,
+) -> Error {
+    Error::Bind {
+        name: name.to_owned(),
+        protocol,
+        addr,
+        error,
+    }
 }
 
 /// A TCP socket listening on `addr` with `backlog` (std's listeners ask for 128).

@@ -183,10 +183,11 @@ impl NodeFleet {
 
 /// Runs a fleet command on a small runtime (again while etcd fails transiently: an election),
 /// printing its outcome.
-pub(crate) fn command<F, Fut>(work: F) -> anyhow::Result<ExitCode>
+pub(crate) fn command<F, Fut, E>(work: F) -> anyhow::Result<ExitCode>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<gtd::fleet::push::Outcome>>,
+    Fut: std::future::Future<Output = Result<gtd::fleet::push::Outcome, E>>,
+    E: AsRef<dyn std::error::Error + Send + Sync + 'static>,
 {
     // Warnings (users off on the cluster) to stderr, as one line each.
     let _ = tracing_subscriber::fmt()

@@ -48,7 +48,7 @@ impl Fleet {
                     }
                 }
             };
-            Ok(gtd::fleet::push::Outcome {
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(gtd::fleet::push::Outcome {
                 out,
                 err: String::new(),
                 code: 0,
