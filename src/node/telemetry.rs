@@ -70,7 +70,7 @@ pub const ETCD_CONNECTED: Def = Def {
     name: "gtd_etcd_connected",
     kind: Kind::Gauge,
     labels: &[],
-    help: "1 while the node follows the fleet on etcd (its watch on the revision and its registry entry live), 0 while etcd is unreachable or refuses it (it keeps serving its revision); only with --etcd",
+    help: "1 while the node follows the fleet on etcd (its watch on the revision lives; its registry entry is kept apart and may lag), 0 while etcd is unreachable or refuses it (it keeps serving its revision); only with --etcd",
 };
 /// Whether the node is draining.
 pub const DRAINING: Def = Def {
