@@ -18,13 +18,17 @@
 //!   HTTP listeners, and [`split::plan`]: the routing plan as a value (facts → listener plan,
 //!   per-rule plans, sticky cookie table).
 //! - [`node`] (I/O only): the listener node, in wings that do not import each other —
-//!   [`node::http`] (server, header rules, upstream and keep-alive pool, gtd's HTTP/1.1 client
-//!   and codec, bodies, its own answers) and [`node::l4`] (TCP relay, UDP flows, PROXY
-//!   protocol) — over shared parts: [`node::accept`], [`node::connect`] (outbound sockets),
-//!   [`node::attempt`] (the one attempt budget and the order of attempts),
-//!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`),
-//!   [`node::checks`] (the active health checks and RTT probes), the admin server, and
-//!   [`node::telemetry`] (the metrics registry, below admin and the data planes).
+//!   [`node::http`] (server, header rules, the request loop `proxy()` over the retry rule as a
+//!   pure value in `http/retry.rs`, upstream and keep-alive pool, gtd's HTTP/1.1 client and
+//!   codec, bodies, its own answers) and [`node::l4`] (TCP relay, UDP flows, PROXY protocol) —
+//!   over shared parts that import no wing: [`node::accept`], [`node::connect`] (outbound
+//!   sockets), [`node::attempt`] (the one attempt budget and the order of attempts),
+//!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`;
+//!   what a wing hangs on it is an opaque `Attached` the wing builds and reads back),
+//!   `node::watch` (each endpoint's check state), `node::checks` (the active health checks
+//!   and RTT probes), `node::status` (the listeners' views, for `/status` and the registry),
+//!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the
+//!   data planes).
 //! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
 //!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
 //!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows
