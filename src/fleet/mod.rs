@@ -7,7 +7,9 @@
 //!   catalogue's), zero-padded so that keys sort by number; the last `keep` stay, for rollback
 //!   and diff;
 //! - `PREFIX/nodes/ID`: a node's [`registry::Entry`], under the node's lease, so that a node
-//!   that dies leaves the registry when its lease runs out.
+//!   that dies leaves the registry when its lease runs out;
+//! - `PREFIX/expected/ID`: a node that registered once ([`expected::Expected`]), without a
+//!   lease: a node gone from the registry is shown missing until `gtd fleet forget ID`.
 //!
 //! A push writes the new revision and moves `PREFIX/revision` in one transaction that succeeds
 //! only if `PREFIX/revision` did not change since it was read: two pushes never both win, and a
@@ -17,9 +19,12 @@
 pub mod access;
 pub mod compact;
 pub mod etcd;
+pub mod expected;
+pub mod history;
 pub mod push;
 pub mod registry;
 pub mod report;
+pub mod stale;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -145,6 +150,10 @@ pub struct Revision {
     /// The revision whose text this one republished (`gtd push --rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_of: Option<u64>,
+    /// What the pusher said of it (`gtd push -m`); empty when nothing was said, and in the
+    /// revisions of versions before it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 impl Revision {
@@ -273,7 +282,7 @@ impl Store {
         for i in 0..endpoints.len() {
             let endpoint = &endpoints[(start + i) % endpoints.len()];
             let mut user = access.user().map(str::to_owned);
-            let mut attempt = Store::connect_one(endpoint, options.clone()).await;
+            let mut attempt = Store::connect_one(endpoint, options.clone(), true).await;
             if let Err((why, _)) = &attempt
                 && access.user().is_some()
                 && why.contains(AUTH_OFF)
@@ -284,7 +293,7 @@ impl Store {
                     endpoint = %endpoint,
                     "etcd: users are off on this cluster; connecting without --etcd-user"
                 );
-                attempt = Store::connect_one(endpoint, access.options(false)?).await;
+                attempt = Store::connect_one(endpoint, access.options(false)?, true).await;
                 user = None;
             }
             match attempt {
@@ -316,10 +325,12 @@ impl Store {
         }))
     }
 
-    /// A connection to one member, or why not and whether it was refused (see [`refusal`]).
+    /// A connection to one member (that knows a leader, unless not `leader`), or why not and
+    /// whether it was refused (see [`refusal`]).
     async fn connect_one(
         endpoint: &str,
         options: ConnectOptions,
+        leader: bool,
     ) -> std::result::Result<Client, (String, bool)> {
         let work = async {
             let client = Client::connect(endpoint, options).await?;
@@ -332,7 +343,7 @@ impl Store {
                 let refused = refusal(&e);
                 Err((describe_error(&e), refused))
             }
-            Ok(Ok((_, 0))) => Err(("the member knows no leader".to_owned(), false)),
+            Ok(Ok((_, 0))) if leader => Err(("the member knows no leader".to_owned(), false)),
             Ok(Ok((client, _))) => Ok(client),
         }
     }
@@ -448,6 +459,7 @@ impl Store {
             .client
             .range(rpc::RangeRequest {
                 keys_only: true,
+                serializable: self.serializable,
                 ..range(&from, true)
             })
             .await
@@ -544,7 +556,10 @@ impl Store {
         let from = self.nodes_key();
         let resp = self
             .client
-            .range(range(&from, true))
+            .range(rpc::RangeRequest {
+                serializable: self.serializable,
+                ..range(&from, true)
+            })
             .await
             .map_err(etcd_error("reading the node registry"))?;
         let mut entries: Vec<registry::Entry> = resp
@@ -755,5 +770,6 @@ pub fn draft(config: &Config) -> Result<Revision> {
         catalog_name: name(catalog_file),
         catalog: read(catalog_file)?,
         rollback_of: None,
+        message: String::new(),
     })
 }

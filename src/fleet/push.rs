@@ -79,6 +79,8 @@ pub struct Options {
     pub dry_run: bool,
     /// Republish this kept revision (`Some(None)`: the one before the current).
     pub rollback: Option<Option<u64>>,
+    /// What the pusher says of the revision (`-m`), stored with it; empty: nothing.
+    pub message: String,
 }
 
 /// What a command prints and its exit status.
@@ -120,7 +122,8 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         Ok(cfg) => cfg,
         Err(errors) => return Ok(Outcome::refused(refusal(&errors, &opts.config))),
     };
-    let draft = super::draft(&cfg).map_err(|e| Error::Read(format!("{e:#}")))?;
+    let mut draft = super::draft(&cfg).map_err(|e| Error::Read(format!("{e:#}")))?;
+    draft.message = opts.message.clone();
     // What is published is the text just read: validate exactly it (an edit between the two
     // reads would otherwise slip through).
     let catalog = config::parse_catalog(
@@ -246,6 +249,7 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         pushed_at_ms: super::now_ms(),
         pushed_by: super::who(),
         rollback_of: Some(target),
+        message: opts.message.clone(),
         ..old
     };
     let published = store

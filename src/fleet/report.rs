@@ -1,11 +1,15 @@
 //! `gtd fleet`: the live nodes, the revision each serves, and where their views of group health
-//! disagree (a table, or JSON: the document `GET /fleet` serves); `gtd fleet diff A B`.
+//! disagree; the nodes missing (registered once, gone now); read from one member's own store,
+//! marked stale, when etcd has no quorum (a table, or JSON: the document `GET /fleet` serves);
+//! `gtd fleet diff A B`.
 
 use serde_json::{Value, json};
 
+use super::expected::{Missing, missing};
 use super::push::{shares, text_diff, validated};
 use super::registry::{Entry, disagreements};
-use super::{Revision, Store};
+use super::stale::Stale;
+use super::{Access, Revision, Store};
 
 /// Why `gtd fleet diff` could not compare two revisions.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +51,10 @@ pub struct Fleet {
     pub latest: Option<Revision>,
     /// Live nodes, by region and id.
     pub nodes: Vec<Entry>,
+    /// Nodes that registered once and have no entry now, by region and id.
+    pub missing: Vec<Missing>,
+    /// Where the answer came from when etcd had no quorum (none: a linearizable read).
+    pub stale: Option<Stale>,
 }
 
 impl Fleet {
@@ -55,11 +63,38 @@ impl Fleet {
         let seen = store.current().await?;
         let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
+        let expected = store.expected().await?;
         Ok(Fleet {
             prefix: store.prefix().to_owned(),
             latest,
+            missing: missing(&expected, &nodes),
             nodes,
+            stale: None,
         })
+    }
+
+    /// [`Fleet::read`] through a connection to a member that knows a leader; when that fails
+    /// as an outage does (no quorum, an election, members gone), read from the first member
+    /// that answers at all, from its own store, and marked [`Fleet::stale`]. The error is the
+    /// linearizable read's when no member answers.
+    pub async fn read_or_stale(access: &Access, prefix: &str) -> Result<Fleet, super::Error> {
+        let fresh = async {
+            let mut store = Store::connect(access, prefix).await?;
+            Fleet::read(&mut store).await
+        };
+        match fresh.await {
+            Err(e) if super::transient(&e) => {
+                let Ok((mut store, stale)) =
+                    Store::connect_stale(access, prefix, super::describe(&e)).await
+                else {
+                    return Err(e);
+                };
+                let mut fleet = Fleet::read(&mut store).await?;
+                fleet.stale = Some(stale);
+                Ok(fleet)
+            }
+            read => read,
+        }
     }
 
     /// Whether every node serves the latest revision.
@@ -79,12 +114,26 @@ impl Fleet {
             "all_latest": self.all_latest(),
             "nodes": self.nodes,
             "disagreements": disagreements(&self.nodes),
+            "all_present": self.missing.is_empty(),
+            "missing": self.missing,
+            "stale": self.stale.is_some(),
+            "stale_from": self.stale,
         })
     }
 
     /// The table an operator reads.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        if let Some(s) = &self.stale {
+            out.push_str(&format!(
+                "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): etcd has no quorum ({}); later pushes and registry changes may be missing\n",
+                s.member,
+                s.raft_index,
+                s.revision,
+                if s.leader { "" } else { ", no leader" },
+                s.why
+            ));
+        }
         match &self.latest {
             Some(r) => out.push_str(&format!(
                 "fleet {} · latest revision {} (pushed {} by {}{})\n",
@@ -101,11 +150,16 @@ impl Fleet {
         let latest = self.latest.as_ref().map(|r| r.revision);
         let behind = self.nodes.iter().filter(|n| n.applied != latest).count();
         out.push_str(&match (self.nodes.len(), behind) {
-            (0, _) => "no node is registered\n".to_owned(),
-            (n, 0) => format!("{n} node{} · all serve the latest revision\n", plural(n)),
-            (n, b) => format!("{n} node{} · {b} not on the latest revision\n", plural(n)),
+            (0, _) => "no node is registered".to_owned(),
+            (n, 0) => format!("{n} node{} · all serve the latest revision", plural(n)),
+            (n, b) => format!("{n} node{} · {b} not on the latest revision", plural(n)),
         });
+        if !self.missing.is_empty() {
+            out.push_str(&format!(" · {} missing", self.missing.len()));
+        }
+        out.push('\n');
         if self.nodes.is_empty() {
+            self.missing_table(&mut out);
             return out;
         }
         let id_w = self
@@ -175,6 +229,7 @@ impl Fleet {
                 ));
             }
         }
+        self.missing_table(&mut out);
         let disagree = disagreements(&self.nodes);
         if disagree.is_empty() {
             out.push_str("\nthe nodes agree on every group's health\n");
@@ -191,6 +246,32 @@ impl Fleet {
             }
         }
         out
+    }
+
+    /// The missing nodes' lines, when there are any.
+    fn missing_table(&self, out: &mut String) {
+        if self.missing.is_empty() {
+            return;
+        }
+        out.push_str(
+            "\nmissing (registered once, no entry now; `gtd fleet forget ID` once it is gone for good):\n",
+        );
+        for m in &self.missing {
+            let since = match m.since_ms {
+                Some(ms) => format!("missing since {}", utc(ms)),
+                None => format!(
+                    "missing (not seen leaving; registered {})",
+                    utc(m.registered_at_ms)
+                ),
+            };
+            let last = m
+                .last_applied
+                .map_or(String::new(), |r| format!(", last served revision {r}"));
+            let at = m
+                .etcd_revision
+                .map_or(String::new(), |r| format!(", left at etcd revision {r}"));
+            out.push_str(&format!("  {}  {}  {since}{last}{at}\n", m.id, m.region));
+        }
     }
 }
 
@@ -215,7 +296,7 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     Ok(out)
 }
 
-fn plural(n: usize) -> &'static str {
+pub(super) fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
@@ -235,7 +316,7 @@ fn duration(s: u64) -> String {
 }
 
 /// `2026-12-01 18:40:02 UTC`.
-fn utc(ms: u64) -> String {
+pub(super) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let rem = secs % 86_400;
     let (year, month, day) = crate::calendar::civil(secs / 86_400);

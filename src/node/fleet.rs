@@ -22,6 +22,7 @@ use crate::fleet::{Revision, Store};
 use crate::view::FleetView;
 
 mod registry;
+mod witness;
 
 /// Why a fleet node has no revision to start from, or lost etcd (the follower describes it,
 /// with [`crate::fleet::describe`], and tries again).
@@ -424,6 +425,8 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let registration = registry::Registration::start(Arc::clone(inner), store.clone());
     let compaction = tokio::spawn(compact(store.clone()));
     let _compaction = AbortOnDrop(compaction);
+    let id = node_id(inner, fleet);
+    let _witness = AbortOnDrop(tokio::spawn(witness::watch(store.clone(), id)));
     let was = fleet.error.lock().expect("fleet state").clone();
     fleet.set_error(None);
     if was.is_some() {

@@ -1,9 +1,13 @@
-//! `gtd fleet`: the fleet's live nodes, the revision each serves, and where their views of
-//! group health disagree; `gtd fleet diff A B`: two kept revisions compared.
+//! `gtd fleet`: the fleet's live nodes, the revision each serves, where their views of group
+//! health disagree, and the nodes missing; `gtd fleet diff A B`: two kept revisions compared;
+//! `gtd fleet history`: the kept revisions and what each changed; `gtd fleet forget ID`.
 
 use std::process::ExitCode;
 
 use crate::etcd::Etcd;
+
+/// `gtd fleet`'s exit status when nodes are missing (registered once, no entry now).
+const MISSING: u8 = 3;
 
 /// `gtd fleet`'s arguments.
 #[derive(clap::Args)]
@@ -26,33 +30,66 @@ enum FleetCommand {
         /// The newer revision.
         b: u64,
     },
+    /// The kept revisions, newest first: when, who pushed, the message, what changed.
+    History {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// The newest N revisions only.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+    },
+    /// Stop expecting node ID (shown missing since its entry left the registry).
+    Forget {
+        /// The node's id, as `gtd fleet` lists it.
+        id: String,
+    },
 }
 
 impl Fleet {
-    /// Reads the registry (or the two revisions) and prints the report.
+    /// Reads the registry (or the revisions) and prints the report.
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
         let (prefix, access) = self.etcd.checked()?;
         let (json, what) = (self.json, self.what);
         crate::etcd::command(|| async {
-            let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
-            let out = match &what {
-                Some(FleetCommand::Diff { a, b }) => gtd::fleet::report::diff(&mut store, *a, *b)
-                    .await
-                    .map_err(|e| e.into_store())?,
-                None => {
-                    let f = gtd::fleet::report::Fleet::read(&mut store).await?;
-                    if json {
-                        format!("{:#}\n", f.json())
+            let outcome = |out: String, code: u8| gtd::fleet::push::Outcome {
+                out,
+                err: String::new(),
+                code,
+            };
+            let o = match &what {
+                Some(FleetCommand::Diff { a, b }) => {
+                    let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
+                    let out = gtd::fleet::report::diff(&mut store, *a, *b)
+                        .await
+                        .map_err(|e| e.into_store())?;
+                    outcome(out, 0)
+                }
+                Some(FleetCommand::History { json: j, limit }) => {
+                    let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
+                    let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+                    let h = gtd::fleet::history::read(&mut store, limit).await?;
+                    if *j || json {
+                        outcome(format!("{:#}\n", serde_json::to_value(&h)?), 0)
                     } else {
-                        f.table()
+                        outcome(h.table(), 0)
+                    }
+                }
+                Some(FleetCommand::Forget { id }) => {
+                    let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
+                    gtd::fleet::expected::forget(&mut store, id).await?
+                }
+                None => {
+                    let f = gtd::fleet::report::Fleet::read_or_stale(&access, &prefix).await?;
+                    let code = if f.missing.is_empty() { 0 } else { MISSING };
+                    if json {
+                        outcome(format!("{:#}\n", f.json()), code)
+                    } else {
+                        outcome(f.table(), code)
                     }
                 }
             };
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(gtd::fleet::push::Outcome {
-                out,
-                err: String::new(),
-                code: 0,
-            })
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(o)
         })
     }
 }

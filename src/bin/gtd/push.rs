@@ -25,6 +25,10 @@ pub(crate) struct Push {
     /// revision.
     #[arg(long, value_name = "REV", num_args = 0..=1, conflicts_with_all = ["config", "regions"])]
     rollback: Option<Option<u64>>,
+    /// What to say of this revision (why it was pushed), stored with it: `gtd fleet history`
+    /// lists it.
+    #[arg(long, short = 'm', value_name = "MESSAGE", default_value = "")]
+    message: String,
     /// How many revisions to keep (the new one included).
     #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
@@ -42,6 +46,7 @@ impl Push {
             keep: self.keep,
             dry_run: self.dry_run,
             rollback: self.rollback,
+            message: self.message,
         })
     }
 

@@ -299,6 +299,18 @@ impl Client {
         .await
     }
 
+    /// A delete of a key or range.
+    pub async fn delete_range(
+        &self,
+        request: rpc::DeleteRangeRequest,
+    ) -> Result<rpc::DeleteRangeResponse> {
+        self.call(|s| {
+            let r = request.clone();
+            async move { KvClient::new(s).delete_range(r).await }
+        })
+        .await
+    }
+
     /// A transaction.
     pub async fn txn(&self, request: rpc::TxnRequest) -> Result<rpc::TxnResponse> {
         self.call(|s| {
@@ -349,14 +361,21 @@ impl Client {
 
     /// Watches `key` from store revision `start` (0: from now).
     pub async fn watch(&self, key: &str, start: i64) -> Result<Answers<rpc::WatchResponse>> {
+        self.watch_with(rpc::WatchCreateRequest {
+            key: key.as_bytes().to_vec(),
+            start_revision: start,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// A watch as `create` asks (a range of keys, the previous values, filters).
+    pub async fn watch_with(
+        &self,
+        create: rpc::WatchCreateRequest,
+    ) -> Result<Answers<rpc::WatchResponse>> {
         let create = rpc::WatchRequest {
-            request_union: Some(rpc::watch_request::RequestUnion::CreateRequest(
-                rpc::WatchCreateRequest {
-                    key: key.as_bytes().to_vec(),
-                    start_revision: start,
-                    ..Default::default()
-                },
-            )),
+            request_union: Some(rpc::watch_request::RequestUnion::CreateRequest(create)),
         };
         let (requests, mut answers) = self
             .open(create, |s, outgoing| async move {

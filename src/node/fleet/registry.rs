@@ -3,6 +3,10 @@
 //! alive (a node that dies leaves the registry when its lease runs out), so an unchanged entry
 //! costs etcd nothing but the lease's keep-alives, which add no revision to its history.
 //!
+//! Each write of the entry also records the node as expected (`PREFIX/expected/ID`,
+//! [`crate::fleet::expected`]) when no record is there yet, in the same transaction: the first
+//! registration costs no extra write, and later ones leave the record alone.
+//!
 //! A task apart from the follower's watch: a write that etcd holds up (an election, a slow
 //! disk) never holds up a revision, and a failed write is tried again at the next look without
 //! ending the follower's session.
@@ -16,7 +20,6 @@ use tokio::task::JoinHandle;
 
 use super::{Fleet, Inner};
 use crate::fleet::Store;
-use crate::fleet::etcd::pb::etcdserverpb as rpc;
 use crate::fleet::registry::Entry;
 
 /// How often the node looks whether its entry changed (between the revisions and reloads that
@@ -58,6 +61,9 @@ async fn keep(inner: Arc<Inner>, store: Store, wake: Arc<Notify>) {
     let ttl = fleet.opts.lease_ttl.as_secs().max(1) as i64;
     let mut backoff = Duration::from_millis(200);
     let mut said: Option<String> = None;
+    // Whether the writes record the node as expected (off once etcd refused it: a node role
+    // without write permission on PREFIX/expected/ still keeps its entry).
+    let mut expect = true;
     loop {
         let mut lease = fleet.lease.load(Ordering::Relaxed);
         if lease == 0 {
@@ -74,7 +80,16 @@ async fn keep(inner: Arc<Inner>, store: Store, wake: Arc<Notify>) {
                 }
             }
         }
-        let why = hold(&inner, fleet, &store, lease, ttl, &wake, &mut said).await;
+        let why = hold(
+            &inner,
+            fleet,
+            &store,
+            (lease, ttl),
+            &wake,
+            &mut said,
+            &mut expect,
+        )
+        .await;
         report(&mut said, why);
         // Expired or refused: the next lease is a new one. A broken stream keeps it: the next
         // try renews it if it still lives.
@@ -88,16 +103,15 @@ async fn hold(
     inner: &Arc<Inner>,
     fleet: &Fleet,
     store: &Store,
-    lease: i64,
-    ttl: i64,
+    (lease, ttl): (i64, i64),
     wake: &Notify,
     said: &mut Option<String>,
+    expect: &mut bool,
 ) -> String {
     let (mut keeper, mut kept) = match store.client().lease_keep_alive(lease).await {
         Ok(k) => k,
         Err(e) => return format!("keeping the registry lease: {e}"),
     };
-    let key = format!("{}{}", store.nodes_key(), super::node_id(inner, fleet));
     // What was last written, its clock fields left out: an entry is rewritten when that differs.
     let mut written: Option<Vec<u8>> = None;
     let mut look = tokio::time::interval(LOOK);
@@ -131,6 +145,13 @@ async fn hold(
                             tracing::info!("fleet: registry entry written again");
                         }
                     }
+                    Write::Failed(e) if *expect && e.contains("permission denied") => {
+                        tracing::warn!(error = %e, "fleet: this node may not write its expected \
+                            record (PREFIX/expected/, docs/operations.md); writing its registry \
+                            entry alone, so it is not shown missing when it is gone");
+                        *expect = false;
+                        wake.notify_one();
+                    }
                     Write::Failed(e) => report(said, e),
                 }
                 continue;
@@ -147,17 +168,15 @@ async fn hold(
             continue;
         }
         let client = store.client().clone();
-        let key = key.clone();
+        let txn = crate::fleet::expected::register(store, &entry, lease, *expect)
+            .expect("an entry is plain data");
         writing = Some(Box::pin(async move {
-            let put = rpc::PutRequest {
-                key: key.into_bytes(),
-                value: serde_json::to_vec(&entry).expect("an entry is plain data"),
-                lease,
-                ..Default::default()
-            };
-            match client.put(put).await {
+            match client.txn(txn).await {
                 Ok(_) => Write::Done(shape),
-                Err(e) => Write::Failed(format!("writing the registry entry: {e}")),
+                Err(e) => Write::Failed(format!(
+                    "writing the registry entry: {}",
+                    crate::fleet::describe_error(&e)
+                )),
             }
         }));
     }

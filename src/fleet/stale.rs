@@ -1,0 +1,89 @@
+//! `gtd fleet` without etcd's quorum: when no member answers with a leader, the fleet is read
+//! from one member's own store (serializable reads, which need no leader) and the answer says
+//! so, with the member and how far its store had come. Nothing is written this way.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Access, Error, Result, Store, Unreachable, describe_error, normalise_prefix};
+
+/// Where a stale answer came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stale {
+    /// The member that answered.
+    pub member: String,
+    /// Its raft index when asked (how far its log had come).
+    pub raft_index: u64,
+    /// Its store revision when asked.
+    pub revision: i64,
+    /// Whether it knew a leader (a stale read is taken only when the linearizable one failed,
+    /// usually because no member knows one).
+    pub leader: bool,
+    /// Why the linearizable read failed.
+    pub why: String,
+}
+
+impl Store {
+    /// A connection to the first member that answers, leader or not, with every read
+    /// serializable (from that member's own store); and what the member said of itself.
+    /// `why` is the linearizable read's failure, kept in the answer.
+    pub async fn connect_stale(
+        access: &Access,
+        prefix: &str,
+        why: String,
+    ) -> Result<(Store, Stale)> {
+        let prefix = normalise_prefix(prefix).map_err(|error| Error::Prefix {
+            prefix: prefix.to_owned(),
+            error,
+        })?;
+        // Without "hasleader": a member without a leader still answers from its store.
+        let options = access.options(true)?.with_require_leader(false);
+        let mut errors = Vec::new();
+        for endpoint in access.endpoints() {
+            let client = match Store::connect_one(endpoint, options.clone(), false).await {
+                Ok(c) => c,
+                Err((reason, refused)) => {
+                    errors.push((format!("{endpoint}: {reason}"), refused));
+                    continue;
+                }
+            };
+            let status = match tokio::time::timeout(super::REQUEST_TIMEOUT, client.status()).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    errors.push((format!("{endpoint}: {}", describe_error(&e)), false));
+                    continue;
+                }
+                Err(_) => {
+                    errors.push((format!("{endpoint}: timed out"), false));
+                    continue;
+                }
+            };
+            let stale = Stale {
+                member: endpoint.clone(),
+                raft_index: status.raft_index,
+                revision: status.header.as_ref().map_or(0, |h| h.revision),
+                leader: status.leader != 0,
+                why,
+            };
+            let store = Store {
+                client,
+                prefix,
+                endpoint: endpoint.clone(),
+                user: access.user().map(str::to_owned),
+                serializable: true,
+            };
+            return Ok((store, stale));
+        }
+        let refused = errors.iter().all(|(_, r)| *r);
+        let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
+        let reasons = errors
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(Error::Unreachable(Unreachable {
+            reasons,
+            refused,
+            hint,
+        }))
+    }
+}
