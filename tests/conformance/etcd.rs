@@ -284,8 +284,8 @@ impl Cluster {
     }
 
     /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`: read and write under /gtd/)
-    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/ and
-    /// /gtd/compaction), each
+    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/,
+    /// /gtd/expected/ and /gtd/compaction), each
     /// with [`PASSWORD`] in `pw-USER`. From now on [`Cluster::access`] names a user.
     pub(crate) fn enable_users(&mut self) {
         let run = |args: &[&str]| {
@@ -335,6 +335,14 @@ impl Cluster {
             "--prefix=true",
             "readwrite",
             "/gtd/nodes/",
+        ]);
+        run(&[
+            "role",
+            "grant-permission",
+            "gtd-node",
+            "--prefix=true",
+            "readwrite",
+            "/gtd/expected/",
         ]);
         run(&[
             "role",
@@ -414,9 +422,17 @@ pub(crate) fn push(cluster: &Cluster, config: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `gtd fleet --json`.
+/// `gtd fleet --json` (which exits 3 when nodes are missing: its JSON says which).
 pub(crate) fn fleet_json(cluster: &Cluster) -> Value {
-    json_of(gtd_as(cluster, As::Pusher, &["fleet", "--json"]))
+    let out = gtd_as(cluster, As::Pusher, &["fleet", "--json"]);
+    let missing = out.status.code() == Some(3);
+    let v: Value = if missing {
+        serde_json::from_slice(&out.stdout).unwrap()
+    } else {
+        json_of(out)
+    };
+    assert_eq!(v["all_present"], !missing, "{v:#}");
+    v
 }
 
 /// The JSON a `gtd ... --json` printed, which must have succeeded.

@@ -42,6 +42,7 @@ mod election;
 mod failover;
 mod fleet_tab;
 mod graceful;
+mod history;
 mod ranking;
 mod registry;
 mod reload;
