@@ -1,0 +1,22 @@
+#!/bin/sh
+# The etcd roles of a gtd fleet (docs/operations.md, "Securing etcd"), for a cluster whose users
+# are on or about to be: run once with etcdctl's settings in its environment (ETCDCTL_ENDPOINTS,
+# ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, and ETCDCTL_USER=root:... once users are on).
+#
+#   gtd-push  `gtd push`, `gtd fleet` and `gtd fleet forget`: read and write under PREFIX/.
+#   gtd-node  `gtd run --etcd`: read under PREFIX/; write its registry entry (PREFIX/nodes/),
+#             its expected record and the departures it sees (PREFIX/expected/), and the
+#             compaction rounds (PREFIX/compaction).
+#
+# Then give each user its role, e.g.:
+#   etcdctl user add pusher && etcdctl user grant-role pusher gtd-push
+#   etcdctl user add node   && etcdctl user grant-role node gtd-node
+set -eu
+PREFIX=${1:-/gtd}
+etcdctl role add gtd-push
+etcdctl role grant-permission gtd-push --prefix=true readwrite "$PREFIX/"
+etcdctl role add gtd-node
+etcdctl role grant-permission gtd-node --prefix=true read "$PREFIX/"
+etcdctl role grant-permission gtd-node --prefix=true readwrite "$PREFIX/nodes/"
+etcdctl role grant-permission gtd-node --prefix=true readwrite "$PREFIX/expected/"
+etcdctl role grant-permission gtd-node readwrite "$PREFIX/compaction"
