@@ -126,7 +126,7 @@ impl Fleet {
         let mut out = String::new();
         if let Some(s) = &self.stale {
             out.push_str(&format!(
-                "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): etcd has no quorum ({}); later pushes and registry changes may be missing\n",
+                "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): later pushes and registry changes may be missing\n  (no quorum read: {})\n",
                 s.member,
                 s.raft_index,
                 s.revision,
