@@ -265,3 +265,37 @@ fn without_a_quorum_gtd_fleet_answers_from_one_member_marked_stale() {
         "{table}"
     );
 }
+
+/// A node role granted before `PREFIX/expected/` existed (the roles of an older gtd): the node
+/// still keeps its registry entry, and says once what it lacks.
+#[test]
+fn a_node_that_may_not_write_its_expected_record_still_registers() {
+    let mut cluster = Cluster::start_secure();
+    cluster.enable_users();
+    let out = cluster.etcdctl(&[
+        "role",
+        "revoke-permission",
+        "gtd-node",
+        "--prefix=true",
+        "/gtd/expected/",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let cfg = Cfg::shipped();
+    let fleet = start_fleet(&cluster, &cfg, &[]);
+    wait("both nodes registered", || {
+        fleet_json(&cluster)["nodes"].as_array().unwrap().len() == 2
+    });
+    for n in &fleet.nodes {
+        wait(
+            &format!("{} saying it writes its entry alone", n.region),
+            || {
+                std::fs::read_to_string(&n.log)
+                    .unwrap_or_default()
+                    .contains("may not write its expected record")
+            },
+        );
+    }
+    let records = cluster.etcdctl(&["get", "--prefix", "/gtd/expected/", "--keys-only"]);
+    assert!(records.status.success(), "{records:?}");
+    assert_eq!(String::from_utf8_lossy(&records.stdout).trim(), "");
+}
