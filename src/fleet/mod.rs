@@ -619,6 +619,15 @@ pub fn transient(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether `e`, or an error beneath it, is etcd's answer during an election
+/// ([`etcd::Error::is_election`]).
+pub fn in_election(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |c| c.source()).any(|c| {
+        c.downcast_ref::<etcd::Error>()
+            .is_some_and(etcd::Error::is_election)
+    })
+}
+
 /// Whether etcd's answer is one that asking again will not change: credentials or a request
 /// it refuses (a wrong password, a permission the user lacks, no user at all), or a
 /// certificate that one side of the TLS handshake refuses.

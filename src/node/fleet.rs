@@ -281,7 +281,7 @@ impl Source {
 /// Reads the revision to start with (see [`Initial`]).
 pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     let cached = read_cache(&opts.cache);
-    let from_etcd = async {
+    let read = || async {
         let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
         let seen = store.current().await?;
         store
@@ -290,8 +290,21 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
             .ok_or_else(|| Error::Unpublished {
                 prefix: store.prefix().to_owned(),
             })
+    };
+    // A node started while etcd elects a leader (the fleet and its etcd started together, a
+    // restart as the leader dies) is told "leader changed" or "no leader": it asks again until
+    // the new leader answers, as long as an election takes, rather than exit or start from an
+    // older cached revision.
+    let began = tokio::time::Instant::now();
+    let mut from_etcd = read().await;
+    while let Err(e) = &from_etcd {
+        if !crate::fleet::in_election(e) || began.elapsed() >= LEADERLESS {
+            break;
+        }
+        tracing::info!(error = %crate::fleet::describe(e), "etcd is electing a leader; asking again");
+        tokio::time::sleep(MIN_BACKOFF).await;
+        from_etcd = read().await;
     }
-    .await;
     match (from_etcd, cached) {
         (Ok(r), cached) => Ok(Initial {
             fallback: cached.ok().filter(|c| !c.same_text(&r)).map(Arc::new),

@@ -63,3 +63,44 @@ fn nodes_on_the_members_left_keep_their_session_through_an_election() {
         assert!(f.connected, "{f:?}");
     }
 }
+
+/// A node started while etcd elects a leader (a fleet and its etcd started together, or a
+/// node restarted as the leader dies) waits for the new leader instead of exiting on etcd's
+/// "leader changed" or "no leader": the node has no cached revision to start from.
+#[test]
+fn a_node_started_during_an_election_waits_for_the_new_leader() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader();
+    let stay: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let endpoints = cluster.endpoints_of(&stay);
+    let cfg = Cfg::shipped();
+    let fleet = Fleet::start_with(
+        &cfg,
+        &[],
+        |config| {
+            crate::etcd::push(&cluster, config);
+            cluster.kill(leader);
+        },
+        |_, dir, region| {
+            [
+                "--etcd",
+                &endpoints,
+                "--cache",
+                &dir.join(format!("cache-{region}.json"))
+                    .display()
+                    .to_string(),
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
+    );
+    wait_applied(&fleet, 1);
+    for n in &fleet.nodes {
+        assert!(
+            n.fleet().connected,
+            "{} is not following etcd:\n{}",
+            n.region,
+            n.log_tail()
+        );
+    }
+}

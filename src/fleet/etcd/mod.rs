@@ -63,6 +63,14 @@ impl Error {
         matches!(self, Error::GRpcStatus(s) if s.message().contains("no leader"))
     }
 
+    /// An answer etcd gives while it elects a leader ("no leader", "leader changed", "request
+    /// timed out, possibly due to previous leader failure"): asking again once a leader is
+    /// elected gets past it.
+    pub fn is_election(&self) -> bool {
+        const ELECTION: [&str; 3] = ["no leader", "leader changed", "previous leader failure"];
+        matches!(self, Error::GRpcStatus(s) if ELECTION.iter().any(|m| s.message().contains(m)))
+    }
+
     /// etcd's "required revision has been compacted": a watch or compaction asked for history
     /// that a compaction removed.
     pub fn is_compacted(&self) -> bool {
