@@ -14,6 +14,7 @@
 //! keeps the running one. SIGTERM stops accepting and drains.
 
 pub mod accept;
+pub(crate) mod access;
 pub mod admin;
 pub mod attempt;
 pub(crate) mod checks;
@@ -57,12 +58,12 @@ use tokio_util::task::TaskTracker;
 use crate::config::{self, Config, Listener, Protocol};
 use crate::fleet::Revision;
 
-use self::http::access::{AccessLog, Sink};
+use self::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
 
+pub use self::access::LogFormat;
 pub use self::error::Error;
-pub use self::http::access::LogFormat;
 pub(crate) use self::tls::client_config as tls_client_config;
 
 type Result<T, E = Error> = std::result::Result<T, E>;
