@@ -104,6 +104,9 @@ struct Bound {
     listening: Option<std::os::fd::OwnedFd>,
 }
 
+/// How long the end of a drain waits for the connections it cut to log their lines.
+const LAST_LINES: Duration = Duration::from_secs(1);
+
 /// State shared by the node's tasks.
 pub(crate) struct Inner {
     opts: Options,
@@ -118,7 +121,7 @@ pub(crate) struct Inner {
     /// Stops the accept and receive loops (SIGTERM: the drain begins).
     stop: CancellationToken,
     /// Stops the planner and the admin server once the drain is over, so that `/metrics` and
-    /// `/status` watch it.
+    /// `/status` watch it; cuts the TCP relays and UDP flows still open then.
     drained: CancellationToken,
     /// Set once the drain began: `/healthz` answers 503, for load balancers in front.
     pub(crate) draining: std::sync::atomic::AtomicBool,
@@ -360,9 +363,12 @@ impl Node {
                 "drain timeout: closing remaining connections"
             );
         }
-        // The last responses' lines, before the process may exit.
-        self.inner.access.flush().await;
+        // TCP relays and UDP loops still open end now, each with its log line (given a moment
+        // to send it; an HTTP exchange still open is dropped with the runtime).
         self.inner.drained.cancel();
+        let _ = tokio::time::timeout(LAST_LINES, self.inner.tracker.wait()).await;
+        // The last lines, before the process may exit.
+        self.inner.access.flush().await;
     }
 
     /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads. `signals` were taken
