@@ -132,7 +132,8 @@ pub(crate) struct Inner {
     /// Endpoint host names and their addresses.
     pub(crate) names: Arc<dns::Names>,
     admin_addr: SocketAddr,
-    /// The HTTP access log's writer (the snapshot holds the handle requests use).
+    /// The access log's writer (the snapshot holds the handle requests, connections and
+    /// flows use).
     access: AccessLog,
     /// The fleet's revisions and the registry, with `--etcd`.
     pub(crate) fleet: Option<fleet::Fleet>,
