@@ -17,6 +17,7 @@
 pub mod access;
 pub mod compact;
 pub mod etcd;
+mod predict;
 pub mod push;
 pub mod registry;
 pub mod report;

@@ -42,6 +42,7 @@ mod election;
 mod failover;
 mod fleet_tab;
 mod graceful;
+mod predictions;
 mod ranking;
 mod registry;
 mod reload;
