@@ -100,6 +100,7 @@ impl Args {
             checks: self.checks,
             latency: self.latency,
             set: self.set,
+            order: Vec::new(),
             format: match self.format {
                 Format::Table => gtd::sim::Format::Table,
                 Format::Json => gtd::sim::Format::Json,

@@ -25,16 +25,18 @@
 //!   sockets), [`node::attempt`] (the one attempt budget and the order of attempts),
 //!   [`node::snapshot`] (the plan with this node's I/O handles attached, behind `ArcSwap`;
 //!   what a wing hangs on it is an opaque `Attached` the wing builds and reads back),
-//!   `node::watch` (each endpoint's check state), `node::checks` (the active health checks
+//!   `node::access` (the access log's writer thread and sink, and the TCP/UDP line; the HTTP
+//!   line is `http/access/`), `node::watch` (each endpoint's check state), `node::checks` (the active health checks
 //!   and RTT probes), `node::status` (the listeners' views, for `/status` and the registry),
 //!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the
 //!   data planes).
 //! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
-//!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
+//!   leases, `gtd fleet`'s report, and the per-node predictions of `gtd push --dry-run` and
+//!   `gtd fleet diff` (`fleet/predict.rs`: each node's entry as the simulator's input), over gtd's own etcd v3 client ([`fleet::etcd`], its
 //!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows
 //!   revisions with [`node::fleet`] and applies each as a reload.
 //! - [`sim`]: the what-if simulator — a config and what-ifs (failing groups, check replays,
-//!   latencies, ratios, client demand) → each node region's split through [`split::plan`],
+//!   latencies, ratios, client demand, a node's own order of groups) → each node region's split through [`split::plan`],
 //!   capacity against demand, the N+1 check, as a table, JSON, CSV or SVG; one entry point,
 //!   [`sim::run`], for the `sim` program, `gtd push --dry-run` and `gtd fleet diff`.
 //! - [`view`]: what a node shows, as serde types both ways — the `/status` document, the

@@ -21,6 +21,7 @@ pub mod compact;
 pub mod etcd;
 pub mod expected;
 pub mod history;
+mod predict;
 pub mod push;
 pub mod registry;
 pub mod report;

@@ -170,7 +170,13 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         if let Some(r) = &running {
             out.push_str(&text_diff(r, &draft, &format!("{}", opts.config.display())));
             out.push('\n');
-            out.push_str(&shares(cfg, opts.config.display().to_string(), r)?);
+            let nodes = store.nodes().await.map_err(Error::Store)?;
+            out.push_str(&super::predict::predicted(
+                cfg,
+                opts.config.display().to_string(),
+                r,
+                &nodes,
+            )?);
         } else {
             let request = sim::Request::new(sim::Source::Loaded {
                 config: Box::new(cfg),
@@ -241,7 +247,13 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         out.push_str(&text_diff(&running, &old, &format!("revision {target}")));
         out.push('\n');
         let name = old.config_file().display().to_string();
-        out.push_str(&shares(validated(&old)?, name, &running)?);
+        let nodes = store.nodes().await.map_err(Error::Store)?;
+        out.push_str(&super::predict::predicted(
+            validated(&old)?,
+            name,
+            &running,
+            &nodes,
+        )?);
         return Ok(Outcome::ok(out));
     }
     let draft = Revision {

@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 
 use super::expected::{Missing, missing};
-use super::push::{shares, text_diff, validated};
+use super::predict::predicted;
+use super::push::{text_diff, validated};
 use super::registry::{Entry, disagreements};
 use super::stale::Stale;
 use super::{Access, Revision, Store};
@@ -275,7 +276,8 @@ impl Fleet {
     }
 }
 
-/// `gtd fleet diff A B`: the text difference of two kept revisions and its effect on shares.
+/// `gtd fleet diff A B`: the text difference of two kept revisions and its effect on shares,
+/// per registered node from its entry, then the catalogue's.
 pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     let mut get = async |n: u64| {
         store
@@ -292,7 +294,8 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     let mut out = text_diff(&old, &new, &format!("revision {b} {}", new.config_name));
     out.push('\n');
     let name = new.config_file().display().to_string();
-    out.push_str(&shares(validated(&new)?, name, &old)?);
+    let nodes = store.nodes().await.map_err(Error::Store)?;
+    out.push_str(&predicted(validated(&new)?, name, &old, &nodes)?);
     Ok(out)
 }
 

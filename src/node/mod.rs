@@ -14,6 +14,7 @@
 //! keeps the running one. SIGTERM stops accepting and drains.
 
 pub mod accept;
+pub(crate) mod access;
 pub mod admin;
 pub mod attempt;
 pub(crate) mod checks;
@@ -57,12 +58,12 @@ use tokio_util::task::TaskTracker;
 use crate::config::{self, Config, Listener, Protocol};
 use crate::fleet::Revision;
 
-use self::http::access::{AccessLog, Sink};
+use self::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
 
+pub use self::access::LogFormat;
 pub use self::error::Error;
-pub use self::http::access::LogFormat;
 pub(crate) use self::tls::client_config as tls_client_config;
 
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -103,6 +104,9 @@ struct Bound {
     listening: Option<std::os::fd::OwnedFd>,
 }
 
+/// How long the end of a drain waits for the connections it cut to log their lines.
+const LAST_LINES: Duration = Duration::from_secs(1);
+
 /// State shared by the node's tasks.
 pub(crate) struct Inner {
     opts: Options,
@@ -117,7 +121,7 @@ pub(crate) struct Inner {
     /// Stops the accept and receive loops (SIGTERM: the drain begins).
     stop: CancellationToken,
     /// Stops the planner and the admin server once the drain is over, so that `/metrics` and
-    /// `/status` watch it.
+    /// `/status` watch it; cuts the TCP relays and UDP flows still open then.
     drained: CancellationToken,
     /// Set once the drain began: `/healthz` answers 503, for load balancers in front.
     pub(crate) draining: std::sync::atomic::AtomicBool,
@@ -128,7 +132,8 @@ pub(crate) struct Inner {
     /// Endpoint host names and their addresses.
     pub(crate) names: Arc<dns::Names>,
     admin_addr: SocketAddr,
-    /// The HTTP access log's writer (the snapshot holds the handle requests use).
+    /// The access log's writer (the snapshot holds the handle requests, connections and
+    /// flows use).
     access: AccessLog,
     /// The fleet's revisions and the registry, with `--etcd`.
     pub(crate) fleet: Option<fleet::Fleet>,
@@ -359,9 +364,12 @@ impl Node {
                 "drain timeout: closing remaining connections"
             );
         }
-        // The last responses' lines, before the process may exit.
-        self.inner.access.flush().await;
+        // TCP relays and UDP loops still open end now, each with its log line (given a moment
+        // to send it; an HTTP exchange still open is dropped with the runtime).
         self.inner.drained.cancel();
+        let _ = tokio::time::timeout(LAST_LINES, self.inner.tracker.wait()).await;
+        // The last lines, before the process may exit.
+        self.inner.access.flush().await;
     }
 
     /// Runs until SIGTERM or SIGINT (then drains); SIGHUP reloads. `signals` were taken

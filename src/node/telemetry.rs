@@ -280,7 +280,7 @@ pub const ACCESS_LOG_DROPPED_TOTAL: Def = Def {
     name: "gtd_access_log_dropped_total",
     kind: Kind::Counter,
     labels: &["reason"],
-    help: "HTTP access log lines lost (reason queue_full: the writer had 8192 lines waiting, so the request did not wait for it; write_error: writing them failed); exported once the access log is first on",
+    help: "Access log lines lost (reason queue_full: the writer had 8192 lines waiting, so the request, connection or flow did not wait for it; write_error: writing them failed); exported once the access log is first on",
 };
 /// Every metric, for the exporter's descriptions and the README check.
 pub const ALL: &[Def] = &[

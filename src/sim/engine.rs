@@ -302,6 +302,11 @@ fn node_state(
         ranking.order =
             split::priority::warmed_order(&catalogue.rtt_ms, &ranking.rtt_ms, listener.rank_margin);
     }
+    // A node's own order (its registry entry): first the groups it names, then the rest.
+    if let Some(fixed) = what_if.order.get(&li) {
+        let rest = ranking.order.iter().filter(|gi| !fixed.contains(gi));
+        ranking.order = fixed.iter().chain(rest).copied().collect();
+    }
     let balancers = balancers(listener, li, what_if, now);
     let facts = split::plan::facts(
         listener,

@@ -121,6 +121,11 @@ pub struct Request {
     pub latency: Vec<(String, f64)>,
     /// Ratio overrides: (`GROUP` or `LISTENER/GROUP`, percent).
     pub set: Vec<(String, f64)>,
+    /// A node's own order of groups, as its registry entry gives it: (listener, group names,
+    /// highest priority first). It replaces the order the catalogue and `latency` would give
+    /// that listener; groups it does not name follow in that order, names the config lacks
+    /// (a listener or group added or removed since) are passed over.
+    pub order: Vec<(String, Vec<String>)>,
     /// The output format.
     pub format: Format,
     /// Drive the real selectors N times per region and show observed beside expected.
@@ -155,6 +160,7 @@ impl Request {
             checks: Vec::new(),
             latency: Vec::new(),
             set: Vec::new(),
+            order: Vec::new(),
             format: Format::Table,
             verify: None,
             compare: None,
@@ -261,6 +267,7 @@ fn simulate(req: &Request, warnings: &mut Vec<String>) -> Result<(String, bool),
         latency: req.latency.clone(),
         ratios: req.set.clone(),
         demand: Vec::new(),
+        order: req.order.clone(),
     });
     let what_if = raw.resolve(&config)?;
     if req.fail_on_overflow && what_if.demand.is_empty() {
@@ -365,6 +372,42 @@ mod tests {
 
     fn shipped() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.toml")
+    }
+
+    /// A node's own order (its registry entry's) replaces the catalogue's for its listener:
+    /// on the Beijing node, web's Shanghai group ranked first takes the first pass; a group
+    /// name the config lacks is passed over, and a listener it lacks ignored.
+    #[test]
+    fn a_nodes_own_order_replaces_the_catalogues() {
+        let table = |order: Vec<(String, Vec<String>)>| {
+            let mut r = Request::new(Source::File(shipped()));
+            r.region = Some("cn-beijing".to_owned());
+            r.format = Format::Json;
+            r.order = order;
+            let out: serde_json::Value =
+                serde_json::from_str(&run(&r, &mut Vec::new()).expect("runs").text).unwrap();
+            let web = &out["listeners"][0]["regions"][0]["groups"];
+            web.as_array()
+                .unwrap()
+                .iter()
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_owned(),
+                        g["share"].as_f64().unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let catalogue = table(Vec::new());
+        assert_eq!(catalogue[0].0, "beijing");
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let measured = table(vec![
+            ("web".to_owned(), names(&["gone", "shanghai"])),
+            ("nowhere".to_owned(), names(&["beijing"])),
+        ]);
+        assert_eq!(measured[0].0, "shanghai");
+        assert_eq!(measured[1].0, "beijing");
+        assert_eq!(measured[0].1, catalogue[0].1, "{catalogue:?} {measured:?}");
     }
 
     /// A config given already validated (a fleet revision's) is simulated as its file is.

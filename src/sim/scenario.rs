@@ -34,6 +34,8 @@ pub(crate) struct WhatIf {
     pub(crate) latency: BTreeMap<(String, usize, usize), f64>,
     /// Ratio overrides per (listener, group).
     pub(crate) ratios: BTreeMap<(usize, usize), f64>,
+    /// A node's own order of groups per listener (config indices, highest first).
+    pub(crate) order: BTreeMap<usize, Vec<usize>>,
     /// Client demand per acceleration region.
     pub(crate) demand: BTreeMap<String, f64>,
     /// `[demand]` entries naming client addresses or prefixes: (as written, the acceleration
@@ -53,6 +55,8 @@ pub(crate) struct RawWhatIf {
     /// `GROUP` or `LISTENER/GROUP` → percent.
     pub(crate) ratios: Vec<(String, f64)>,
     pub(crate) demand: Vec<(String, f64)>,
+    /// `LISTENER` → its groups in a node's own order (a registry entry's).
+    pub(crate) order: Vec<(String, Vec<String>)>,
 }
 
 impl RawWhatIf {
@@ -120,6 +124,7 @@ impl RawWhatIf {
         self.latency.extend(other.latency);
         self.ratios.extend(other.ratios);
         self.demand.extend(other.demand);
+        self.order.extend(other.order);
     }
 
     /// Resolves every name against `config`.
@@ -203,6 +208,22 @@ impl RawWhatIf {
             let region = demand_region(config, ip).map_err(what(format!("demand {key}")))?;
             *out.demand.entry(region.clone()).or_default() += amount;
             out.demand_clients.push((key.clone(), region, amount));
+        }
+        for (listener, groups) in &self.order {
+            let Some(li) = config.listeners.iter().position(|l| &l.name == listener) else {
+                continue;
+            };
+            let l = &config.listeners[li];
+            let mut order: Vec<usize> = Vec::new();
+            for gi in groups
+                .iter()
+                .filter_map(|g| l.groups.iter().position(|cg| &cg.name == g))
+            {
+                if !order.contains(&gi) {
+                    order.push(gi);
+                }
+            }
+            out.order.insert(li, order);
         }
         out.down.sort();
         out.down.dedup();

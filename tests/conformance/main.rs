@@ -43,6 +43,7 @@ mod failover;
 mod fleet_tab;
 mod graceful;
 mod history;
+mod predictions;
 mod ranking;
 mod registry;
 mod reload;

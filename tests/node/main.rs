@@ -14,5 +14,6 @@ mod dns;
 mod fail_open;
 mod geoip;
 mod lifecycle;
+mod stream_log;
 mod tcp;
 mod udp;

@@ -158,11 +158,11 @@ impl Default for Admin {
 /// `[log]`: the node's own logs besides the tracing lines on stderr.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Log {
-    /// `access`: the HTTP access log (docs/design.md §7, access log).
+    /// `access`: the access log, HTTP requests, TCP connections and UDP flows (docs/logs.md).
     pub access: AccessLog,
 }
 
-/// Where the HTTP access log goes.
+/// Where the access log goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum AccessLog {
     /// `"off"` (the default): no access log, and no cost on a request beyond a branch.

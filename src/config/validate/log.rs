@@ -1,4 +1,4 @@
-//! `[log]`: where the HTTP access log goes (`access = "off" | "stderr" | "stdout" | PATH`).
+//! `[log]`: where the access log (HTTP requests, TCP connections, UDP flows) goes (`access = "off" | "stderr" | "stdout" | PATH`).
 
 use super::Env;
 use crate::config::document::{Ctx, Table};

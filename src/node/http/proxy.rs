@@ -17,7 +17,7 @@ use crate::config::{Listener, Measure};
 use crate::health::outlier::Answer;
 use crate::split::rules::{Match, RouteRequest};
 
-use super::access::{Handle, Line};
+use super::access::Line;
 use super::answers::{bare, class, failed, own};
 use super::bodies::{DownBody, EndpointBody, Pooled, Relayed, RequestBody, tunnel, with_line};
 use super::conn::{Conn, Held, Slot};
@@ -29,6 +29,7 @@ use super::retry::{Ended, Last, Next, Resend};
 use super::state::HttpState;
 use super::upstream::{Sending, Upstream};
 use crate::node::Inner;
+use crate::node::access::Handle;
 use crate::node::attempt::{Attempt, Attempts, Budget};
 use crate::node::snapshot::{Attached, ListenerState};
 use crate::node::timers::{Busy, Pace};
@@ -102,7 +103,7 @@ pub(super) async fn proxy(
             .filter(|l| l.http.is_some())
             .cloned();
         let line = match snap.access.as_ref().and_then(Attached::get::<Handle>) {
-            Some(log) => log.begin(conn.client, conn.place, &req),
+            Some(log) => Line::begin(log, conn.client, conn.place, &req),
             None => Line::off(),
         };
         (l, line)

@@ -33,6 +33,13 @@ pub(crate) struct Kept {
     finished: bool,
 }
 
+impl Kept {
+    /// The client's bytes the endpoint that answered got before the relay began.
+    pub(crate) fn sent(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
 /// How the opening of one connected attempt went.
 pub(crate) enum Opened {
     /// Ready to relay: the PROXY header is written, and the endpoint answered (or no
@@ -41,8 +48,10 @@ pub(crate) enum Opened {
     Ready(TcpStream, Option<Duration>),
     /// The endpoint sent nothing in time, closed or reset: a failed attempt, retried.
     Silent(String),
-    /// The client went away, or the PROXY header could not be written: the connection ends.
+    /// The client went away: the connection ends.
     Gone,
+    /// The PROXY header could not be written: the connection ends.
+    Broken,
 }
 
 /// Opens a connected attempt of listener `l`: the PROXY header when configured, then, with
@@ -60,7 +69,7 @@ pub(crate) async fn open(
         let header = proxy_protocol::v2_header(peer, local.unwrap_or(peer));
         if let Err(e) = write_all(&upstream, &header).await {
             tracing::debug!(error = %e, "writing PROXY header failed");
-            return Opened::Gone;
+            return Opened::Broken;
         }
     }
     let Some(limit) = l.cfg.first_byte_timeout else {

@@ -9,19 +9,26 @@
 use std::io;
 #[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics::Counter;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
-    /// Both directions reached end of stream.
-    Closed,
+    /// Both directions reached end of stream, the client's first.
+    ClientClosed,
+    /// Both directions reached end of stream, the endpoint's first.
+    EndpointClosed,
     /// Nothing moved for the idle timeout.
     Idle,
+    /// `stop` fired first (the end of the node's drain).
+    Stopped,
+    /// Reading or writing a side failed (a reset, most often).
+    Broken(io::ErrorKind),
 }
 
 /// What a finished relay reports.
@@ -29,19 +36,32 @@ pub enum Ended {
 pub struct Relayed {
     /// Why it ended.
     pub ended: Ended,
+    /// Bytes relayed from the client to the endpoint.
+    pub up: u64,
+    /// Bytes relayed from the endpoint to the client.
+    pub down: u64,
     /// Time from the start of the relay to the endpoint's first byte, if it sent any.
     pub first_byte: Option<Duration>,
     /// Time from the start of the relay to its end.
     pub last_byte: Duration,
 }
 
-/// Last time bytes moved, in ms since `origin`, and when the endpoint's first byte arrived.
+/// Last time bytes moved, in ms since `origin`, when the endpoint's first byte arrived, the
+/// bytes each way and which side finished first (for the connection's log line: kept here, in
+/// the relay's own state, so that it costs no allocation).
 struct Activity {
     origin: Instant,
     last_ms: AtomicU64,
     /// Nanoseconds from `origin` to the first downstream byte + 1 (0: none yet).
     first_down_ns: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+    /// The side whose end of stream came first: 0 none yet, [`CLIENT`] or [`ENDPOINT`].
+    first_eof: AtomicU8,
 }
+
+const CLIENT: u8 = 1;
+const ENDPOINT: u8 = 2;
 
 impl Activity {
     fn new() -> Activity {
@@ -49,7 +69,24 @@ impl Activity {
             origin: Instant::now(),
             last_ms: AtomicU64::new(0),
             first_down_ns: AtomicU64::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            first_eof: AtomicU8::new(0),
         }
+    }
+
+    /// `n` bytes moved, towards the client when `downstream`.
+    fn moved(&self, downstream: bool, n: usize) {
+        let total = if downstream { &self.down } else { &self.up };
+        total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The sending side (the endpoint when `downstream`) reached end of stream.
+    fn eof(&self, downstream: bool) {
+        let side = if downstream { ENDPOINT } else { CLIENT };
+        let _ = self
+            .first_eof
+            .compare_exchange(0, side, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     fn first_down(&self) {
@@ -72,14 +109,15 @@ impl Activity {
     }
 }
 
-/// Relays `client` ⇄ `upstream`; counts bytes into `up` (client → upstream) and `down`.
+/// Relays `client` ⇄ `upstream` until both sides are done, it idles for `idle`, a side fails
+/// or `stop` fires; counts bytes into `up` (client → upstream) and `down`.
 pub async fn relay(
     client: &TcpStream,
     upstream: &TcpStream,
     idle: Duration,
-    up: &Counter,
-    down: &Counter,
-) -> io::Result<Relayed> {
+    (up, down): (&Counter, &Counter),
+    stop: &CancellationToken,
+) -> Relayed {
     let activity = Activity::new();
     let both = async {
         let (a, b) = tokio::join!(
@@ -98,15 +136,24 @@ pub async fn relay(
         }
     };
     let ended = tokio::select! {
-        r = both => r.map(|()| Ended::Closed)?,
+        r = both => match r {
+            Ok(()) if activity.first_eof.load(Ordering::Relaxed) == ENDPOINT => {
+                Ended::EndpointClosed
+            }
+            Ok(()) => Ended::ClientClosed,
+            Err(e) => Ended::Broken(e.kind()),
+        },
         () = watch => Ended::Idle,
+        () = stop.cancelled() => Ended::Stopped,
     };
     let first = activity.first_down_ns.load(Ordering::Relaxed);
-    Ok(Relayed {
+    Relayed {
         ended,
+        up: activity.up.load(Ordering::Relaxed),
+        down: activity.down.load(Ordering::Relaxed),
         first_byte: (first > 0).then(|| Duration::from_nanos(first - 1)),
         last_byte: activity.origin.elapsed(),
-    })
+    }
 }
 
 /// Pipes nobody is using, for spliced directions to borrow while bytes move: a connection
@@ -199,6 +246,7 @@ async fn one_way(
             Err(e) => return Err(e),
         };
         if n == 0 {
+            activity.eof(downstream);
             let _ = rustix::net::shutdown(dst, rustix::net::Shutdown::Write);
             if !grown && let Some(p) = pipe.take() {
                 pipes::give_back(p);
@@ -220,6 +268,7 @@ async fn one_way(
             left -= m;
         }
         counter.increment(n as u64);
+        activity.moved(downstream, n);
         activity.touch();
         moved += n as u64;
         if !grown && moved >= BULK_AFTER {
@@ -251,6 +300,7 @@ async fn copy(
             Err(e) => return Err(e),
         };
         if n == 0 {
+            activity.eof(downstream);
             let _ = rustix::net::shutdown(dst, rustix::net::Shutdown::Write);
             return Ok(());
         }
@@ -268,6 +318,7 @@ async fn copy(
             }
         }
         counter.increment(n as u64);
+        activity.moved(downstream, n);
         activity.touch();
     }
 }

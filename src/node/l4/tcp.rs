@@ -1,6 +1,7 @@
 //! TCP listeners: decide, connect (with retries across endpoints and groups, within the
 //! listener's attempt budget), write the PROXY header when asked, wait for the endpoint's
-//! first byte under `first_byte_timeout` ([`super::first_byte`]), relay.
+//! first byte under `first_byte_timeout` ([`super::first_byte`]), relay; then the connection's
+//! access log line, when the log is on ([`crate::node::access::stream`]).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -13,11 +14,37 @@ use super::StreamKey;
 use super::first_byte::{Kept, Opened, open};
 use super::relay::{Ended, relay};
 use crate::node::Inner;
+use crate::node::access::Handle;
+use crate::node::access::stream::{Cause, Stream};
 use crate::node::attempt::{Attempts, Budget};
 use crate::node::connect::{connect, exhausted};
-use crate::node::snapshot::ListenerState;
+use crate::node::snapshot::{Attached, ListenerState};
 
-/// Serves one admitted TCP connection until both sides close (or it idles out).
+/// How a connection ended, for its log line (kept on the stack: nothing is allocated for it).
+struct End {
+    cause: Cause,
+    /// The group and endpoint relayed to, or last tried.
+    target: Option<(usize, usize)>,
+    /// Attempts after the first.
+    retries: u32,
+    up: u64,
+    down: u64,
+}
+
+impl End {
+    fn at(cause: Cause, target: Option<(usize, usize)>, budget: &Budget) -> End {
+        End {
+            cause,
+            target,
+            retries: budget.made().saturating_sub(1),
+            up: 0,
+            down: 0,
+        }
+    }
+}
+
+/// Serves one admitted TCP connection until both sides close (or it idles out, or the node's
+/// drain ends), then logs it.
 pub(crate) async fn serve(
     node: &Inner,
     l: &ListenerState,
@@ -25,32 +52,70 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     local: Option<SocketAddr>,
 ) {
-    let m = &l.metrics;
+    let started = Instant::now();
     let _ = client.set_nodelay(true);
-
-    let key = StreamKey(peer.ip());
-    let mut budget = Budget::new(&l.cfg, Instant::now());
     let place = l.locate(peer.ip());
     l.count_client(place.as_ref());
-    let mut router = Attempts::for_client(l, None, peer.ip(), place.as_ref());
+    let end = connect_and_relay(node, l, &client, peer, local, place.as_ref()).await;
+    drop(client);
+    // The log as the running config has it now (a reload may have turned it on or off).
+    if let Some(log) = node
+        .snapshot
+        .load()
+        .access
+        .as_ref()
+        .and_then(Attached::get::<Handle>)
+    {
+        log.send(Box::new(Stream {
+            udp: false,
+            client: peer,
+            place,
+            listener: l.cfg.clone(),
+            target: end.target,
+            retries: end.retries,
+            bytes_in: end.up,
+            bytes_out: end.down,
+            started,
+            ended: Instant::now(),
+            cause: end.cause,
+        }));
+    }
+}
+
+async fn connect_and_relay(
+    node: &Inner,
+    l: &ListenerState,
+    client: &TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    place: Option<&crate::geoip::Place>,
+) -> End {
+    let m = &l.metrics;
+    let key = StreamKey(peer.ip());
+    let mut budget = Budget::new(&l.cfg, Instant::now());
+    let mut router = Attempts::for_client(l, None, peer.ip(), place);
     // What the client sent to endpoints that have not answered yet (`first_byte_timeout`).
     let mut kept = Kept::default();
+    // The last endpoint tried.
+    let mut tried = None;
     let (upstream, attempt, waited) = loop {
         let now = Instant::now();
         if !budget.allows(now) {
             tracing::debug!(listener = %l.cfg.name, %peer, attempts = budget.made(), "every attempt failed; closing");
-            return;
+            return End::at(Cause::ConnectFailed, tried, &budget);
         }
         let Some(attempt) = router.next(&key, now) else {
             if budget.made() == 0 {
                 m.no_route.increment(1);
                 tracing::debug!(listener = %l.cfg.name, %peer, "no route; closing");
+                return End::at(Cause::NoRoute, None, &budget);
             }
-            return;
+            return End::at(Cause::ConnectFailed, tried, &budget);
         };
         if budget.spend() {
             m.retries.increment(1);
         }
+        tried = Some((attempt.group, attempt.pick.index()));
         let group = &l.groups[attempt.group];
         let t0 = Instant::now();
         match connect(
@@ -63,7 +128,7 @@ pub(crate) async fn serve(
             Ok(s) => {
                 group.connect_seconds.record(t0.elapsed().as_secs_f64());
                 attempt.pick.record_timing(Measure::Connect, t0.elapsed());
-                match open(l, &client, s, peer, local, &mut kept).await {
+                match open(l, client, s, peer, local, &mut kept).await {
                     Opened::Ready(s, waited) => {
                         // Established (and, with first_byte_timeout, the endpoint's first byte
                         // arrived) is the attempt's success (docs/design.md §5): a session may
@@ -71,7 +136,8 @@ pub(crate) async fn serve(
                         l.attempt_succeeded(attempt.group, &attempt.pick, Instant::now());
                         break (s, attempt, waited);
                     }
-                    Opened::Gone => return,
+                    Opened::Gone => return End::at(Cause::ClientClosed, tried, &budget),
+                    Opened::Broken => return End::at(Cause::Reset, tried, &budget),
                     Opened::Silent(why) => {
                         tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
                         group.endpoints[attempt.pick.index()].failures.increment(1);
@@ -80,7 +146,7 @@ pub(crate) async fn serve(
                 }
             }
             // Out of open files: the client is closed, the endpoint not blamed.
-            Err(e) if exhausted(&e) => return,
+            Err(e) if exhausted(&e) => return End::at(Cause::OutOfFiles, tried, &budget),
             Err(e) => {
                 tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
                 group.endpoints[attempt.pick.index()].failures.increment(1);
@@ -88,31 +154,45 @@ pub(crate) async fn serve(
             }
         }
     };
+    // Bytes the endpoint that answered got before the relay (`first_byte_timeout`).
+    let mut end = End::at(Cause::ClientClosed, tried, &budget);
+    end.up = kept.sent();
     drop(kept);
     let group = &l.groups[attempt.group];
     group.endpoints[attempt.pick.index()]
         .connections
         .increment(1);
-    let relayed = relay(
-        &client,
+    let r = relay(
+        client,
         &upstream,
         l.cfg.idle_timeout,
-        &m.bytes_up,
-        &m.bytes_down,
+        (&m.bytes_up, &m.bytes_down),
+        &node.drained,
     )
     .await;
-    match relayed {
-        Ok(r) => {
-            if r.ended == Ended::Idle {
-                tracing::debug!(listener = %l.cfg.name, %peer, "idle timeout");
-            }
-            if let Some(first) = waited.or(r.first_byte) {
-                attempt.pick.record_timing(Measure::FirstByte, first);
-            }
-            attempt.pick.record_timing(Measure::LastByte, r.last_byte);
+    end.up += r.up;
+    end.down = r.down;
+    end.cause = match r.ended {
+        Ended::ClientClosed => Cause::ClientClosed,
+        Ended::EndpointClosed => Cause::EndpointClosed,
+        Ended::Idle => {
+            tracing::debug!(listener = %l.cfg.name, %peer, "idle timeout");
+            Cause::IdleTimeout
         }
-        Err(e) => {
-            tracing::debug!(listener = %l.cfg.name, %peer, error = %e, "relay ended with an error")
+        Ended::Stopped => Cause::DrainTimeout,
+        Ended::Broken(kind) => {
+            tracing::debug!(listener = %l.cfg.name, %peer, error = %kind, "relay ended with an error");
+            Cause::Reset
         }
+    };
+    if matches!(
+        r.ended,
+        Ended::ClientClosed | Ended::EndpointClosed | Ended::Idle
+    ) {
+        if let Some(first) = waited.or(r.first_byte) {
+            attempt.pick.record_timing(Measure::FirstByte, first);
+        }
+        attempt.pick.record_timing(Measure::LastByte, r.last_byte);
     }
+    end
 }

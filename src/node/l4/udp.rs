@@ -12,6 +12,9 @@
 //! Stopping (SIGTERM, or a reload that removes the port) drains, as TCP and HTTP do: no new
 //! flow is opened, and the flows there are carry on until they go idle or the listener's
 //! `drain_timeout` ends (docs/design.md §6).
+//!
+//! With the access log on, a flow's line is sent when it is dropped, with the cause its remover
+//! set ([`Tracked::ending`]); a datagram for which no flow could be opened has its own line.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -31,8 +34,10 @@ use crate::balance::{Admit, Pick};
 use super::StreamKey;
 use super::udp_socket::{Control, Listen};
 use crate::node::Inner;
+use crate::node::access::Handle;
+use crate::node::access::stream::{Cause, Stream};
 use crate::node::attempt::{Attempts, Budget};
-use crate::node::snapshot::ListenerState;
+use crate::node::snapshot::{Attached, ListenerState};
 
 /// Largest datagram relayed.
 const MAX_DATAGRAM: usize = 64 * 1024;
@@ -45,6 +50,7 @@ struct Peer {
 }
 
 struct Flow {
+    peer: Peer,
     /// Tells this flow's entries in [`Flows::order`] from a former flow's of the same peer.
     id: u64,
     upstream: Arc<UdpSocket>,
@@ -56,14 +62,46 @@ struct Flow {
     /// The endpoint's index in `listener`'s group (a reload may move it).
     endpoint: usize,
     listener: Arc<ListenerState>,
-    /// Last activity, ms since the loop's origin (written by both directions).
-    last: Arc<AtomicU64>,
+    /// Last activity and bytes to the client (written by the reply task too).
+    traffic: Arc<Traffic>,
     replies: JoinHandle<()>,
+    /// Where its line goes when it ends (`None`: the log is off).
+    log: Option<Handle>,
+    /// Where `[geoip]` puts the client.
+    place: Option<crate::geoip::Place>,
+    /// Attempts after the first to open it.
+    retries: u32,
+    /// Bytes from the client relayed to the endpoint.
+    up: u64,
+    /// Why it ends, set by whoever removes it.
+    end: Cause,
+}
+
+/// What a flow's two directions both write: its last activity, ms since the loop's origin,
+/// and the bytes relayed to the client (one allocation per flow, as before the log counted).
+struct Traffic {
+    last: AtomicU64,
+    down: AtomicU64,
 }
 
 impl Drop for Flow {
     fn drop(&mut self) {
         self.replies.abort();
+        if let Some(log) = &self.log {
+            log.send(Box::new(Stream {
+                udp: true,
+                client: self.peer.client,
+                place: self.place,
+                listener: self.listener.cfg.clone(),
+                target: Some((self.group, self.endpoint)),
+                retries: self.retries,
+                bytes_in: self.up,
+                bytes_out: self.traffic.down.load(Ordering::Relaxed),
+                started: self.opened,
+                ended: Instant::now(),
+                cause: self.end,
+            }));
+        }
     }
 }
 
@@ -75,6 +113,8 @@ pub(crate) trait Tracked {
     fn set_id(&mut self, id: u64);
     /// Last activity, ms since the loop's origin.
     fn last_ms(&self) -> u64;
+    /// Why the flow is being removed (for its log line).
+    fn ending(&mut self, _why: Cause) {}
 }
 
 impl Tracked for Flow {
@@ -87,7 +127,11 @@ impl Tracked for Flow {
     }
 
     fn last_ms(&self) -> u64 {
-        self.last.load(Ordering::Relaxed)
+        self.traffic.last.load(Ordering::Relaxed)
+    }
+
+    fn ending(&mut self, why: Cause) {
+        self.end = why;
     }
 }
 
@@ -135,7 +179,9 @@ impl<K: Copy + Eq + Hash, F: Tracked> Flows<K, F> {
                 self.order.push_back((peer, id, now_ms));
                 continue;
             }
-            self.map.remove(&peer);
+            if let Some(mut flow) = self.map.remove(&peer) {
+                flow.ending(Cause::Evicted);
+            }
             return true;
         }
         false
@@ -153,8 +199,13 @@ impl<K: Copy + Eq + Hash, F: Tracked> Flows<K, F> {
 
     /// Drops the flows idle for `idle_ms`, and the order's entries of flows gone.
     pub(crate) fn expire(&mut self, idle_ms: u64, now_ms: u64) {
-        self.map
-            .retain(|_, f| now_ms.saturating_sub(f.last_ms()) < idle_ms);
+        self.map.retain(|_, f| {
+            let keep = now_ms.saturating_sub(f.last_ms()) < idle_ms;
+            if !keep {
+                f.ending(Cause::Expired);
+            }
+            keep
+        });
         let map = &self.map;
         self.order
             .retain(|(peer, id, _)| map.get(peer).is_some_and(|f| f.id() == *id));
@@ -165,7 +216,11 @@ impl<K: Copy + Eq + Hash, F: Tracked> Flows<K, F> {
         self.order.len()
     }
 
-    fn clear(&mut self) {
+    /// Drops every flow, for `why`.
+    fn clear(&mut self, why: Cause) {
+        for flow in self.map.values_mut() {
+            flow.ending(why);
+        }
         self.map.clear();
         self.order.clear();
     }
@@ -193,22 +248,22 @@ pub(crate) async fn udp_loop(
     let _drain = node.tracker.token();
     // Set once `stop` fires: when the drain ends.
     let mut draining: Option<Instant> = None;
-    loop {
+    let end = loop {
         let received = tokio::select! {
             () = stop.cancelled(), if draining.is_none() => {
-                let Some(until) = drain_until(&node, port) else { break };
+                let Some(until) = drain_until(&node, port) else { break Cause::ListenerRemoved };
                 tracing::debug!(port, flows = flows.map.len(), "udp listener draining its flows");
                 draining = Some(until);
                 continue;
             }
-            () = node.drained.cancelled() => break,
+            () = node.drained.cancelled() => break Cause::DrainTimeout,
             _ = sweep.tick() => {
                 expire(&node, port, &mut flows, origin);
                 if let Some(l) = node.snapshot.load().listener_on(port, true) {
                     l.metrics.udp_kernel_drops.absolute(socket.dropped());
                 }
                 if draining.is_some_and(|until| flows.map.is_empty() || Instant::now() >= until) {
-                    break;
+                    break Cause::DrainTimeout;
                 }
                 continue;
             }
@@ -237,7 +292,9 @@ pub(crate) async fn udp_loop(
             .get_mut(&peer)
             .is_some_and(|f| still_good(f, l, now));
         if !keep {
-            flows.map.remove(&peer);
+            if let Some(mut gone) = flows.map.remove(&peer) {
+                gone.ending(Cause::Moved);
+            }
             // A loop, as a reload may have lowered the bound.
             let most = l.cfg.udp_max_flows.min(snapshot.udp_flow_share);
             let evicted = flows.make_room(most, ms_since(origin));
@@ -251,29 +308,47 @@ pub(crate) async fn udp_loop(
             // Out of open files: each eviction closes a flow's socket (once its reply task,
             // aborted, is dropped: hence the yield) and the flow is opened again.
             for _ in 0..4 {
-                if !matches!(opened, Err(NoFlow::Exhausted)) || !flows.evict(ms_since(origin)) {
+                if !matches!(
+                    opened,
+                    Err(Failed {
+                        why: NoFlow::Exhausted,
+                        ..
+                    })
+                ) || !flows.evict(ms_since(origin))
+                {
                     break;
                 }
                 l.metrics.udp_evicted.increment(1);
                 tokio::task::yield_now().await;
                 opened = open_flow(&node, l, &socket, peer, place.as_ref(), origin).await;
             }
+            let log = snapshot.access.as_ref().and_then(Attached::get::<Handle>);
             match opened {
-                Ok(flow) => flows.insert(peer, flow, ms_since(origin)),
-                Err(no) => {
-                    if no == NoFlow::NoRoute {
+                Ok(mut flow) => {
+                    flow.log = log.cloned();
+                    flow.place = place;
+                    flows.insert(peer, flow, ms_since(origin));
+                }
+                Err(failed) => {
+                    if failed.why == NoFlow::NoRoute {
                         l.metrics.no_route.increment(1);
                     }
                     l.metrics.udp_flows.set(flows.map.len() as f64);
+                    if let Some(log) = log {
+                        log.send(Box::new(failed.line(l, peer, place, now)));
+                    }
                     continue;
                 }
             }
             l.metrics.udp_flows.set(flows.map.len() as f64);
         }
-        let flow = flows.map.get(&peer).expect("flow present");
-        flow.last.store(ms_since(origin), Ordering::Relaxed);
+        let flow = flows.map.get_mut(&peer).expect("flow present");
+        flow.traffic.last.store(ms_since(origin), Ordering::Relaxed);
         match flow.upstream.send(&buf[..n]).await {
-            Ok(_) => l.metrics.bytes_up.increment(n as u64),
+            Ok(_) => {
+                l.metrics.bytes_up.increment(n as u64);
+                flow.up += n as u64;
+            }
             Err(e) => {
                 // A refused endpoint (ICMP port unreachable) shows up here: a passive failure;
                 // the flow moves on the next datagram once the endpoint is marked.
@@ -284,8 +359,8 @@ pub(crate) async fn udp_loop(
                 l.attempt_failed(flow.group, &flow.pick, &e);
             }
         }
-    }
-    flows.clear();
+    };
+    flows.clear(end);
 }
 
 /// When a stopped loop's drain ends: its listener's `drain_timeout` from now; `None` when the
@@ -332,7 +407,7 @@ fn still_good(flow: &mut Flow, l: &Arc<ListenerState>, now: Instant) -> bool {
 fn expire(node: &Inner, port: u16, flows: &mut Flows<Peer, Flow>, origin: Instant) {
     let snapshot = node.snapshot.load();
     let Some(l) = snapshot.listener_on(port, true) else {
-        flows.clear();
+        flows.clear(Cause::ListenerRemoved);
         return;
     };
     let before = flows.map.len();
@@ -354,6 +429,45 @@ enum NoFlow {
     Exhausted,
 }
 
+/// Why no flow was opened, with what was tried.
+struct Failed {
+    why: NoFlow,
+    /// The group and endpoint last tried.
+    tried: Option<(usize, usize)>,
+    /// Attempts after the first.
+    retries: u32,
+}
+
+impl Failed {
+    /// The log line of the datagram that opened no flow (received at `at`; it reached no
+    /// endpoint).
+    fn line(
+        &self,
+        l: &ListenerState,
+        peer: Peer,
+        place: Option<crate::geoip::Place>,
+        at: Instant,
+    ) -> Stream {
+        Stream {
+            udp: true,
+            client: peer.client,
+            place,
+            listener: l.cfg.clone(),
+            target: self.tried,
+            retries: self.retries,
+            bytes_in: 0,
+            bytes_out: 0,
+            started: at,
+            ended: Instant::now(),
+            cause: match self.why {
+                NoFlow::NoRoute => Cause::NoRoute,
+                NoFlow::Failed => Cause::ConnectFailed,
+                NoFlow::Exhausted => Cause::OutOfFiles,
+            },
+        }
+    }
+}
+
 /// Chooses group and endpoint for a new flow and connects a socket to it (trying others on
 /// failure, as TCP does).
 async fn open_flow(
@@ -363,31 +477,42 @@ async fn open_flow(
     peer: Peer,
     place: Option<&crate::geoip::Place>,
     origin: Instant,
-) -> Result<Flow, NoFlow> {
+) -> Result<Flow, Failed> {
     let key = StreamKey(peer.client.ip());
     let mut router = Attempts::for_client(l, None, peer.client.ip(), place);
     let mut budget = Budget::new(&l.cfg, Instant::now());
+    let mut tried = None;
+    let failed = |why, tried, budget: &Budget| Failed {
+        why,
+        tried,
+        retries: budget.made().saturating_sub(1),
+    };
     loop {
         let now = Instant::now();
         if !budget.allows(now) {
-            return Err(NoFlow::Failed);
+            return Err(failed(NoFlow::Failed, tried, &budget));
         }
         // Nothing left after a failed attempt is that attempt's failure, not "no route" (as TCP).
         let Some(attempt) = router.next(&key, now) else {
-            return Err(if budget.made() == 0 {
+            let why = if budget.made() == 0 {
                 NoFlow::NoRoute
             } else {
                 NoFlow::Failed
-            });
+            };
+            return Err(failed(why, tried, &budget));
         };
         if budget.spend() {
             l.metrics.retries.increment(1);
         }
+        tried = Some((attempt.group, attempt.pick.index()));
         match crate::node::connect::connect_udp(attempt.pick.address(), node.source_ip()).await {
             Ok(upstream) => {
                 let opened = Instant::now();
                 let upstream = Arc::new(upstream);
-                let last = Arc::new(AtomicU64::new(ms_since(origin)));
+                let traffic = Arc::new(Traffic {
+                    last: AtomicU64::new(ms_since(origin)),
+                    down: AtomicU64::new(0),
+                });
                 let pick = Arc::new(attempt.pick);
                 l.groups[attempt.group].endpoints[pick.index()]
                     .connections
@@ -396,12 +521,13 @@ async fn open_flow(
                     upstream.clone(),
                     listen.clone(),
                     peer,
-                    last.clone(),
+                    traffic.clone(),
                     origin,
                     l.clone(),
                     (attempt.group, pick.clone()),
                 ));
                 return Ok(Flow {
+                    peer,
                     id: 0,
                     upstream,
                     endpoint: pick.index(),
@@ -409,11 +535,18 @@ async fn open_flow(
                     opened,
                     group: attempt.group,
                     listener: l.clone(),
-                    last,
+                    traffic,
                     replies,
+                    log: None,
+                    place: None,
+                    retries: budget.made().saturating_sub(1),
+                    up: 0,
+                    end: Cause::Expired,
                 });
             }
-            Err(e) if crate::node::connect::exhausted(&e) => return Err(NoFlow::Exhausted),
+            Err(e) if crate::node::connect::exhausted(&e) => {
+                return Err(failed(NoFlow::Exhausted, tried, &budget));
+            }
             Err(e) => {
                 tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
@@ -441,7 +574,7 @@ async fn replies(
     upstream: Arc<UdpSocket>,
     listen: Arc<Listen>,
     peer: Peer,
-    last: Arc<AtomicU64>,
+    traffic: Arc<Traffic>,
     origin: Instant,
     l: Arc<ListenerState>,
     (group, pick): (usize, Arc<Pick>),
@@ -479,7 +612,7 @@ async fn replies(
                 return;
             }
         };
-        last.store(ms_since(origin), Ordering::Relaxed);
+        traffic.last.store(ms_since(origin), Ordering::Relaxed);
         // A reply is the flow's success (docs/design.md §5): it ends a mark when this flow is
         // the probe after fail_timeout. The clock is read only when failures are counted.
         if pick.success_pending() {
@@ -487,6 +620,7 @@ async fn replies(
         }
         if let Some(n) = relayed {
             l.metrics.bytes_down.increment(n as u64);
+            traffic.down.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 }
