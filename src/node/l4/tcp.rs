@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
+use crate::balance::errors::ErrorKind;
 use crate::config::Measure;
 
 use super::StreamKey;
@@ -75,6 +76,7 @@ pub(crate) async fn serve(
                     Opened::Silent(why) => {
                         tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
                         group.endpoints[attempt.pick.index()].failures.increment(1);
+                        attempt.pick.error(ErrorKind::Timeout, Instant::now());
                         l.attempt_failed(attempt.group, &attempt.pick, &why);
                     }
                 }
@@ -84,6 +86,7 @@ pub(crate) async fn serve(
             Err(e) => {
                 tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
                 group.endpoints[attempt.pick.index()].failures.increment(1);
+                attempt.pick.error(ErrorKind::Connect, Instant::now());
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
