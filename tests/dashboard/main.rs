@@ -13,6 +13,7 @@
 mod cdp;
 #[path = "../common/mod.rs"]
 mod common;
+mod errors;
 mod web_page;
 
 use std::io::{Read, Write};

@@ -18,6 +18,8 @@
   let pendingToggle = null;
   let lastOk = 0;
   let fleetShown = false;
+  let fleetOn = false;
+  const EVENTS_MS = 2000;
 
   // ------------------------------------------------------------------ small helpers
 
@@ -173,6 +175,26 @@
       h("div", { class: "seg " + cls, style: null, title, "data-w": w.toFixed(4) })));
   }
 
+  // An endpoint's errors of the last minute (`errors` in /status): the count, what it is made
+  // of, and a red bar as long as the count against the listener's worst endpoint.
+  function errorsCell(e, worst) {
+    const x = e.errors;
+    if (!x || num(x.total) === null) return h("span", { class: "errors", "data-errors": "", text: "errors —" });
+    const parts = [[x.status_5xx, "5xx"], [x.timeouts, "timeouts"], [x.connect, "connect failures"]]
+      .map(([n, what]) => (num(n) || 0) + " " + what).join(", ");
+    const w = worst > 0 ? (100 * x.total) / worst : 0;
+    return h("span", { class: "errors" + (x.total > 0 ? " bad" : ""), "data-errors": String(x.total),
+      title: "last minute: " + parts },
+      h("span", { class: "etrack" }, h("span", { class: "seg errbar", "data-w": w.toFixed(4) })),
+      h("span", { class: "enum", text: x.total > 0 ? x.total + " errors/min" : "no errors" }));
+  }
+
+  function worstErrors(l) {
+    let worst = 0;
+    for (const g of arr(l.groups)) for (const e of arr(g.endpoints)) worst = Math.max(worst, num(e.errors && e.errors.total) || 0);
+    return worst;
+  }
+
   function group(l, g, obs) {
     const ghealthy = g.healthy !== false;
     const o = obs ? obs.groups.get(g.name) : null;
@@ -191,6 +213,7 @@
     const expected = bar(parts);
     const seen = bar([["observed", clamp(o), "observed " + pct(o)]]);
     const rtt = num(g.rtt_ms) === null ? "—" : g.rtt_ms.toFixed(2) + " ms";
+    const worst = worstErrors(l);
     const eps = arr(g.endpoints).map((e) => {
       const [state, cls, why] = endpointState(e);
       const eo = obs ? obs.endpoints.get(g.name + "/" + endpointId(e)) : undefined;
@@ -205,6 +228,7 @@
         h("span", { class: "badge " + cls, title: why, text: state }),
         h("span", { class: "check", text: checkText(e) + (why && state !== "up" ? (checkText(e) ? " · " : "") + why : "") }),
         h("span", { class: "nums", text: nums.join(" · ") }),
+        errorsCell(e, worst),
         e.address ? h("button", {
           type: "button", class: "toggle " + action, "data-action": action, text: action,
           title: action + " " + e.address + " (POST /endpoints/…/" + action + ")",
@@ -282,6 +306,37 @@
     }
   }
 
+  // ------------------------------------------------------------------ the event timeline
+
+  function eventPlace(ev) {
+    return [ev.listener, ev.group, ev.endpoint].filter(Boolean).join(" / ") || "node";
+  }
+
+  function renderEvents(doc) {
+    const events = arr(doc && doc.events);
+    const items = events.map((ev) => h("li", { class: "event " + (ev.kind || ""), "data-kind": ev.kind || "" },
+      h("time", { text: num(ev.at_unix_ms) === null ? "" : new Date(ev.at_unix_ms).toLocaleTimeString(),
+        title: num(ev.at_unix_ms) === null ? "" : ago(ev.at_unix_ms) }),
+      h("span", { class: "kind", text: ev.kind || "?" }),
+      h("span", { class: "where", text: eventPlace(ev) }),
+      h("span", { class: "what", text: ev.message || "" })));
+    $("events").replaceChildren(h("section", { class: "card" },
+      h("h2", {}, h("span", { text: "Events" }),
+        h("span", { class: "proto", text: "the last " + (num(doc && doc.capacity) ?? 100) + ", newest first" })),
+      items.length ? h("ol", { class: "timeline" }, items)
+        : h("p", { class: "reason", text: "nothing happened since the node started" })));
+  }
+
+  async function pollEvents() {
+    try {
+      const r = await fetch("events", { cache: "no-store" });
+      // An older node has no /events: no timeline.
+      if (r.status !== 200) { $("events").hidden = true; return; }
+      renderEvents(await r.json());
+      $("events").hidden = fleetOn;
+    } catch (e) { /* the status line says the node is away */ }
+  }
+
   // ------------------------------------------------------------------ toggles and the token
 
   function token() {
@@ -338,10 +393,13 @@
   // ------------------------------------------------------------------ fleet (nodes on etcd)
 
   function showTab(fleet) {
+    fleetOn = fleet;
     $("tab-fleet").classList.toggle("on", fleet);
     $("tab-listeners").classList.toggle("on", !fleet);
     $("fleet").hidden = !fleet;
     $("listeners").hidden = fleet;
+    if (fleet) $("events").hidden = true;
+    else if ($("events").childElementCount) $("events").hidden = false;
   }
   $("tab-listeners").addEventListener("click", () => showTab(false));
   $("tab-fleet").addEventListener("click", () => showTab(true));
@@ -395,6 +453,8 @@
 
   poll();
   pollFleet();
+  pollEvents();
   setInterval(poll, POLL_MS);
   setInterval(pollFleet, FLEET_MS);
+  setInterval(pollEvents, EVENTS_MS);
 })();
