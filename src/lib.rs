@@ -27,8 +27,10 @@
 //!   what a wing hangs on it is an opaque `Attached` the wing builds and reads back),
 //!   `node::watch` (each endpoint's check state), `node::checks` (the active health checks
 //!   and RTT probes), `node::status` (the listeners' views, for `/status` and the registry),
-//!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the
-//!   data planes).
+//!   `node::outcomes` (what an attempt's failure, answer or success does to its listener:
+//!   marks, ejections, the timeline's listener events), the admin server, and
+//!   [`node::telemetry`] (the metrics registry and [`node::events`], the event timeline,
+//!   below admin and the data planes).
 //! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
 //!   leases, and `gtd fleet`'s report, over gtd's own etcd v3 client ([`fleet::etcd`], its
 //!   gRPC code generated from `proto/etcd/` and checked in); a node in a fleet follows

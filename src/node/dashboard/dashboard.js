@@ -419,7 +419,11 @@
         h("td", { class: "refused", text: refused }),
         // The entry is rewritten when it changes, not as time passes: up since it started.
         h("td", { text: uptime(num(n.started_at_ms) ? Math.max(0, Math.round((Date.now() - n.started_at_ms) / 1000)) : n.uptime_s) }),
-        h("td", {}, listeners.map((t) => h("div", { text: t }))));
+        h("td", {}, listeners.map((t) => h("div", { text: t }))),
+        // The entry's errors summary: endpoints with errors in the last minute, each count
+        // rounded down to a power of ten.
+        h("td", { class: arr(n.errors).length ? "refused" : "", "data-errors": String(arr(n.errors).length) },
+          arr(n.errors).map((e) => h("div", { text: [e.listener, e.group, e.endpoint].join("/") + " " + (e.at_least ?? "?") + "+" }))));
     });
     const dis = arr(f.disagreements).map((d) => h("tr", {},
       h("td", { text: d.listener + "/" + d.group }),
@@ -431,7 +435,7 @@
         (f.latest && num(f.latest.pushed_at_ms) !== null ? ", pushed " + ago(f.latest.pushed_at_ms) : "") +
         (f.all_latest === true ? " · every node runs it" : f.all_latest === false ? " · not every node runs it" : "") }),
       h("div", { class: "scroll" }, h("table", {},
-        h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners"].map((t) => h("th", { text: t }))),
+        h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners", "errors (1 min)"].map((t) => h("th", { text: t }))),
         nodes)),
       h("h2", {}, h("span", { text: "Health disagreements" })),
       dis.length ? h("div", { class: "scroll" }, h("table", {},
