@@ -28,8 +28,10 @@
 //!   `node::access` (the access log's writer thread and sink, and the TCP/UDP line; the HTTP
 //!   line is `http/access/`), `node::watch` (each endpoint's check state), `node::checks` (the active health checks
 //!   and RTT probes), `node::status` (the listeners' views, for `/status` and the registry),
-//!   the admin server, and [`node::telemetry`] (the metrics registry, below admin and the
-//!   data planes).
+//!   `node::outcomes` (what an attempt's failure, answer or success does to its listener:
+//!   marks, ejections, the timeline's listener events), the admin server, and
+//!   [`node::telemetry`] (the metrics registry and [`node::events`], the event timeline,
+//!   below admin and the data planes).
 //! - [`fleet`]: the fleet on etcd — config revisions (`gtd push`), the node registry under
 //!   leases, `gtd fleet`'s report, and the per-node predictions of `gtd push --dry-run` and
 //!   `gtd fleet diff` (`fleet/predict.rs`: each node's entry as the simulator's input), over gtd's own etcd v3 client ([`fleet::etcd`], its

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::errors::{ErrorCounts, ErrorKind, Recent};
 use super::outlier::Ejection;
 use super::passive::{Limits, Marks};
 use crate::config::{Address, Endpoint, Outlier};
@@ -94,6 +95,8 @@ struct Runtime {
     latency: AtomicU64,
     /// EWMA of the reported value (`feedback`), as `f64` bits.
     feedback: AtomicU64,
+    /// 5xx answers, timeouts and connect failures of the last minute.
+    errors: Recent,
 }
 
 /// One endpoint of a group as the balancer sees it: its configuration (fixed for this balancer)
@@ -122,6 +125,7 @@ impl EndpointState {
             active_healthy: AtomicBool::new(true),
             latency: AtomicU64::new(UNMEASURED),
             feedback: AtomicU64::new(UNMEASURED),
+            errors: Recent::default(),
         };
         EndpointState {
             config,
@@ -275,6 +279,17 @@ impl EndpointState {
     /// The `feedback` average, once reported.
     pub fn feedback(&self) -> Option<f64> {
         load_ewma(&self.rt.feedback)
+    }
+
+    /// Its 5xx answers, timeouts and connect failures of the minute before `now`
+    /// ([`super::errors`]).
+    pub fn recent_errors(&self, now: Instant) -> ErrorCounts {
+        self.rt.errors.counts(self.rt.hub.nanos(now))
+    }
+
+    /// Counts an error of `kind` at `now` into the last minute's (no lock, no allocation).
+    pub fn record_error(&self, kind: ErrorKind, now: Instant) {
+        self.rt.errors.record(kind, self.rt.hub.nanos(now));
     }
 
     // ----- crate-internal: the pick path -----

@@ -38,6 +38,7 @@
 
 mod crc32;
 mod endpoint;
+pub mod errors;
 mod feedback;
 mod hash;
 mod ip_hash;
@@ -727,6 +728,13 @@ impl Pick {
     /// within `fail_timeout`, or the probe after it failed): the moment to tell the operator.
     pub fn failure(&self, now: Instant) -> bool {
         self.endpoint.record_failure(self.endpoint.nanos(now))
+    }
+
+    /// The attempt ended in an error of `kind` (a 5xx answer, a timeout, no connection):
+    /// counted in the endpoint's last minute (`/status`'s `errors`), whether or not it counts
+    /// towards passive marking.
+    pub fn error(&self, kind: errors::ErrorKind, now: Instant) {
+        self.endpoint.record_error(kind, now);
     }
 
     /// Reports a timing of this attempt. Listeners may report every timing they have; only the

@@ -43,6 +43,75 @@ pub struct Entry {
     /// or endpoints, which change without anything happening).
     #[serde(deserialize_with = "listeners_any_version")]
     pub listeners: Vec<ListenerView>,
+    /// Its endpoints with errors in the last minute, coarsely ([`ErrorSummary`]): rewritten
+    /// at most once every [`ERRORS_EVERY`], and only when the summary changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<EndpointErrors>,
+}
+
+/// An endpoint with errors in the last minute (5xx answers, timeouts, connect failures), as a
+/// node's registry entry says it: the count rounded down to a power of ten, so that the entry
+/// changes when the order of magnitude does, not with every error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointErrors {
+    /// The listener.
+    pub listener: String,
+    /// The group.
+    pub group: String,
+    /// The endpoint's address, as `/status` writes it.
+    pub endpoint: String,
+    /// At least this many errors in the last minute: 1, 10, 100, 1000, ...
+    pub at_least: u64,
+}
+
+/// The least often a node rewrites its entry for its errors alone.
+pub const ERRORS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The coarse errors summary of a node's listeners (their `/status` views): each endpoint
+/// with errors in the last minute, its count bucketed, in listener, group and config order.
+pub fn error_summary(listeners: &[ListenerView]) -> Vec<EndpointErrors> {
+    let mut out = Vec::new();
+    for l in listeners {
+        for g in &l.groups {
+            for e in g.endpoints.iter().filter(|e| e.errors.total > 0) {
+                out.push(EndpointErrors {
+                    listener: l.name.clone(),
+                    group: g.name.clone(),
+                    endpoint: e.address.clone(),
+                    at_least: 10_u64.pow(e.errors.total.ilog10()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What the entry says of the errors, paced: a new summary is taken when it differs from the
+/// one taken last and that was at least [`ERRORS_EVERY`] ago (the first at once); meanwhile
+/// the entry keeps the last one, so errors alone write etcd at most once every
+/// [`ERRORS_EVERY`], and never while nothing changes. Pure: the time is an argument.
+#[derive(Debug, Default)]
+pub struct ErrorSummary {
+    taken: Vec<EndpointErrors>,
+    at: Option<std::time::Instant>,
+}
+
+impl ErrorSummary {
+    /// The summary the entry carries at `now`, given the `fresh` one.
+    pub fn offer(
+        &mut self,
+        fresh: Vec<EndpointErrors>,
+        now: std::time::Instant,
+    ) -> &[EndpointErrors] {
+        let due = self
+            .at
+            .is_none_or(|at| now.saturating_duration_since(at) >= ERRORS_EVERY);
+        if fresh != self.taken && due {
+            self.taken = fresh;
+            self.at = Some(now);
+        }
+        &self.taken
+    }
 }
 
 impl Entry {
@@ -138,6 +207,7 @@ mod tests {
             uptime_s: 0,
             started_at_ms: 0,
             updated_at_ms: 0,
+            errors: Vec::new(),
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),
@@ -201,6 +271,83 @@ mod tests {
             .map(|g| (g.name.as_str(), g.share, g.healthy))
             .collect();
         assert_eq!(seen, [("beijing", 62.5, true), ("shanghai", 37.5, false)]);
+    }
+
+    #[test]
+    fn the_errors_summary_buckets_counts_and_changes_at_most_every_ten_seconds() {
+        use crate::view::{EndpointView, ErrorsView};
+        let with = |totals: &[u64]| {
+            vec![ListenerView {
+                name: "web".to_owned(),
+                groups: vec![GroupView {
+                    name: "beijing".to_owned(),
+                    endpoints: totals
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &total)| EndpointView {
+                            address: format!("127.0.0.1:{}", 9001 + i),
+                            errors: ErrorsView {
+                                connect: total,
+                                total,
+                                ..ErrorsView::default()
+                            },
+                            ..EndpointView::default()
+                        })
+                        .collect(),
+                    ..GroupView::default()
+                }],
+                ..ListenerView::default()
+            }]
+        };
+        let at_least = |s: &[EndpointErrors]| {
+            s.iter()
+                .map(|e| (e.endpoint.clone(), e.at_least))
+                .collect::<Vec<_>>()
+        };
+        let summary = error_summary(&with(&[0, 1, 9, 10, 99, 100, 4321]));
+        let ep = |port: u16, n: u64| (format!("127.0.0.1:{port}"), n);
+        assert_eq!(
+            at_least(&summary),
+            [
+                ep(9002, 1),
+                ep(9003, 1),
+                ep(9004, 10),
+                ep(9005, 10),
+                ep(9006, 100),
+                ep(9007, 1000)
+            ]
+        );
+        assert_eq!(summary[0].listener, "web");
+        assert_eq!(summary[0].group, "beijing");
+
+        let t0 = std::time::Instant::now();
+        let s = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        let mut paced = ErrorSummary::default();
+        assert!(
+            paced.offer(error_summary(&with(&[0])), s(0)).is_empty(),
+            "quiet"
+        );
+        // The first errors are taken at once, a change 3 s later waits for the 10 s.
+        assert_eq!(
+            at_least(paced.offer(error_summary(&with(&[2])), s(1))),
+            [ep(9001, 1)]
+        );
+        assert_eq!(
+            at_least(paced.offer(error_summary(&with(&[40])), s(4))),
+            [ep(9001, 1)]
+        );
+        assert_eq!(
+            at_least(paced.offer(error_summary(&with(&[40])), s(11))),
+            [ep(9001, 10)]
+        );
+        // Counts that stay in their bucket change nothing, however long.
+        assert_eq!(
+            at_least(paced.offer(error_summary(&with(&[75])), s(60))),
+            [ep(9001, 10)]
+        );
+        // Quiet again: taken once, then nothing changes.
+        assert!(paced.offer(error_summary(&with(&[0])), s(70)).is_empty());
+        assert!(paced.offer(error_summary(&with(&[0])), s(75)).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::expected::{Missing, missing};
 use super::predict::predicted;
 use super::push::{text_diff, validated};
-use super::registry::{Entry, disagreements};
+use super::registry::{EndpointErrors, Entry, disagreements};
 use super::stale::Stale;
 use super::{Access, Revision, Store};
 
@@ -215,6 +215,9 @@ impl Fleet {
                 duration(n.uptime_s()),
                 listeners.join(" · ")
             ));
+            if !n.errors.is_empty() {
+                out.push_str(&format!("{:<id_w$}  {}\n", "", errors_line(&n.errors)));
+            }
             if let Some(r) = &n.refused {
                 let first = r.reason.lines().next().unwrap_or_default();
                 let more = r.reason.lines().count().saturating_sub(1);
@@ -299,6 +302,20 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     Ok(out)
 }
 
+/// A node's endpoints with errors in the last minute, as its entry says them (bucketed).
+fn errors_line(errors: &[EndpointErrors]) -> String {
+    let each: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}/{}/{} {}+", e.listener, e.group, e.endpoint, e.at_least))
+        .collect();
+    format!(
+        "errors in the last minute (5xx, timeouts, connect failures) on {} endpoint{}: {}",
+        errors.len(),
+        plural(errors.len()),
+        each.join(", ")
+    )
+}
+
 pub(super) fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
@@ -340,6 +357,21 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_796_149_202_000), "2026-12-01 18:20:02 UTC");
+    }
+
+    #[test]
+    fn errors_read_as_one_line_per_node() {
+        let e = |endpoint: &str, at_least| EndpointErrors {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: endpoint.to_owned(),
+            at_least,
+        };
+        assert_eq!(
+            errors_line(&[e("127.0.0.1:9001", 10), e("127.0.0.1:9002", 1)]),
+            "errors in the last minute (5xx, timeouts, connect failures) on 2 endpoints: \
+             web/beijing/127.0.0.1:9001 10+, web/beijing/127.0.0.1:9002 1+"
+        );
     }
 
     #[test]

@@ -23,10 +23,12 @@ pub mod dashboard;
 pub(crate) mod descriptors;
 pub(crate) mod dns;
 mod error;
+pub mod events;
 pub mod fleet;
 pub mod http;
 pub mod l4;
 pub mod location;
+mod outcomes;
 pub mod snapshot;
 #[cfg(test)]
 mod start_props;
@@ -503,6 +505,7 @@ impl Inner {
         let running = self.snapshot.load();
         self.registry.retain(&running.series);
         running.publish(Instant::now());
+        events::reloaded(self.registry.events(), new.as_deref(), &what, &result);
         match &result {
             Ok(()) => {
                 if let (Some(f), Some(r)) = (&self.fleet, new) {

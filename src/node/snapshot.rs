@@ -26,15 +26,15 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::balance::{GroupBalancer, Pick};
+use crate::balance::GroupBalancer;
 use crate::config::{Config, Group, Listener, PriorityBy, RttFrom};
 use crate::geoip::Place;
-use crate::health::outlier::Answer;
 use crate::health::rtt::group_rtt;
 use crate::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
 use super::descriptors::{self, Share, Shared};
 use super::dns;
+use super::events::EventLog;
 use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
@@ -162,6 +162,8 @@ pub struct ListenerState {
     /// size under this config (set when the snapshot goes into service).
     pub(crate) fds: Arc<Share>,
     fds_own: isize,
+    /// The node's event timeline: failovers, rank changes, marks and ejections go there.
+    pub(crate) events: Arc<EventLog>,
 }
 
 /// One group's runtime state.
@@ -558,63 +560,9 @@ impl ListenerState {
             by_location,
             fds,
             fds_own,
+            events: Arc::clone(registry.events()),
         };
         Ok(rt)
-    }
-
-    /// An attempt on `pick` (an endpoint of group `group`) failed: counts the passive failure,
-    /// warns when it takes the endpoint out of rotation (once per marking, as nginx's
-    /// "upstream server temporarily disabled"), and re-plans, as the group may be down now.
-    pub fn attempt_failed(&self, group: usize, pick: &Pick, cause: &dyn std::fmt::Display) {
-        let now = Instant::now();
-        if pick.failure(now) {
-            self.groups[group].endpoints[pick.index()]
-                .marks
-                .increment(1);
-            let e = pick.endpoint().config();
-            tracing::warn!(
-                listener = %self.cfg.name,
-                group = %self.groups[group].name,
-                endpoint = %pick.address(),
-                %cause,
-                max_fails = e.max_fails,
-                fail_timeout_s = e.fail_timeout.as_secs_f64(),
-                "endpoint out of rotation after max_fails failures; tried again after fail_timeout"
-            );
-        }
-        self.replan(now);
-    }
-
-    /// An attempt on `pick` succeeded; says so when it ends a passive marking.
-    pub fn attempt_succeeded(&self, group: usize, pick: &Pick, now: Instant) {
-        if pick.success(now) {
-            tracing::info!(
-                listener = %self.cfg.name,
-                group = %self.groups[group].name,
-                endpoint = %pick.address(),
-                "endpoint back in rotation: the attempt after fail_timeout succeeded"
-            );
-        }
-    }
-
-    /// An HTTP attempt on `pick` got `answer` (a status, or none): counted by outlier
-    /// detection; an ejection is logged, counted and re-planned for, as the group may be
-    /// degraded now.
-    pub fn answered(&self, group: usize, pick: &Pick, answer: Answer, now: Instant) {
-        let g = &self.groups[group];
-        let Some(length) = g.balancer.observe_answer(pick, answer, now) else {
-            return;
-        };
-        g.endpoints[pick.index()].ejections.increment(1);
-        tracing::warn!(
-            listener = %self.cfg.name,
-            group = %g.name,
-            endpoint = %pick.address(),
-            ejection_s = length.as_secs_f64(),
-            ejections = pick.endpoint().ejections(),
-            "endpoint ejected by outlier detection: too many 5xx answers or gateway failures in a row"
-        );
-        self.replan(now);
     }
 
     /// Re-reads the facts (health of every group); when they changed, installs a new plan.
@@ -635,6 +583,9 @@ impl ListenerState {
         let next = ListenerPlan::build(&self.cfg, (**ranked).clone(), facts, self.cfg.affinity);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);
+        }
+        if next.plan.mode != was {
+            self.mode_changed(&current, &next);
         }
         tracing::info!(
             listener = %self.cfg.name,
@@ -679,6 +630,7 @@ impl ListenerState {
         drop(ranker);
         if moved {
             self.metrics.rank_changes.increment(1);
+            self.reranked(&self.ranked.load().order, &ranking, &samples);
             tracing::info!(
                 listener = %self.cfg.name,
                 order = ?ranking.order.iter().map(|&i| (self.groups[i].name.as_str(), ranking.rtt_ms[i])).collect::<Vec<_>>(),

@@ -340,6 +340,8 @@ struct Shared {
     /// Histogram samples folded into buckets by [`Registry::upkeep`] (the hot path only pushes
     /// to the series' lock-free sample buffer).
     buckets: Mutex<HashMap<Key, Buckets>>,
+    /// The node's event timeline (kept beside the series: every part that counts can record).
+    events: Arc<super::events::EventLog>,
 }
 
 /// The keys of the series one snapshot registered (see [`Registry::retain`]).
@@ -365,6 +367,7 @@ impl Registry {
             shared: Arc::new(Shared {
                 series: Series::atomic(),
                 buckets: Mutex::new(HashMap::new()),
+                events: Arc::default(),
             }),
             registered: Arc::default(),
         }
@@ -377,6 +380,11 @@ impl Registry {
             shared: self.shared.clone(),
             registered: Arc::default(),
         }
+    }
+
+    /// The node's event timeline (`GET /events`).
+    pub fn events(&self) -> &Arc<super::events::EventLog> {
+        &self.shared.events
     }
 
     /// The keys registered through this handle so far.

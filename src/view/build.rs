@@ -6,10 +6,11 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{
-    ChangeView, CheckView, DnsView, EndpointView, GroupView, ListenerView, PendingView, RankView,
-    RouteShare, RouteView,
+    ChangeView, CheckView, DnsView, EndpointView, ErrorsView, GroupView, ListenerView, PendingView,
+    RankView, RouteShare, RouteView,
 };
 use crate::balance::EndpointState;
+use crate::balance::errors::ErrorCounts;
 use crate::config::{Endpoint, FailoverMode, Host, Listener};
 use crate::health::verdict::Verdict;
 use crate::split::Ranking;
@@ -209,9 +210,21 @@ impl EndpointView {
             down: e.config.down,
             drain: e.config.drain,
             served: e.served,
+            errors: ErrorsView::from(state.recent_errors(now)),
             id,
             resolved,
             dns_error,
+        }
+    }
+}
+
+impl From<ErrorCounts> for ErrorsView {
+    fn from(c: ErrorCounts) -> ErrorsView {
+        ErrorsView {
+            status_5xx: c.status_5xx,
+            timeouts: c.timeouts,
+            connect: c.connect,
+            total: c.total(),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! later carry `#[serde(default)]`, so that an older node's document still reads.
 
 pub mod build;
+mod events;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use build::{CheckFacts, EndpointFacts, GroupLive, LastCheck, ListenerFacts};
+pub use events::{EventView, Events};
 
 /// The `/status` document (docs/design.md §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +166,9 @@ pub struct EndpointView {
     pub drain: bool,
     /// Requests or connections it served since the node started.
     pub served: u64,
+    /// Its errors of the last minute (an older node's document has none: zeros).
+    #[serde(default)]
+    pub errors: ErrorsView,
     /// A name's address: the target's id, `NAME:PORT@IP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -177,6 +182,20 @@ pub struct EndpointView {
     /// A name with no address: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_error: Option<String>,
+}
+
+/// An endpoint's errors over the last minute ([`crate::balance::errors`]: a count leaves
+/// between 55 and 60 s after it happened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ErrorsView {
+    /// HTTP answers with a status of 500 or above.
+    pub status_5xx: u64,
+    /// Attempts that got no answer in time (HTTP `upstream_timeout`, TCP `first_byte_timeout`).
+    pub timeouts: u64,
+    /// Attempts that got no connection (TCP, HTTP, UDP: refused, unreachable, TLS failed).
+    pub connect: u64,
+    /// The three together.
+    pub total: u64,
 }
 
 /// An endpoint's active checks.

@@ -40,6 +40,12 @@ fn endpoint() -> EndpointView {
         down: false,
         drain: false,
         served: 16,
+        errors: ErrorsView {
+            status_5xx: 3,
+            timeouts: 1,
+            connect: 2,
+            total: 6,
+        },
         id: Some("web.example:80@127.0.0.1".to_owned()),
         resolved: Some(Some("127.0.0.1".to_owned())),
         dns_error: Some("not resolved yet".to_owned()),
@@ -188,6 +194,19 @@ fn the_documented_keys_are_the_serialized_keys() {
         state: "up".to_owned(),
         observed: Some(49.0),
     };
+    let events = Events {
+        capacity: 100,
+        events: vec![EventView {
+            at_unix_ms: 1_796_188_898_705,
+            kind: "failover".to_owned(),
+            listener: Some("web".to_owned()),
+            group: Some("beijing".to_owned()),
+            endpoint: None,
+            message: "cascade -> failover: beijing unhealthy; traffic from beijing 62.5 %, \
+                      shanghai 37.5 % to shanghai 100 %"
+                .to_owned(),
+        }],
+    };
     let written = BTreeMap::from([
         ("Status".to_owned(), keys(&s)),
         ("NodeView".to_owned(), keys(&s.node)),
@@ -210,6 +229,9 @@ fn the_documented_keys_are_the_serialized_keys() {
         ("DnsView".to_owned(), keys(&s.dns["web.example"])),
         ("FleetView".to_owned(), keys(fleet)),
         ("Refusal".to_owned(), keys(fleet.refused.as_ref().unwrap())),
+        ("ErrorsView".to_owned(), keys(&e.errors)),
+        ("Events".to_owned(), keys(&events)),
+        ("EventView".to_owned(), keys(&events.events[0])),
     ]);
     assert_eq!(documented(), written);
 }

@@ -39,6 +39,7 @@ mod split;
 
 mod compaction;
 mod election;
+mod errors;
 mod failover;
 mod fleet_tab;
 mod graceful;

@@ -8,7 +8,7 @@ use crate::etcd::*;
 use crate::fleet::*;
 
 /// etcd's store revision now (one more per write to any key).
-fn store_revision(cluster: &Cluster) -> i64 {
+pub(crate) fn store_revision(cluster: &Cluster) -> i64 {
     let out = cluster.etcdctl(&["get", "/gtd/revision", "-w", "json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["header"]["revision"].as_i64().unwrap()

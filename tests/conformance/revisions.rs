@@ -171,6 +171,26 @@ fn a_revision_one_node_cannot_apply_is_refused_there_and_the_others_apply_it() {
     assert!(reason.contains(&port.to_string()), "{reason}");
     // Still serving revision 1's port.
     assert!(std::net::TcpStream::connect((shanghai_ip, old_port)).is_ok());
+    // Each node's timeline says what it did with revision 2.
+    let revision_events = |n: &NodeProc| -> Vec<String> {
+        let (code, body) = http(n.admin, "GET", "/events").unwrap();
+        assert_eq!(code, 200, "{body}");
+        let events: gtd::view::Events = serde_json::from_str(&body).unwrap();
+        events
+            .events
+            .into_iter()
+            .filter(|e| e.kind == "revision")
+            .map(|e| e.message)
+            .collect()
+    };
+    assert_eq!(revision_events(beijing), ["revision 2 applied"]);
+    let refused = revision_events(shanghai);
+    assert!(
+        refused.len() == 1
+            && refused[0].starts_with("revision 2 rejected, the running config stays: ")
+            && refused[0].contains(&port.to_string()),
+        "{refused:?}"
+    );
 
     // Reported in the registry: the refusal and its reason, and who is behind.
     wait("the refusal in the registry", || {

@@ -13,6 +13,7 @@
 mod cdp;
 #[path = "../common/mod.rs"]
 mod common;
+mod errors;
 mod web_page;
 
 use std::io::{Read, Write};
@@ -523,12 +524,20 @@ fn fleet_tab_draws_the_fleet_document() {
                    {"name": "beijing", "share": 62.5, "healthy": true},
                    {"name": "shanghai", "share": 37.5, "healthy": true}]}]})
     };
+    // Shanghai's entry says one endpoint had 10 or more errors in the last minute.
+    let mut shanghai = node(
+        "cn-shanghai@127.0.0.3:9100",
+        7,
+        json!({"revision": 8, "reason": "ratio 150 is out of range"}),
+    );
+    shanghai["errors"] = json!([{"listener": "web", "group": "beijing",
+                                 "endpoint": "127.0.0.1:9001", "at_least": 10}]);
     let fleet = json!({
         "prefix": "/gtd", "latest": {"revision": 8, "pushed_at_ms": 1764612000000_u64},
         "all_latest": false,
         "nodes": [
             node("cn-beijing@127.0.0.2:9100", 8, Value::Null),
-            node("cn-shanghai@127.0.0.3:9100", 7, json!({"revision": 8, "reason": "ratio 150 is out of range"})),
+            shanghai,
         ],
         "disagreements": [{"listener": "web", "group": "beijing",
                            "healthy": ["cn-beijing@127.0.0.2:9100"], "unhealthy": ["cn-shanghai@127.0.0.3:9100"]}],
@@ -548,6 +557,10 @@ fn fleet_tab_draws_the_fleet_document() {
     assert_eq!(rows[0][2], "8");
     assert_eq!(rows[1][2], "7 (latest 8)");
     assert_eq!(rows[1][3], "refused revision 8: ratio 150 is out of range");
+    assert_eq!(
+        (rows[0][6].as_str(), rows[1][6].as_str()),
+        (Some(""), Some("web/beijing/127.0.0.1:9001 10+"))
+    );
     assert!(
         rows[0][5].as_str().unwrap().contains("beijing 62.50 %"),
         "{rows:?}"

@@ -107,6 +107,33 @@ async fn an_endpoint_that_lies_to_its_checks_is_ejected_with_default_settings() 
         ),
         1.0
     );
+    // Its 503s are its errors of the last minute, and the ejection is on the timeline.
+    assert!(
+        e.errors.status_5xx >= 1 && e.errors.total == e.errors.status_5xx,
+        "{e:?}"
+    );
+    let (_, body) = admin(&node, "GET", "/events", None);
+    let events: gtd::view::Events = serde_json::from_str(&body).unwrap();
+    let liar_id = liar.to_string();
+    let ejected = events
+        .events
+        .iter()
+        .find(|ev| ev.kind == "ejection")
+        .unwrap_or_else(|| panic!("no ejection on the timeline: {events:#?}"));
+    assert_eq!(
+        (
+            ejected.listener.as_deref(),
+            ejected.group.as_deref(),
+            ejected.endpoint.as_deref()
+        ),
+        (Some("web"), Some("g"), Some(liar_id.as_str()))
+    );
+    assert!(
+        ejected
+            .message
+            .starts_with("ejected by outlier detection for 30 s (1st ejection)"),
+        "{ejected:?}"
+    );
     // The window: every request after the warm-up.
     let before = lies.load(Ordering::SeqCst);
     const WINDOW: usize = 500;

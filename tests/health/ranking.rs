@@ -72,6 +72,21 @@ async fn a_group_answering_50_ms_late_drops_below_a_prompt_one() {
     );
     assert_eq!(change.rtt_ms[0].0, "shanghai", "{why:?}");
     assert!(change.rtt_ms[1].1 >= Some(50.0), "{why:?}");
+    // The timeline has the change, with the RTTs and the samples that decided it.
+    let (_, body) = admin(&node, "GET", "/events", None);
+    let events: gtd::view::Events = serde_json::from_str(&body).unwrap();
+    let rank = events
+        .events
+        .iter()
+        .find(|e| e.kind == "rank" && e.listener.as_deref() == Some("web"))
+        .unwrap_or_else(|| panic!("no rank change on the timeline: {events:#?}"));
+    assert_eq!(rank.group.as_deref(), Some("shanghai"), "{rank:?}");
+    assert!(
+        rank.message
+            .starts_with("order shanghai, beijing (was beijing, shanghai): measured shanghai ")
+            && rank.message.contains(" samples), beijing "),
+        "{rank:?}"
+    );
     // Timed by the connect, the same endpoints are as near as each other: Beijing stays first,
     // with as many samples behind it.
     until(

@@ -17,6 +17,7 @@ mod harness;
 mod access_log;
 mod descriptors;
 mod drain;
+mod errors;
 mod fail_open;
 mod feedback;
 mod hostile;

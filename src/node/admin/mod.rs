@@ -113,6 +113,8 @@ pub enum Route {
     Reload,
     /// `GET /fleet`: the fleet's nodes and revisions, as `gtd fleet --json` (with `--etcd`).
     Fleet,
+    /// `GET /events`: the node's last events, newest first (docs/status.md, `Events`).
+    Events,
     /// `POST /endpoints/{listener}/{group}/{address}/enable|disable`, each segment
     /// percent-decoded.
     SetEnabled {
@@ -149,6 +151,7 @@ impl Route {
             (&Method::GET, ["metrics"]) => Route::Metrics,
             (&Method::GET, ["status"]) => Route::Status,
             (&Method::GET, ["fleet"]) => Route::Fleet,
+            (&Method::GET, ["events"]) => Route::Events,
             (&Method::POST, ["reload"]) => Route::Reload,
             (
                 &Method::POST,
@@ -165,7 +168,7 @@ impl Route {
                 address: (*address).to_owned(),
                 enable: *action == "enable",
             },
-            (_, ["healthz" | "metrics" | "status" | "reload" | "fleet"])
+            (_, ["healthz" | "metrics" | "status" | "reload" | "fleet" | "events"])
             | (_, ["endpoints", ..]) => Route::MethodNotAllowed,
             _ => Route::NotFound,
         }
@@ -199,6 +202,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
         ),
         Route::Status => json_reply(StatusCode::OK, &status(node)),
         Route::Fleet => fleet(node).await,
+        Route::Events => json_reply(StatusCode::OK, &node.registry.events().recent()),
         // Every POST, whatever its path, needs the token first.
         _ if req.method() == Method::POST && !authorized(node, &req) => json_reply(
             StatusCode::UNAUTHORIZED,

@@ -18,6 +18,8 @@
   let pendingToggle = null;
   let lastOk = 0;
   let fleetShown = false;
+  let fleetOn = false;
+  const EVENTS_MS = 2000;
 
   // ------------------------------------------------------------------ small helpers
 
@@ -173,6 +175,26 @@
       h("div", { class: "seg " + cls, style: null, title, "data-w": w.toFixed(4) })));
   }
 
+  // An endpoint's errors of the last minute (`errors` in /status): the count, what it is made
+  // of, and a red bar as long as the count against the listener's worst endpoint.
+  function errorsCell(e, worst) {
+    const x = e.errors;
+    if (!x || num(x.total) === null) return h("span", { class: "errors", "data-errors": "", text: "errors —" });
+    const parts = [[x.status_5xx, "5xx"], [x.timeouts, "timeouts"], [x.connect, "connect failures"]]
+      .map(([n, what]) => (num(n) || 0) + " " + what).join(", ");
+    const w = worst > 0 ? (100 * x.total) / worst : 0;
+    return h("span", { class: "errors" + (x.total > 0 ? " bad" : ""), "data-errors": String(x.total),
+      title: "last minute: " + parts },
+      h("span", { class: "etrack" }, h("span", { class: "seg errbar", "data-w": w.toFixed(4) })),
+      h("span", { class: "enum", text: x.total > 0 ? x.total + " errors/min" : "no errors" }));
+  }
+
+  function worstErrors(l) {
+    let worst = 0;
+    for (const g of arr(l.groups)) for (const e of arr(g.endpoints)) worst = Math.max(worst, num(e.errors && e.errors.total) || 0);
+    return worst;
+  }
+
   function group(l, g, obs) {
     const ghealthy = g.healthy !== false;
     const o = obs ? obs.groups.get(g.name) : null;
@@ -191,6 +213,7 @@
     const expected = bar(parts);
     const seen = bar([["observed", clamp(o), "observed " + pct(o)]]);
     const rtt = num(g.rtt_ms) === null ? "—" : g.rtt_ms.toFixed(2) + " ms";
+    const worst = worstErrors(l);
     const eps = arr(g.endpoints).map((e) => {
       const [state, cls, why] = endpointState(e);
       const eo = obs ? obs.endpoints.get(g.name + "/" + endpointId(e)) : undefined;
@@ -205,6 +228,7 @@
         h("span", { class: "badge " + cls, title: why, text: state }),
         h("span", { class: "check", text: checkText(e) + (why && state !== "up" ? (checkText(e) ? " · " : "") + why : "") }),
         h("span", { class: "nums", text: nums.join(" · ") }),
+        errorsCell(e, worst),
         e.address ? h("button", {
           type: "button", class: "toggle " + action, "data-action": action, text: action,
           title: action + " " + e.address + " (POST /endpoints/…/" + action + ")",
@@ -282,6 +306,37 @@
     }
   }
 
+  // ------------------------------------------------------------------ the event timeline
+
+  function eventPlace(ev) {
+    return [ev.listener, ev.group, ev.endpoint].filter(Boolean).join(" / ") || "node";
+  }
+
+  function renderEvents(doc) {
+    const events = arr(doc && doc.events);
+    const items = events.map((ev) => h("li", { class: "event " + (ev.kind || ""), "data-kind": ev.kind || "" },
+      h("time", { text: num(ev.at_unix_ms) === null ? "" : new Date(ev.at_unix_ms).toLocaleTimeString(),
+        title: num(ev.at_unix_ms) === null ? "" : ago(ev.at_unix_ms) }),
+      h("span", { class: "kind", text: ev.kind || "?" }),
+      h("span", { class: "where", text: eventPlace(ev) }),
+      h("span", { class: "what", text: ev.message || "" })));
+    $("events").replaceChildren(h("section", { class: "card" },
+      h("h2", {}, h("span", { text: "Events" }),
+        h("span", { class: "proto", text: "the last " + (num(doc && doc.capacity) ?? 100) + ", newest first" })),
+      items.length ? h("ol", { class: "timeline" }, items)
+        : h("p", { class: "reason", text: "nothing happened since the node started" })));
+  }
+
+  async function pollEvents() {
+    try {
+      const r = await fetch("events", { cache: "no-store" });
+      // An older node has no /events: no timeline.
+      if (r.status !== 200) { $("events").hidden = true; return; }
+      renderEvents(await r.json());
+      $("events").hidden = fleetOn;
+    } catch (e) { /* the status line says the node is away */ }
+  }
+
   // ------------------------------------------------------------------ toggles and the token
 
   function token() {
@@ -338,10 +393,13 @@
   // ------------------------------------------------------------------ fleet (nodes on etcd)
 
   function showTab(fleet) {
+    fleetOn = fleet;
     $("tab-fleet").classList.toggle("on", fleet);
     $("tab-listeners").classList.toggle("on", !fleet);
     $("fleet").hidden = !fleet;
     $("listeners").hidden = fleet;
+    if (fleet) $("events").hidden = true;
+    else if ($("events").childElementCount) $("events").hidden = false;
   }
   $("tab-listeners").addEventListener("click", () => showTab(false));
   $("tab-fleet").addEventListener("click", () => showTab(true));
@@ -361,7 +419,11 @@
         h("td", { class: "refused", text: refused }),
         // The entry is rewritten when it changes, not as time passes: up since it started.
         h("td", { text: uptime(num(n.started_at_ms) ? Math.max(0, Math.round((Date.now() - n.started_at_ms) / 1000)) : n.uptime_s) }),
-        h("td", {}, listeners.map((t) => h("div", { text: t }))));
+        h("td", {}, listeners.map((t) => h("div", { text: t }))),
+        // The entry's errors summary: endpoints with errors in the last minute, each count
+        // rounded down to a power of ten.
+        h("td", { class: arr(n.errors).length ? "refused" : "", "data-errors": String(arr(n.errors).length) },
+          arr(n.errors).map((e) => h("div", { text: [e.listener, e.group, e.endpoint].join("/") + " " + (e.at_least ?? "?") + "+" }))));
     });
     const dis = arr(f.disagreements).map((d) => h("tr", {},
       h("td", { text: d.listener + "/" + d.group }),
@@ -373,7 +435,7 @@
         (f.latest && num(f.latest.pushed_at_ms) !== null ? ", pushed " + ago(f.latest.pushed_at_ms) : "") +
         (f.all_latest === true ? " · every node runs it" : f.all_latest === false ? " · not every node runs it" : "") }),
       h("div", { class: "scroll" }, h("table", {},
-        h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners"].map((t) => h("th", { text: t }))),
+        h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners", "errors (1 min)"].map((t) => h("th", { text: t }))),
         nodes)),
       h("h2", {}, h("span", { text: "Health disagreements" })),
       dis.length ? h("div", { class: "scroll" }, h("table", {},
@@ -395,6 +457,8 @@
 
   poll();
   pollFleet();
+  pollEvents();
   setInterval(poll, POLL_MS);
   setInterval(pollFleet, FLEET_MS);
+  setInterval(pollEvents, EVENTS_MS);
 })();

@@ -13,14 +13,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{Fleet, Inner};
 use crate::fleet::Store;
-use crate::fleet::registry::Entry;
+use crate::fleet::registry::{Entry, ErrorSummary, error_summary};
+use crate::view::ListenerView;
 
 /// How often the node looks whether its entry changed (between the revisions and reloads that
 /// wake it at once): group health and shares move without either.
@@ -117,6 +118,8 @@ async fn hold(
     let mut look = tokio::time::interval(LOOK);
     let mut renew = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
     let mut writing: Option<std::pin::Pin<Box<dyn Future<Output = Write> + Send>>> = None;
+    // The errors the entry says, paced (at most one change every 10 s).
+    let mut errors = ErrorSummary::default();
     loop {
         tokio::select! {
             _ = renew.tick() => {
@@ -162,7 +165,7 @@ async fn hold(
         if writing.is_some() {
             continue;
         }
-        let entry = entry(inner, fleet);
+        let entry = entry(inner, fleet, &mut errors);
         let shape = shape(&entry);
         if written.as_ref() == Some(&shape) {
             continue;
@@ -198,13 +201,19 @@ fn report(said: &mut Option<String>, why: String) {
     }
 }
 
-/// The node's entry now.
-fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
+/// The node's entry now, with its errors as `errors` paces them.
+fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry {
     let (applied, source) = {
         let a = fleet.applied.lock().expect("fleet state");
         (a.0.revision, a.1)
     };
-    let now = crate::fleet::now_ms();
+    let views = {
+        let snap = inner.snapshot.load();
+        let names = inner.names.table();
+        super::super::status::listeners(inner, &snap, &names, Instant::now())
+    };
+    let now = Instant::now();
+    let ms = crate::fleet::now_ms();
     let up = inner.started.elapsed();
     Entry {
         id: super::node_id(inner, fleet),
@@ -216,17 +225,10 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet) -> Entry {
         source: source.as_str().to_owned(),
         refused: fleet.refused.lock().expect("fleet state").clone(),
         uptime_s: up.as_secs(),
-        started_at_ms: now.saturating_sub(up.as_millis() as u64),
-        updated_at_ms: now,
-        listeners: {
-            let snap = inner.snapshot.load();
-            let names = inner.names.table();
-            let now = std::time::Instant::now();
-            super::super::status::listeners(inner, &snap, &names, now)
-                .iter()
-                .map(crate::view::ListenerView::for_registry)
-                .collect()
-        },
+        started_at_ms: ms.saturating_sub(up.as_millis() as u64),
+        updated_at_ms: ms,
+        listeners: views.iter().map(ListenerView::for_registry).collect(),
+        errors: errors.offer(error_summary(&views), now).to_vec(),
     }
 }
 

@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use crate::balance::RequestKey;
+use crate::balance::errors::ErrorKind;
 use crate::config::{Listener, Measure};
 use crate::health::outlier::Answer;
 use crate::split::rules::{Match, RouteRequest};
@@ -403,6 +404,9 @@ fn answered(
     let status = response.status();
     let endpoint = &l.groups[attempt.group].endpoints[attempt.pick.index()];
     endpoint.requests[class(status)].increment(1);
+    if status.is_server_error() {
+        attempt.pick.error(ErrorKind::Status5xx, now);
+    }
     l.answered(
         attempt.group,
         &attempt.pick,
@@ -455,6 +459,9 @@ fn unanswered(
                 l.groups[attempt.group].endpoints[attempt.pick.index()]
                     .failures
                     .increment(1);
+                attempt.pick.error(ErrorKind::Connect, now);
+            } else if failure == Failure::Timeout {
+                attempt.pick.error(ErrorKind::Timeout, now);
             }
             l.attempt_failed(attempt.group, &attempt.pick, &failure);
             // No answer at all (refused, timed out, broken): a gateway failure.

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
+use crate::balance::errors::ErrorKind;
 use crate::config::Measure;
 
 use super::StreamKey;
@@ -141,6 +142,7 @@ async fn connect_and_relay(
                     Opened::Silent(why) => {
                         tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), %why, "endpoint silent");
                         group.endpoints[attempt.pick.index()].failures.increment(1);
+                        attempt.pick.error(ErrorKind::Timeout, Instant::now());
                         l.attempt_failed(attempt.group, &attempt.pick, &why);
                     }
                 }
@@ -150,6 +152,7 @@ async fn connect_and_relay(
             Err(e) => {
                 tracing::debug!(listener = %l.cfg.name, endpoint = %attempt.pick.address(), error = %e, "connect failed");
                 group.endpoints[attempt.pick.index()].failures.increment(1);
+                attempt.pick.error(ErrorKind::Connect, Instant::now());
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }

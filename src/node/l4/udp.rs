@@ -29,6 +29,7 @@ use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::balance::errors::ErrorKind;
 use crate::balance::{Admit, Pick};
 
 use super::StreamKey;
@@ -356,6 +357,7 @@ pub(crate) async fn udp_loop(
                 l.groups[flow.group].endpoints[flow.endpoint]
                     .failures
                     .increment(1);
+                flow.pick.error(ErrorKind::Connect, Instant::now());
                 l.attempt_failed(flow.group, &flow.pick, &e);
             }
         }
@@ -549,6 +551,7 @@ async fn open_flow(
             }
             Err(e) => {
                 tracing::debug!(endpoint = %attempt.pick.address(), error = %e, "udp flow setup failed");
+                attempt.pick.error(ErrorKind::Connect, Instant::now());
                 l.attempt_failed(attempt.group, &attempt.pick, &e);
             }
         }
@@ -602,6 +605,7 @@ async fn replies(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                pick.error(ErrorKind::Connect, Instant::now());
                 l.attempt_failed(group, &pick, &e);
                 // Keep listening: the flow moves when the loop sees the endpoint unusable.
                 tokio::time::sleep(Duration::from_millis(10)).await;
