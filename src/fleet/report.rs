@@ -235,7 +235,7 @@ fn duration(s: u64) -> String {
 }
 
 /// `2026-12-01 18:40:02 UTC`.
-fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let rem = secs % 86_400;
     let (year, month, day) = crate::calendar::civil(secs / 86_400);

@@ -299,6 +299,18 @@ impl Client {
         .await
     }
 
+    /// A delete of a key or a range.
+    pub async fn delete_range(
+        &self,
+        request: rpc::DeleteRangeRequest,
+    ) -> Result<rpc::DeleteRangeResponse> {
+        self.call(|s| {
+            let r = request.clone();
+            async move { KvClient::new(s).delete_range(r).await }
+        })
+        .await
+    }
+
     /// A transaction.
     pub async fn txn(&self, request: rpc::TxnRequest) -> Result<rpc::TxnResponse> {
         self.call(|s| {
@@ -349,10 +361,22 @@ impl Client {
 
     /// Watches `key` from store revision `start` (0: from now).
     pub async fn watch(&self, key: &str, start: i64) -> Result<Answers<rpc::WatchResponse>> {
+        self.watch_range(key, Vec::new(), start).await
+    }
+
+    /// Watches the keys from `key` to `range_end` (excluded; empty: `key` alone) from store
+    /// revision `start` (0: from now).
+    pub async fn watch_range(
+        &self,
+        key: &str,
+        range_end: Vec<u8>,
+        start: i64,
+    ) -> Result<Answers<rpc::WatchResponse>> {
         let create = rpc::WatchRequest {
             request_union: Some(rpc::watch_request::RequestUnion::CreateRequest(
                 rpc::WatchCreateRequest {
                     key: key.as_bytes().to_vec(),
+                    range_end,
                     start_revision: start,
                     ..Default::default()
                 },
