@@ -43,6 +43,24 @@ pub struct Entry {
     /// or endpoints, which change without anything happening).
     #[serde(deserialize_with = "listeners_any_version")]
     pub listeners: Vec<ListenerView>,
+    /// Endpoints set apart on this node alone through its admin API (`POST
+    /// /endpoints/.../enable|disable` against the config's `enabled`); a toggle is a change of
+    /// the entry, so one write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub toggles: Vec<Toggle>,
+}
+
+/// An endpoint toggled on one node through its admin API, away from what the config says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Toggle {
+    /// The listener.
+    pub listener: String,
+    /// The group.
+    pub group: String,
+    /// The endpoint (a name's address: `NAME:PORT@IP`).
+    pub endpoint: String,
+    /// Enabled now (the config says the other).
+    pub enabled: bool,
 }
 
 impl Entry {
@@ -138,6 +156,7 @@ mod tests {
             uptime_s: 0,
             started_at_ms: 0,
             updated_at_ms: 0,
+            toggles: Vec::new(),
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),

@@ -3,8 +3,9 @@
 
 use serde_json::{Value, json};
 
+use super::drain::Drain;
 use super::push::{shares, text_diff, validated};
-use super::registry::{Entry, disagreements};
+use super::registry::{Entry, Toggle, disagreements};
 use super::{Revision, Store};
 
 /// Why `gtd fleet diff` could not compare two revisions.
@@ -47,6 +48,8 @@ pub struct Fleet {
     pub latest: Option<Revision>,
     /// Live nodes, by region and id.
     pub nodes: Vec<Entry>,
+    /// The fleet-wide drains (`gtd drain`), in key order.
+    pub drains: Vec<Drain>,
 }
 
 impl Fleet {
@@ -55,10 +58,12 @@ impl Fleet {
         let seen = store.current().await?;
         let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
+        let (drains, _) = store.drains().await?;
         Ok(Fleet {
             prefix: store.prefix().to_owned(),
             latest,
             nodes,
+            drains,
         })
     }
 
@@ -79,6 +84,7 @@ impl Fleet {
             "all_latest": self.all_latest(),
             "nodes": self.nodes,
             "disagreements": disagreements(&self.nodes),
+            "drains": self.drains,
         })
     }
 
@@ -175,6 +181,7 @@ impl Fleet {
                 ));
             }
         }
+        out.push_str(&self.set_apart());
         let disagree = disagreements(&self.nodes);
         if disagree.is_empty() {
             out.push_str("\nthe nodes agree on every group's health\n");
@@ -187,6 +194,54 @@ impl Fleet {
                     d.group,
                     d.healthy.join(", "),
                     d.unhealthy.join(", ")
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Fleet {
+    /// The fleet-wide drains and the admin toggles of single nodes, as the table's lines.
+    fn set_apart(&self) -> String {
+        let mut out = String::new();
+        if !self.drains.is_empty() {
+            out.push_str(&format!(
+                "\n{} fleet-wide drain{} (gtd undrain to end):\n",
+                self.drains.len(),
+                plural(self.drains.len())
+            ));
+            for d in &self.drains {
+                let whole = if d.endpoint.is_none() {
+                    " (every endpoint of the group)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "  {}{whole}: drained by {} at {}{}\n",
+                    d.target(),
+                    d.by,
+                    utc(d.at_ms),
+                    d.message
+                        .as_deref()
+                        .map_or(String::new(), |m| format!(": {m}"))
+                ));
+            }
+        }
+        let toggles: Vec<(&str, &Toggle)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.toggles.iter().map(move |t| (n.id.as_str(), t)))
+            .collect();
+        if !toggles.is_empty() {
+            out.push_str("\nset apart on one node through its admin API:\n");
+            for (id, t) in toggles {
+                out.push_str(&format!(
+                    "  {}/{}/{}: {} on {id}\n",
+                    t.listener,
+                    t.group,
+                    t.endpoint,
+                    if t.enabled { "enabled" } else { "disabled" }
                 ));
             }
         }

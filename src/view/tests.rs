@@ -38,7 +38,14 @@ fn endpoint() -> EndpointView {
         rtt_ms: Some(0.441),
         backup: false,
         down: false,
-        drain: false,
+        drain: true,
+        drained_by: Some(DrainView {
+            source: "fleet".to_owned(),
+            by: Some("ops@host".to_owned()),
+            at_ms: Some(1_796_188_898_705),
+            message: Some("kernel upgrade".to_owned()),
+            target: Some("web/beijing/web.example:80".to_owned()),
+        }),
         served: 16,
         id: Some("web.example:80@127.0.0.1".to_owned()),
         resolved: Some(Some("127.0.0.1".to_owned())),
@@ -210,6 +217,7 @@ fn the_documented_keys_are_the_serialized_keys() {
         ("DnsView".to_owned(), keys(&s.dns["web.example"])),
         ("FleetView".to_owned(), keys(fleet)),
         ("Refusal".to_owned(), keys(fleet.refused.as_ref().unwrap())),
+        ("DrainView".to_owned(), keys(e.drained_by.as_ref().unwrap())),
     ]);
     assert_eq!(documented(), written);
 }
