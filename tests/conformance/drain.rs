@@ -13,6 +13,9 @@ use gtd::view::EndpointView;
 use crate::etcd::*;
 use crate::fleet::*;
 
+/// What a node logs when the drains it holds change.
+const APPLYING: &str = "fleet: the drains changed";
+
 /// Endpoint `address` of `listener`/`group` in `node`'s `/status`.
 fn endpoint(node: &NodeProc, listener: &str, group: &str, address: &str) -> EndpointView {
     let status = node.status();
@@ -155,15 +158,30 @@ fn a_fleet_drain_reaches_every_node_survives_restarts_and_undrain_ends_it() {
         assert!(endpoint(n, "web", "beijing", &web).drain, "{}", n.region);
     }
 
-    // A node restarted afterwards applies them from its first answer on.
+    // A node restarted afterwards applies them from its start: with the revision it starts
+    // with, not later when its watch begins (it would log that the drains changed).
+    let changes = |n: &NodeProc| {
+        std::fs::read_to_string(&n.log)
+            .unwrap_or_default()
+            .matches(APPLYING)
+            .count()
+    };
     fleet.kill_node("cn-shanghai");
+    let before = changes(fleet.node("cn-shanghai"));
     fleet.restart_node("cn-shanghai");
     let shanghai = fleet.node("cn-shanghai");
+    wait_fleet(shanghai, "connected again", |f| f.connected);
     let w = endpoint(shanghai, "web", "beijing", &web);
     assert!(w.drain, "restarted without the drain: {w:?}");
     assert_eq!(w.drained_by.map(|d| d.source).as_deref(), Some("fleet"));
     let t = traffic(&fleet, shanghai, "web", 200);
     assert!(!t.answers.contains_key(&web), "{t:?}");
+    assert_eq!(
+        changes(shanghai),
+        before,
+        "the restarted node applied the drains late:\n{}",
+        shanghai.log_tail()
+    );
 
     // `gtd fleet` lists them; and an endpoint disabled on one node through its admin API.
     let other = first_endpoint(&fleet.cfg, "web", "shanghai");
