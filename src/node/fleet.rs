@@ -351,7 +351,9 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
         (Err(e), Ok(c)) => Ok(Initial {
             first: (Arc::new(c), Source::Cache),
             fallback: None,
-            drains: Vec::new(),
+            // The drains as last read from etcd: a node restarted while etcd is down keeps
+            // them too.
+            drains: read_drains_cache(&opts.cache),
             etcd_error: Some(crate::fleet::describe(&e)),
         }),
         (Err(e), Err(cache)) => Err(Error::NoRevision {
@@ -372,6 +374,39 @@ fn read_cache(path: &Path) -> Result<Revision, CacheError> {
         path: path.to_owned(),
         error,
     })
+}
+
+/// Where the drains are cached: beside the revision cache (`revision-r.json`:
+/// `revision-r.drains.json`).
+fn drains_cache(cache: &Path) -> PathBuf {
+    cache.with_extension("drains.json")
+}
+
+/// The cached drains; none when there is no cache or it does not read (said in the log).
+fn read_drains_cache(cache: &Path) -> Vec<Drain> {
+    let path = drains_cache(cache);
+    let Ok(bytes) = crate::files::read(&path, crate::files::MAX_CONFIG_BYTES) else {
+        return Vec::new();
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::warn!(file = %path.display(), error = %e, "the drains cache does not read; starting without drains");
+        Vec::new()
+    })
+}
+
+/// Writes the drains held beside the revision cache (as [`write_cache`] does).
+async fn cache_drains(fleet: &Fleet) {
+    let path = drains_cache(&fleet.opts.cache);
+    let drains = fleet.drains();
+    let written = tokio::task::spawn_blocking(move || {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&*drains)?)?;
+        std::fs::rename(&tmp, &path)
+    })
+    .await;
+    if let Ok(Err(e)) = written {
+        tracing::warn!(error = %e, "the drains cache was not written");
+    }
 }
 
 /// Writes the revision served to the cache file (a temp file renamed over it, so that a crash
@@ -409,6 +444,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
     let started = fleet.applied.lock().expect("fleet state").clone();
     if started.1 == Source::Etcd {
         cache(fleet, &started.0).await;
+        cache_drains(fleet).await;
     }
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -594,6 +630,7 @@ async fn reread_drains(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store) -> 
     if fleet.set_drains(drains) {
         tracing::info!(drains = count, "fleet: the drains changed; applying them");
         inner.redrain().await;
+        cache_drains(fleet).await;
     }
     Ok(header)
 }

@@ -68,7 +68,7 @@ fn traffic(fleet: &Fleet, node: &NodeProc, listener: &str, n: usize) -> Tally {
 
 #[test]
 fn a_fleet_drain_reaches_every_node_survives_restarts_and_undrain_ends_it() {
-    let cluster = Cluster::start();
+    let mut cluster = Cluster::start();
     let mut cfg = Cfg::shipped();
     let mut fleet = start_fleet(&cluster, &cfg, std::slice::from_ref(&cfg));
     fleet.wait_health(&[]);
@@ -182,6 +182,22 @@ fn a_fleet_drain_reaches_every_node_survives_restarts_and_undrain_ends_it() {
         "the restarted node applied the drains late:\n{}",
         shanghai.log_tail()
     );
+
+    // A node restarted while etcd is down starts from its caches: the revision's and the
+    // drains'.
+    cluster.stop_all();
+    fleet.kill_node("cn-beijing");
+    fleet.restart_node("cn-beijing");
+    let beijing = fleet.node("cn-beijing");
+    assert_eq!(beijing.fleet().source, "cache");
+    let w = endpoint(beijing, "web", "beijing", &web);
+    assert!(w.drain, "restarted from the cache without the drain: {w:?}");
+    let t = traffic(&fleet, beijing, "web", 200);
+    assert!(!t.answers.contains_key(&web), "{t:?}");
+    cluster.start_all();
+    for n in &fleet.nodes {
+        wait_fleet(n, "connected again", |f| f.connected && f.source == "etcd");
+    }
 
     // `gtd fleet` lists them; and an endpoint disabled on one node through its admin API.
     let other = first_endpoint(&fleet.cfg, "web", "shanghai");
