@@ -314,6 +314,48 @@ mod tests {
     }
 
     #[test]
+    fn drains_and_admin_toggles_are_listed_under_the_nodes() {
+        let node: Entry = serde_json::from_value(serde_json::json!({
+            "id": "cn-beijing@h:9100", "region": "cn-beijing", "admin": "127.0.0.1:9100",
+            "bind": "127.0.0.1", "version": "0.1.0", "applied": 1, "source": "etcd",
+            "refused": null, "uptime_s": 1, "updated_at_ms": 0, "listeners": [],
+            "toggles": [{"listener": "web", "group": "shanghai",
+                         "endpoint": "127.0.0.1:9101", "enabled": false}],
+        }))
+        .unwrap();
+        let drain = |endpoint: Option<&str>, message: Option<&str>| Drain {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: endpoint.map(str::to_owned),
+            by: "ops@vm".to_owned(),
+            at_ms: 1_796_149_202_000,
+            message: message.map(str::to_owned),
+        };
+        let mut f = Fleet {
+            prefix: "/gtd".to_owned(),
+            latest: None,
+            nodes: vec![node],
+            drains: vec![
+                drain(None, None),
+                drain(Some("127.0.0.1:9001"), Some("disk")),
+            ],
+        };
+        assert_eq!(
+            f.set_apart(),
+            "\n2 fleet-wide drains (gtd undrain to end):\n\
+             \x20 web/beijing (every endpoint of the group): drained by ops@vm at 2026-12-01 18:20:02 UTC\n\
+             \x20 web/beijing/127.0.0.1:9001: drained by ops@vm at 2026-12-01 18:20:02 UTC: disk\n\
+             \nset apart on one node through its admin API:\n\
+             \x20 web/shanghai/127.0.0.1:9101: disabled on cn-beijing@h:9100\n"
+        );
+        assert!(f.table().contains("2 fleet-wide drains"));
+        assert_eq!(f.json()["drains"][1]["message"], "disk");
+        f.drains.clear();
+        f.nodes[0].toggles.clear();
+        assert_eq!(f.set_apart(), "");
+    }
+
+    #[test]
     fn shares_and_durations_read_short() {
         assert_eq!(trim(62.5), "62.5");
         assert_eq!(trim(100.0), "100");
