@@ -623,16 +623,36 @@ fn delivered(response: &rpc::WatchResponse, from: i64) -> i64 {
 }
 
 /// Reads the fleet-wide drains and, when they changed, applies them to the running config
-/// ([`Inner::redrain`]); returns etcd's store revision they were read at.
+/// ([`redrain`]); returns etcd's store revision they were read at.
 async fn reread_drains(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store) -> Result<i64> {
     let (drains, header) = store.drains().await?;
     let count = drains.len();
     if fleet.set_drains(drains) {
         tracing::info!(drains = count, "fleet: the drains changed; applying them");
-        inner.redrain().await;
+        redrain(inner).await;
         cache_drains(fleet).await;
     }
     Ok(header)
+}
+
+/// The drains changed: the running config, as loaded, is built again with them (the same
+/// ports, so nothing is bound), as a name's new addresses are. Open connections and flows carry
+/// on; endpoints keep their state (a drained one its connections, which finish), and the
+/// balancers and the split see `drain` as if the config said it.
+async fn redrain(inner: &Arc<Inner>) {
+    let _bound = inner.bound.lock().await;
+    if inner.stop.is_cancelled() {
+        return;
+    }
+    let Some(fleet) = &inner.fleet else {
+        return;
+    };
+    let Some(base) = fleet.base() else {
+        return;
+    };
+    if let Err(e) = inner.rebuild(Arc::new(fleet.overlay(&base))).await {
+        tracing::error!("fleet: the drains could not be applied: {e}");
+    }
 }
 
 /// A task that ends when this value is dropped (with the session that started it).

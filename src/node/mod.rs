@@ -571,29 +571,9 @@ impl Inner {
         }
     }
 
-    /// The fleet's drains changed: the running config, as loaded, is built again with them
-    /// (the same ports, so nothing is bound), as [`Inner::refresh`] does for new addresses.
-    /// Open connections and flows carry on; endpoints keep their state (a drained one its
-    /// connections, which finish), and the balancers and the split see `drain` as if the
-    /// config said it.
-    pub(crate) async fn redrain(self: &Arc<Self>) {
-        let _bound = self.bound.lock().await;
-        if self.stop.is_cancelled() {
-            return;
-        }
-        let Some(fleet) = &self.fleet else {
-            return;
-        };
-        let Some(base) = fleet.base() else {
-            return;
-        };
-        if let Err(e) = self.rebuild(Arc::new(fleet.overlay(&base))).await {
-            tracing::error!("fleet: the drains could not be applied: {e}");
-        }
-    }
-
-    /// Builds `config` (the running one, changed in what needs no port bound) and swaps it
-    /// in, with the running snapshot's access log; the caller holds the reload lock.
+    /// Builds `config` (the running one, changed in what needs no port bound: new addresses,
+    /// the fleet's drains, [`fleet`]'s `redrain`) and swaps it in, with the running snapshot's
+    /// access log; the caller holds the reload lock.
     async fn rebuild(self: &Arc<Self>, config: Arc<Config>) -> std::result::Result<(), String> {
         let mut next = self.build(config).await?;
         // The same access log writer and sink as the running snapshot.
