@@ -10,6 +10,8 @@
 //!   that dies leaves the registry when its lease runs out;
 //! - `PREFIX/expected/ID`: a node that registered once ([`expected::Expected`]), without a
 //!   lease: a node gone from the registry is shown missing until `gtd fleet forget ID`.
+//! - `PREFIX/drains/LISTENER/GROUP[/ENDPOINT]`: a fleet-wide drain as a JSON [`drain::Drain`]
+//!   (`gtd drain`), without a lease: it stays until `gtd undrain`.
 //!
 //! A push writes the new revision and moves `PREFIX/revision` in one transaction that succeeds
 //! only if `PREFIX/revision` did not change since it was read: two pushes never both win, and a
@@ -18,6 +20,7 @@
 
 pub mod access;
 pub mod compact;
+pub mod drain;
 pub mod etcd;
 pub mod expected;
 pub mod history;
@@ -577,28 +580,29 @@ impl Store {
 /// key with its last byte increased, as etcd's clients spell a prefix).
 fn range(key: &str, prefix: bool) -> rpc::RangeRequest {
     let key = key.as_bytes().to_vec();
-    let range_end = if prefix {
-        let mut end = key.clone();
-        // The last byte below 0xff, increased, and what follows it dropped; none: every key
-        // from `key` on ("\0").
-        while let Some(last) = end.pop() {
-            if last < 0xff {
-                end.push(last + 1);
-                break;
-            }
-        }
-        if end.is_empty() {
-            end.push(0);
-        }
-        end
-    } else {
-        Vec::new()
-    };
+    let range_end = if prefix { prefix_end(&key) } else { Vec::new() };
     rpc::RangeRequest {
         key,
         range_end,
         ..Default::default()
     }
+}
+
+/// The end of the range of every key that starts with `key`.
+pub(crate) fn prefix_end(key: &[u8]) -> Vec<u8> {
+    let mut end = key.to_vec();
+    // The last byte below 0xff, increased, and what follows it dropped; none: every key from
+    // `key` on ("\0").
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            break;
+        }
+    }
+    if end.is_empty() {
+        end.push(0);
+    }
+    end
 }
 
 /// Whether `e` came from etcd itself (a leader election under way, a member gone, a timeout):

@@ -47,6 +47,24 @@ pub struct Entry {
     /// at most once every [`ERRORS_EVERY`], and only when the summary changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<EndpointErrors>,
+    /// Endpoints set apart on this node alone through its admin API (`POST
+    /// /endpoints/.../enable|disable` against the config's `enabled`); a toggle is a change of
+    /// the entry, so one write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub toggles: Vec<Toggle>,
+}
+
+/// An endpoint toggled on one node through its admin API, away from what the config says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Toggle {
+    /// The listener.
+    pub listener: String,
+    /// The group.
+    pub group: String,
+    /// The endpoint (a name's address: `NAME:PORT@IP`).
+    pub endpoint: String,
+    /// Enabled now (the config says the other).
+    pub enabled: bool,
 }
 
 /// An endpoint with errors in the last minute (5xx answers, timeouts, connect failures), as a
@@ -208,6 +226,7 @@ mod tests {
             started_at_ms: 0,
             updated_at_ms: 0,
             errors: Vec::new(),
+            toggles: Vec::new(),
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),

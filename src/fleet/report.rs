@@ -5,10 +5,11 @@
 
 use serde_json::{Value, json};
 
+use super::drain::Drain;
 use super::expected::{Missing, missing};
 use super::predict::predicted;
 use super::push::{text_diff, validated};
-use super::registry::{EndpointErrors, Entry, disagreements};
+use super::registry::{EndpointErrors, Entry, Toggle, disagreements};
 use super::stale::Stale;
 use super::{Access, Revision, Store};
 
@@ -56,6 +57,8 @@ pub struct Fleet {
     pub missing: Vec<Missing>,
     /// Where the answer came from when etcd had no quorum (none: a linearizable read).
     pub stale: Option<Stale>,
+    /// The fleet-wide drains (`gtd drain`), in key order.
+    pub drains: Vec<Drain>,
 }
 
 impl Fleet {
@@ -65,12 +68,14 @@ impl Fleet {
         let latest = store.named(seen.number).await?;
         let nodes = store.nodes().await?;
         let expected = store.expected().await?;
+        let (drains, _) = store.drains().await?;
         Ok(Fleet {
             prefix: store.prefix().to_owned(),
             latest,
             missing: missing(&expected, &nodes),
             nodes,
             stale: None,
+            drains,
         })
     }
 
@@ -119,6 +124,7 @@ impl Fleet {
             "missing": self.missing,
             "stale": self.stale.is_some(),
             "stale_from": self.stale,
+            "drains": self.drains,
         })
     }
 
@@ -234,6 +240,7 @@ impl Fleet {
             }
         }
         self.missing_table(&mut out);
+        out.push_str(&self.set_apart());
         let disagree = disagreements(&self.nodes);
         if disagree.is_empty() {
             out.push_str("\nthe nodes agree on every group's health\n");
@@ -276,6 +283,54 @@ impl Fleet {
                 .map_or(String::new(), |r| format!(", left at etcd revision {r}"));
             out.push_str(&format!("  {}  {}  {since}{last}{at}\n", m.id, m.region));
         }
+    }
+}
+
+impl Fleet {
+    /// The fleet-wide drains and the admin toggles of single nodes, as the table's lines.
+    fn set_apart(&self) -> String {
+        let mut out = String::new();
+        if !self.drains.is_empty() {
+            out.push_str(&format!(
+                "\n{} fleet-wide drain{} (gtd undrain to end):\n",
+                self.drains.len(),
+                plural(self.drains.len())
+            ));
+            for d in &self.drains {
+                let whole = if d.endpoint.is_none() {
+                    " (every endpoint of the group)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "  {}{whole}: drained by {} at {}{}\n",
+                    d.target(),
+                    d.by,
+                    utc(d.at_ms),
+                    d.message
+                        .as_deref()
+                        .map_or(String::new(), |m| format!(": {m}"))
+                ));
+            }
+        }
+        let toggles: Vec<(&str, &Toggle)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.toggles.iter().map(move |t| (n.id.as_str(), t)))
+            .collect();
+        if !toggles.is_empty() {
+            out.push_str("\nset apart on one node through its admin API:\n");
+            for (id, t) in toggles {
+                out.push_str(&format!(
+                    "  {}/{}/{}: {} on {id}\n",
+                    t.listener,
+                    t.group,
+                    t.endpoint,
+                    if t.enabled { "enabled" } else { "disabled" }
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -336,7 +391,7 @@ fn duration(s: u64) -> String {
 }
 
 /// `2026-12-01 18:40:02 UTC`.
-pub(super) fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let rem = secs % 86_400;
     let (year, month, day) = crate::calendar::civil(secs / 86_400);
@@ -372,6 +427,50 @@ mod tests {
             "errors in the last minute (5xx, timeouts, connect failures) on 2 endpoints: \
              web/beijing/127.0.0.1:9001 10+, web/beijing/127.0.0.1:9002 1+"
         );
+    }
+
+    #[test]
+    fn drains_and_admin_toggles_are_listed_under_the_nodes() {
+        let node: Entry = serde_json::from_value(serde_json::json!({
+            "id": "cn-beijing@h:9100", "region": "cn-beijing", "admin": "127.0.0.1:9100",
+            "bind": "127.0.0.1", "version": "0.1.0", "applied": 1, "source": "etcd",
+            "refused": null, "uptime_s": 1, "updated_at_ms": 0, "listeners": [],
+            "toggles": [{"listener": "web", "group": "shanghai",
+                         "endpoint": "127.0.0.1:9101", "enabled": false}],
+        }))
+        .unwrap();
+        let drain = |endpoint: Option<&str>, message: Option<&str>| Drain {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: endpoint.map(str::to_owned),
+            by: "ops@vm".to_owned(),
+            at_ms: 1_796_149_202_000,
+            message: message.map(str::to_owned),
+        };
+        let mut f = Fleet {
+            prefix: "/gtd".to_owned(),
+            latest: None,
+            nodes: vec![node],
+            missing: Vec::new(),
+            stale: None,
+            drains: vec![
+                drain(None, None),
+                drain(Some("127.0.0.1:9001"), Some("disk")),
+            ],
+        };
+        assert_eq!(
+            f.set_apart(),
+            "\n2 fleet-wide drains (gtd undrain to end):\n\
+             \x20 web/beijing (every endpoint of the group): drained by ops@vm at 2026-12-01 18:20:02 UTC\n\
+             \x20 web/beijing/127.0.0.1:9001: drained by ops@vm at 2026-12-01 18:20:02 UTC: disk\n\
+             \nset apart on one node through its admin API:\n\
+             \x20 web/shanghai/127.0.0.1:9101: disabled on cn-beijing@h:9100\n"
+        );
+        assert!(f.table().contains("2 fleet-wide drains"));
+        assert_eq!(f.json()["drains"][1]["message"], "disk");
+        f.drains.clear();
+        f.nodes[0].toggles.clear();
+        assert_eq!(f.set_apart(), "");
     }
 
     #[test]

@@ -16,6 +16,8 @@ use metrics::Gauge;
 
 use super::Inner;
 use super::telemetry::{self, Registry};
+use crate::config::Config;
+use crate::fleet::drain::Drain;
 use crate::fleet::etcd::Answers;
 use crate::fleet::registry::Refusal;
 use crate::fleet::{Revision, Store};
@@ -45,7 +47,7 @@ pub enum Error {
         /// Why not the cached one.
         cache: CacheError,
     },
-    /// Watching `PREFIX/revision` failed (etcd's error is the source).
+    /// Watching `PREFIX/revision` or `PREFIX/drains/` failed (etcd's error is the source).
     #[error("watching the current revision")]
     Watch(#[source] crate::fleet::etcd::Error),
     /// etcd ended the watch.
@@ -148,6 +150,11 @@ pub(crate) struct Fleet {
     applied: std::sync::Mutex<(Arc<Revision>, Source)>,
     /// The latest revision refused, and why.
     refused: std::sync::Mutex<Option<Refusal>>,
+    /// The fleet-wide drains (`PREFIX/drains/`), as last read.
+    drains: std::sync::Mutex<Arc<[Drain]>>,
+    /// The running config as loaded, before the drains were applied to it: what a change of
+    /// the drains is applied to again.
+    base: std::sync::Mutex<Option<Arc<Config>>>,
     /// The connection of the running session (for `GET /fleet`).
     store: std::sync::Mutex<Option<Store>>,
     /// The running session's registry lease (0: none).
@@ -164,16 +171,24 @@ pub(crate) struct Fleet {
 pub(crate) struct Initial {
     pub(crate) first: (Arc<Revision>, Source),
     pub(crate) fallback: Option<Arc<Revision>>,
+    /// The fleet-wide drains, read with the revision (none when etcd did not answer).
+    pub(crate) drains: Vec<Drain>,
     /// Why etcd was not used, when it was not.
     pub(crate) etcd_error: Option<String>,
 }
 
 impl Fleet {
-    pub(crate) fn new(opts: Options, applied: (Arc<Revision>, Source)) -> Fleet {
+    pub(crate) fn new(
+        opts: Options,
+        applied: (Arc<Revision>, Source),
+        drains: Vec<Drain>,
+    ) -> Fleet {
         Fleet {
             opts,
             applied: std::sync::Mutex::new(applied),
             refused: std::sync::Mutex::new(None),
+            drains: std::sync::Mutex::new(drains.into()),
+            base: std::sync::Mutex::new(None),
             store: std::sync::Mutex::new(None),
             lease: std::sync::atomic::AtomicI64::new(0),
             connected: AtomicBool::new(false),
@@ -212,6 +227,37 @@ impl Fleet {
                 ),
             }
         }
+    }
+
+    /// The fleet-wide drains as last read.
+    pub(crate) fn drains(&self) -> Arc<[Drain]> {
+        Arc::clone(&self.drains.lock().expect("fleet state"))
+    }
+
+    /// Records the drains read; true when they differ from those held.
+    fn set_drains(&self, drains: Vec<Drain>) -> bool {
+        let mut held = self.drains.lock().expect("fleet state");
+        if *held.as_ref() == drains[..] {
+            return false;
+        }
+        *held = drains.into();
+        true
+    }
+
+    /// `base` (a config as loaded) with the drains applied ([`crate::fleet::drain::apply`]).
+    pub(crate) fn overlay(&self, base: &Config) -> Config {
+        let mut config = base.clone();
+        crate::fleet::drain::apply(&mut config, &self.drains());
+        config
+    }
+
+    /// The running config as loaded, before the drains (set with each snapshot swapped in).
+    pub(crate) fn base(&self) -> Option<Arc<Config>> {
+        self.base.lock().expect("fleet state").clone()
+    }
+
+    pub(crate) fn set_base(&self, base: Arc<Config>) {
+        *self.base.lock().expect("fleet state") = Some(base);
     }
 
     /// The revision served.
@@ -284,12 +330,16 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     let read = || async {
         let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
         let seen = store.current().await?;
-        store
+        let r = store
             .named(seen.number)
             .await?
             .ok_or_else(|| Error::Unpublished {
                 prefix: store.prefix().to_owned(),
-            })
+            })?;
+        // Read at start, so that a node restarted while an endpoint is drained never sends
+        // it new traffic.
+        let (drains, _) = store.drains().await?;
+        Ok::<_, Error>((r, drains))
     };
     // A node started while etcd elects a leader (the fleet and its etcd started together, a
     // restart as the leader dies) is told "leader changed" or "no leader": it asks again until
@@ -306,14 +356,18 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
         from_etcd = read().await;
     }
     match (from_etcd, cached) {
-        (Ok(r), cached) => Ok(Initial {
+        (Ok((r, drains)), cached) => Ok(Initial {
             fallback: cached.ok().filter(|c| !c.same_text(&r)).map(Arc::new),
             first: (Arc::new(r), Source::Etcd),
+            drains,
             etcd_error: None,
         }),
         (Err(e), Ok(c)) => Ok(Initial {
             first: (Arc::new(c), Source::Cache),
             fallback: None,
+            // The drains as last read from etcd: a node restarted while etcd is down keeps
+            // them too.
+            drains: read_drains_cache(&opts.cache),
             etcd_error: Some(crate::fleet::describe(&e)),
         }),
         (Err(e), Err(cache)) => Err(Error::NoRevision {
@@ -334,6 +388,39 @@ fn read_cache(path: &Path) -> Result<Revision, CacheError> {
         path: path.to_owned(),
         error,
     })
+}
+
+/// Where the drains are cached: beside the revision cache (`revision-r.json`:
+/// `revision-r.drains.json`).
+fn drains_cache(cache: &Path) -> PathBuf {
+    cache.with_extension("drains.json")
+}
+
+/// The cached drains; none when there is no cache or it does not read (said in the log).
+fn read_drains_cache(cache: &Path) -> Vec<Drain> {
+    let path = drains_cache(cache);
+    let Ok(bytes) = crate::files::read(&path, crate::files::MAX_CONFIG_BYTES) else {
+        return Vec::new();
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::warn!(file = %path.display(), error = %e, "the drains cache does not read; starting without drains");
+        Vec::new()
+    })
+}
+
+/// Writes the drains held beside the revision cache (as [`write_cache`] does).
+async fn cache_drains(fleet: &Fleet) {
+    let path = drains_cache(&fleet.opts.cache);
+    let drains = fleet.drains();
+    let written = tokio::task::spawn_blocking(move || {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&*drains)?)?;
+        std::fs::rename(&tmp, &path)
+    })
+    .await;
+    if let Ok(Err(e)) = written {
+        tracing::warn!(error = %e, "the drains cache was not written");
+    }
 }
 
 /// Writes the revision served to the cache file (a temp file renamed over it, so that a crash
@@ -371,6 +458,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
     let started = fleet.applied.lock().expect("fleet state").clone();
     if started.1 == Source::Etcd {
         cache(fleet, &started.0).await;
+        cache_drains(fleet).await;
     }
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -435,6 +523,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let seen = store.current().await?;
     *fleet.store.lock().expect("fleet state") = Some(store.clone());
     catch_up(inner, fleet, &mut store, seen.number).await?;
+    let drains_seen = reread_drains(inner, fleet, &mut store).await?;
     let registration = registry::Registration::start(Arc::clone(inner), store.clone());
     let compaction = tokio::spawn(compact(store.clone()));
     let _compaction = AbortOnDrop(compaction);
@@ -448,12 +537,42 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let key = store.current_key();
     // The first store revision the watch has not delivered.
     let mut from = seen.header + 1;
-    let mut events = watch(inner, &store, &key, from).await?;
+    let mut events = watch(inner, &store, &key, Vec::new(), from).await?;
+    // The drains' keys, watched alike: any change, and they are read again whole.
+    let drains_key = store.drains_key();
+    let drains_end = crate::fleet::prefix_end(drains_key.as_bytes());
+    let mut drains_from = drains_seen + 1;
+    let mut drain_events =
+        watch(inner, &store, &drains_key, drains_end.clone(), drains_from).await?;
     loop {
         let message = tokio::select! {
             // The drain began: `Node::shutdown` revokes the lease.
             _ = inner.stop.cancelled() => return Ok(()),
             message = events.message() => message,
+            message = drain_events.message() => {
+                match message {
+                    Ok(Some(r)) if r.canceled && r.compact_revision > 0 => {
+                        // Compacted past `drains_from`: read them afresh, watch from there.
+                        drains_from = reread_drains(inner, fleet, &mut store).await? + 1;
+                        registration.changed();
+                    }
+                    Ok(Some(r)) if r.canceled => return Err(Error::WatchCancelled(r.cancel_reason)),
+                    Ok(Some(r)) => {
+                        let next = delivered(&r, drains_from);
+                        if !r.events.is_empty() {
+                            reread_drains(inner, fleet, &mut store).await?;
+                            registration.changed();
+                        }
+                        drains_from = next;
+                        continue;
+                    }
+                    Ok(None) => return Err(Error::WatchEnded),
+                    Err(e) if e.is_leaderless() => {}
+                    Err(e) => return Err(Error::Watch(e)),
+                }
+                drain_events = watch(inner, &store, &drains_key, drains_end.clone(), drains_from).await?;
+                continue;
+            }
         };
         let response = match message {
             Ok(Some(r)) => r,
@@ -461,7 +580,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
             // An election ended the stream (etcd ends `hasleader` streams of a member without
             // a leader): the member is alive, so watch again from where this one stopped.
             Err(e) if e.is_leaderless() => {
-                events = watch(inner, &store, &key, from).await?;
+                events = watch(inner, &store, &key, Vec::new(), from).await?;
                 continue;
             }
             Err(e) => return Err(Error::Watch(e)),
@@ -474,7 +593,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                 catch_up(inner, fleet, &mut store, seen.number).await?;
                 registration.changed();
                 from = seen.header + 1;
-                events = watch(inner, &store, &key, from).await?;
+                events = watch(inner, &store, &key, Vec::new(), from).await?;
                 continue;
             }
             return Err(Error::WatchCancelled(response.cancel_reason));
@@ -500,6 +619,55 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
             catch_up(inner, fleet, &mut store, n).await?;
             registration.changed();
         }
+    }
+}
+
+/// The first store revision past what a watch's `response` delivered, from `from`: past its
+/// events, or for a progress report past its header.
+fn delivered(response: &rpc::WatchResponse, from: i64) -> i64 {
+    let mut next = from;
+    for kv in response.events.iter().filter_map(|e| e.kv.as_ref()) {
+        next = next.max(kv.mod_revision + 1);
+    }
+    if response.events.is_empty()
+        && !response.created
+        && let Some(h) = &response.header
+    {
+        next = next.max(h.revision + 1);
+    }
+    next
+}
+
+/// Reads the fleet-wide drains and, when they changed, applies them to the running config
+/// ([`redrain`]); returns etcd's store revision they were read at.
+async fn reread_drains(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store) -> Result<i64> {
+    let (drains, header) = store.drains().await?;
+    let count = drains.len();
+    if fleet.set_drains(drains) {
+        tracing::info!(drains = count, "fleet: the drains changed; applying them");
+        redrain(inner).await;
+        cache_drains(fleet).await;
+    }
+    Ok(header)
+}
+
+/// The drains changed: the running config, as loaded, is built again with them (the same
+/// ports, so nothing is bound), as a name's new addresses are. Open connections and flows carry
+/// on; endpoints keep their state (a drained one its connections, which finish), and the
+/// balancers and the split see `drain` as if the config said it.
+async fn redrain(inner: &Arc<Inner>) {
+    let _bound = inner.bound.lock().await;
+    if inner.stop.is_cancelled() {
+        return;
+    }
+    let Some(fleet) = &inner.fleet else {
+        return;
+    };
+    let Some(base) = fleet.base() else {
+        return;
+    };
+    if let Err(e) = inner.rebuild(Arc::new(fleet.overlay(&base))).await {
+        tracing::error!("fleet: the drains could not be applied: {e}");
     }
 }
 
@@ -550,17 +718,22 @@ async fn compact(store: Store) {
 /// the others is not followed for long.
 const LEADERLESS: Duration = Duration::from_secs(10);
 
-/// A watch of `key` from store revision `from`; while the member knows no leader (an
-/// election), tried again every 100 ms for up to [`LEADERLESS`].
+/// A watch of `key` (to `range_end`, when not empty) from store revision `from`; while the
+/// member knows no leader (an election), tried again every 100 ms for up to [`LEADERLESS`].
 async fn watch(
     inner: &Inner,
     store: &Store,
     key: &str,
+    range_end: Vec<u8>,
     from: i64,
 ) -> Result<Answers<rpc::WatchResponse>> {
     let began = tokio::time::Instant::now();
     loop {
-        match store.client().watch(key, from).await {
+        match store
+            .client()
+            .watch_range(key, range_end.clone(), from)
+            .await
+        {
             Err(e) if e.is_leaderless() && began.elapsed() < LEADERLESS => {
                 tokio::select! {
                     _ = inner.stop.cancelled() => return Err(Error::Stopping),

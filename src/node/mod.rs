@@ -195,7 +195,11 @@ impl Node {
         let first = initial.first.0.revision;
         let started = Node::start_with(
             opts.clone(),
-            Some(fleet::Fleet::new(fleet_opts.clone(), initial.first)),
+            Some(fleet::Fleet::new(
+                fleet_opts.clone(),
+                initial.first,
+                initial.drains.clone(),
+            )),
         )
         .await;
         match (started, initial.fallback) {
@@ -208,7 +212,8 @@ impl Node {
                     "the current revision cannot be applied; serving the cached one: {}",
                     reason.lines().collect::<Vec<_>>().join("; ")
                 );
-                let fleet = fleet::Fleet::new(fleet_opts, (cached, fleet::Source::Cache));
+                let fleet =
+                    fleet::Fleet::new(fleet_opts, (cached, fleet::Source::Cache), initial.drains);
                 fleet.refuse(first, reason);
                 Node::start_with(opts, Some(fleet)).await
             }
@@ -219,6 +224,14 @@ impl Node {
     async fn start_with(opts: Options, mut fleet: Option<fleet::Fleet>) -> Result<Node> {
         let revision = fleet.as_ref().map(fleet::Fleet::applied);
         let config = Arc::new(load(&opts, revision.as_deref())?);
+        // A fleet's drains, applied as the config's own `drain`.
+        let config = match &fleet {
+            Some(f) => {
+                f.set_base(Arc::clone(&config));
+                Arc::new(f.overlay(&config))
+            }
+            None => config,
+        };
         let registry = Registry::new();
         let draining_gauge = telemetry::node_series(&registry);
         if let Some(f) = &mut fleet {
@@ -465,7 +478,12 @@ impl Inner {
             // The admin server stays where it was bound: a config that takes its token away
             // while it is reachable beyond this host would open reloads and toggles to anyone.
             guard_admin(&config, self.admin_addr)?;
-            let config = Arc::new(config);
+            let base = Arc::new(config);
+            // A fleet's drains, applied as the config's own `drain`.
+            let config = match &self.fleet {
+                Some(f) => Arc::new(f.overlay(&base)),
+                None => Arc::clone(&base),
+            };
             // New names are looked up before the snapshot that uses them is built.
             self.names.prepare(&config, &self.region).await?;
             let access = config.log.access.clone();
@@ -482,6 +500,9 @@ impl Inner {
             relisten(&bound, &next);
             let next = Arc::new(next);
             self.snapshot.store(Arc::clone(&next));
+            if let Some(f) = &self.fleet {
+                f.set_base(base);
+            }
             self.names.commit(&next.config, &self.region);
             checks::start(self, &next);
             // Ports no longer configured stop accepting; their open connections carry on.
@@ -556,18 +577,24 @@ impl Inner {
             return;
         }
         let config = Arc::clone(&self.snapshot.load().config);
-        match self.build(config).await {
-            Ok(mut next) => {
-                // The same access log writer and sink as the running snapshot.
-                next.access = self.snapshot.load().access.clone();
-                let next = Arc::new(next);
-                self.snapshot.store(Arc::clone(&next));
-                checks::start(self, &next);
-                self.registry.retain(&next.series);
-                next.publish(Instant::now());
-            }
-            Err(e) => tracing::error!("dns: the new addresses could not be put in service: {e}"),
+        if let Err(e) = self.rebuild(config).await {
+            tracing::error!("dns: the new addresses could not be put in service: {e}");
         }
+    }
+
+    /// Builds `config` (the running one, changed in what needs no port bound: new addresses,
+    /// the fleet's drains, [`fleet`]'s `redrain`) and swaps it in, with the running snapshot's
+    /// access log; the caller holds the reload lock.
+    async fn rebuild(self: &Arc<Self>, config: Arc<Config>) -> std::result::Result<(), String> {
+        let mut next = self.build(config).await?;
+        // The same access log writer and sink as the running snapshot.
+        next.access = self.snapshot.load().access.clone();
+        let next = Arc::new(next);
+        self.snapshot.store(Arc::clone(&next));
+        checks::start(self, &next);
+        self.registry.retain(&next.series);
+        next.publish(Instant::now());
+        Ok(())
     }
 
     /// Enables or disables one endpoint at run time (survives reloads until changed again).

@@ -9,7 +9,10 @@ use super::snapshot::Snapshot;
 use super::telemetry::served;
 use super::{Inner, dns};
 use crate::config::Host;
-use crate::view::{CheckFacts, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView};
+use crate::fleet::drain::Drain;
+use crate::view::{
+    CheckFacts, DrainView, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView,
+};
 
 /// Every listener of `snap` as `node` runs it at `now`; `names` for the endpoints' DNS errors.
 pub(crate) fn listeners(
@@ -74,7 +77,29 @@ pub(crate) fn listeners(
                 ranked: &ranked,
                 groups,
             };
-            ListenerView::build(&facts, now)
+            let mut view = ListenerView::build(&facts, now);
+            if let Some(fleet) = &node.fleet {
+                name_fleet_drains(&mut view, &l.cfg, &fleet.drains());
+            }
+            view
         })
         .collect()
+}
+
+/// Names the fleet drain behind each endpoint one drains (the config the node runs says
+/// `drain` for it as for the config's own).
+fn name_fleet_drains(view: &mut ListenerView, cfg: &crate::config::Listener, drains: &[Drain]) {
+    if drains.is_empty() {
+        return;
+    }
+    for g in &mut view.groups {
+        let Some(gc) = cfg.groups.iter().find(|x| x.name == g.name) else {
+            continue;
+        };
+        for (e, ec) in g.endpoints.iter_mut().zip(&gc.endpoints) {
+            if let Some(d) = crate::fleet::drain::naming(drains, &cfg.name, &gc.name, ec) {
+                e.drained_by = Some(DrainView::fleet(d));
+            }
+        }
+    }
 }

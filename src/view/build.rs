@@ -209,6 +209,9 @@ impl EndpointView {
             backup: e.config.backup,
             down: e.config.down,
             drain: e.config.drain,
+            // The node names a fleet drain's source over this (the config it applied them to
+            // says `drain` alike).
+            drained_by: e.config.drain.then(super::DrainView::config),
             served: e.served,
             errors: ErrorsView::from(state.recent_errors(now)),
             id,

@@ -162,8 +162,12 @@ pub struct EndpointView {
     pub backup: bool,
     /// `down` as configured.
     pub down: bool,
-    /// `drain` as configured.
+    /// Draining: `drain` as configured, or a fleet-wide drain (`gtd drain`) applied as if
+    /// configured.
     pub drain: bool,
+    /// Who drains it and from where (`null`: it is not draining).
+    #[serde(default)]
+    pub drained_by: Option<DrainView>,
     /// Requests or connections it served since the node started.
     pub served: u64,
     /// Its errors of the last minute (an older node's document has none: zeros).
@@ -196,6 +200,42 @@ pub struct ErrorsView {
     pub connect: u64,
     /// The three together.
     pub total: u64,
+}
+
+/// Why an endpoint drains: the config says so, or a fleet-wide drain.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DrainView {
+    /// `config` (its `drain = true`) or `fleet` (`gtd drain`, through etcd).
+    pub source: String,
+    /// A fleet drain: who drained it (`user@host`, and the etcd user).
+    pub by: Option<String>,
+    /// A fleet drain: when, ms since the Unix epoch.
+    pub at_ms: Option<u64>,
+    /// A fleet drain: its message (`gtd drain -m`).
+    pub message: Option<String>,
+    /// A fleet drain: what it names, `LISTENER/GROUP/ENDPOINT` or `LISTENER/GROUP`.
+    pub target: Option<String>,
+}
+
+impl DrainView {
+    /// The config's own `drain = true`.
+    pub fn config() -> DrainView {
+        DrainView {
+            source: "config".to_owned(),
+            ..DrainView::default()
+        }
+    }
+
+    /// A fleet-wide drain.
+    pub fn fleet(d: &crate::fleet::drain::Drain) -> DrainView {
+        DrainView {
+            source: "fleet".to_owned(),
+            by: Some(d.by.clone()),
+            at_ms: Some(d.at_ms),
+            message: d.message.clone(),
+            target: Some(d.target().to_string()),
+        }
+    }
 }
 
 /// An endpoint's active checks.

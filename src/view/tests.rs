@@ -38,7 +38,14 @@ fn endpoint() -> EndpointView {
         rtt_ms: Some(0.441),
         backup: false,
         down: false,
-        drain: false,
+        drain: true,
+        drained_by: Some(DrainView {
+            source: "fleet".to_owned(),
+            by: Some("ops@host".to_owned()),
+            at_ms: Some(1_796_188_898_705),
+            message: Some("kernel upgrade".to_owned()),
+            target: Some("web/beijing/web.example:80".to_owned()),
+        }),
         served: 16,
         errors: ErrorsView {
             status_5xx: 3,
@@ -232,6 +239,7 @@ fn the_documented_keys_are_the_serialized_keys() {
         ("ErrorsView".to_owned(), keys(&e.errors)),
         ("Events".to_owned(), keys(&events)),
         ("EventView".to_owned(), keys(&events.events[0])),
+        ("DrainView".to_owned(), keys(e.drained_by.as_ref().unwrap())),
     ]);
     assert_eq!(documented(), written);
 }

@@ -38,6 +38,7 @@ mod load;
 mod split;
 
 mod compaction;
+mod drain;
 mod election;
 mod errors;
 mod failover;

@@ -7,7 +7,8 @@
 //!   summary on stdout and exit status 0.
 //! - `gtd push --etcd URL... [--config F]` publishes a validated config as the fleet's next
 //!   revision; `gtd run --etcd URL... --region ID` serves the fleet's revisions; `gtd fleet`
-//!   reports the live nodes (docs/operations.md).
+//!   reports the live nodes; `gtd drain`/`gtd undrain` drain an endpoint fleet-wide
+//!   (docs/operations.md).
 //!
 //! # Layout
 //!
@@ -19,6 +20,7 @@
 
 mod check;
 mod demo;
+mod drain;
 mod etcd;
 mod fleet;
 mod push;
@@ -46,6 +48,11 @@ enum Command {
     /// The fleet's live nodes, the revision each serves, and where their views of group health
     /// disagree.
     Fleet(fleet::Fleet),
+    /// Drain an endpoint (or every endpoint of a group) on every node of the fleet, through
+    /// etcd: no new traffic, what it has finishes, sticky clients still reach it.
+    Drain(drain::Drain),
+    /// End a fleet-wide drain.
+    Undrain(drain::Undrain),
     /// See it work: one node per acceleration region of the config on loopback, with its
     /// endpoints and client load, and a live view of the split against what it should be.
     Demo(demo::Demo),
@@ -58,6 +65,8 @@ fn main() -> ExitCode {
         Command::Run(c) => c.apply(),
         Command::Push(c) => c.apply(),
         Command::Fleet(c) => c.apply(),
+        Command::Drain(c) => c.apply(),
+        Command::Undrain(c) => c.apply(),
         Command::Demo(c) => c.apply(),
         Command::Check(c) => c.apply(),
     };

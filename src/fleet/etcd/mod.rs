@@ -377,6 +377,23 @@ impl Client {
         .await
     }
 
+    /// Watches the keys from `key` to `range_end` (excluded; empty: `key` alone) from store
+    /// revision `start` (0: from now).
+    pub async fn watch_range(
+        &self,
+        key: &str,
+        range_end: Vec<u8>,
+        start: i64,
+    ) -> Result<Answers<rpc::WatchResponse>> {
+        self.watch_with(rpc::WatchCreateRequest {
+            key: key.as_bytes().to_vec(),
+            range_end,
+            start_revision: start,
+            ..Default::default()
+        })
+        .await
+    }
+
     /// A watch as `create` asks (a range of keys, the previous values, filters).
     pub async fn watch_with(
         &self,

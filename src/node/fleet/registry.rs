@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::{Fleet, Inner};
 use crate::fleet::Store;
-use crate::fleet::registry::{Entry, ErrorSummary, error_summary};
+use crate::fleet::registry::{Entry, ErrorSummary, Toggle, error_summary};
 use crate::view::ListenerView;
 
 /// How often the node looks whether its entry changed (between the revisions and reloads that
@@ -229,7 +229,29 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry 
         updated_at_ms: ms,
         listeners: views.iter().map(ListenerView::for_registry).collect(),
         errors: errors.offer(error_summary(&views), now).to_vec(),
+        toggles: toggles(inner),
     }
+}
+
+/// Every endpoint whose admin toggle says otherwise than its config's `enabled`.
+fn toggles(inner: &Inner) -> Vec<Toggle> {
+    let snap = inner.snapshot.load();
+    let mut out = Vec::new();
+    for l in &snap.listeners {
+        for (g, gc) in l.groups.iter().zip(&l.cfg.groups) {
+            for (state, ec) in g.balancer.endpoints().iter().zip(&gc.endpoints) {
+                if state.is_enabled() != ec.enabled {
+                    out.push(Toggle {
+                        listener: l.cfg.name.clone(),
+                        group: g.name.clone(),
+                        endpoint: ec.address.id().to_string(),
+                        enabled: state.is_enabled(),
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The entry without what the clock moves (when it was written, the uptime then): the part
