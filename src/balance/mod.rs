@@ -49,6 +49,7 @@ mod passive;
 mod random;
 mod rng;
 mod round_robin;
+mod trace;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -61,6 +62,7 @@ use crate::health::outlier::{Answer, room_for_one_more};
 pub use endpoint::EndpointState;
 pub use key::{RequestKey, StaticRequest};
 pub use rng::{Rng, SplitMix64};
+pub use trace::{HashStep, HashWalk, PickTrace, Walk};
 
 use endpoint::Hub;
 use round_robin::Rotation;

@@ -9,6 +9,7 @@
 //! later carry `#[serde(default)]`, so that an older node's document still reads.
 
 pub mod build;
+pub mod explain;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use build::{CheckFacts, EndpointFacts, GroupLive, LastCheck, ListenerFacts};
+pub use explain::Explain;
 
 /// The `/status` document (docs/design.md §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
