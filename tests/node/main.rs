@@ -11,6 +11,7 @@ mod common;
 mod harness;
 
 mod dns;
+mod explain;
 mod fail_open;
 mod geoip;
 mod lifecycle;

@@ -8,6 +8,8 @@
 //! - `gtd push --etcd URL... [--config F]` publishes a validated config as the fleet's next
 //!   revision; `gtd run --etcd URL... --region ID` serves the fleet's revisions; `gtd fleet`
 //!   reports the live nodes (docs/operations.md).
+//! - `gtd explain LISTENER CLIENT [--host H] [--path P] [--admin ADDR] [--json]` asks a
+//!   running node why that client goes where it goes (docs/explain.md).
 //!
 //! # Layout
 //!
@@ -20,6 +22,7 @@
 mod check;
 mod demo;
 mod etcd;
+mod explain;
 mod fleet;
 mod push;
 mod run;
@@ -51,6 +54,8 @@ enum Command {
     Demo(demo::Demo),
     /// Validate a config file and its region catalogue; print every error, or a summary.
     Check(check::Check),
+    /// Ask a running node why a client's connection or request goes where it goes.
+    Explain(explain::Explain),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +65,7 @@ fn main() -> ExitCode {
         Command::Fleet(c) => c.apply(),
         Command::Demo(c) => c.apply(),
         Command::Check(c) => c.apply(),
+        Command::Explain(c) => c.apply(),
     };
     // A refusal of gtd's own (`--etcd https://...` without `--etcd-cacert`) in one line, as
     // clap prints its own, rather than anyhow's debug form with a backtrace.

@@ -100,10 +100,19 @@ struct Want {
     pick_by: Option<&'static str>,
 }
 
+/// One row: what it shows, the config, the groups down, the request's path, what it expects.
+type Case = (
+    &'static str,
+    String,
+    &'static [&'static str],
+    Option<&'static str>,
+    Want,
+);
+
 #[test]
 fn every_step_and_pick_in_words_and_numbers() {
     let hash = "balance = \"hash\"\n  hash_key = \"$remote_addr\"";
-    let cases: Vec<(&str, String, &[&str], Option<&str>, Want)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "50/50: both take a first pass and half the leftover",
             config("", "ratio = 50", "ratio = 50"),
