@@ -17,8 +17,8 @@ use gtd::view::Explain;
 
 /// Three listeners over two groups each (a Beijing node ranks Beijing first, by estimate and
 /// on loopback alike; a rank margin of 10 s keeps that order however a noisy machine delays a
-/// probe, on the node as in sim): `web` (HTTP, rotation, a rule for /sh/ with a consistent hash on the
-/// URI in Shanghai), `game` (TCP, source-ip, a hash of the client address in Beijing),
+/// probe, on the node as in sim): `web` (HTTP, rotation, ip_hash in Beijing, a rule for /sh/
+/// with a consistent hash on the URI in Shanghai), `game` (TCP, source-ip, a hash of the client address in Beijing),
 /// `pinned` (TCP, static priorities putting Shanghai first) — and their backends.
 fn listeners(a: &[SocketAddr]) -> String {
     let bj = |extra: &str| {
@@ -45,7 +45,7 @@ fn listeners(a: &[SocketAddr]) -> String {
             "http",
             "rank_margin = \"10s\"\n[[listener.route]]\npath_prefix = [\"/sh/\"]\ngroups = [\"shanghai\"]",
             &[
-                bj(""),
+                bj("balance = \"ip_hash\""),
                 sh(
                     50.0,
                     "balance = \"hash\"\nhash_key = \"$request_uri\"\nconsistent = true",
@@ -175,7 +175,16 @@ async fn the_node_explains_as_sim_does() {
     assert!(x.chosen.is_none() && x.pick.is_none());
     let bj = x.group("beijing").unwrap();
     assert_eq!((bj.rank, bj.step.as_str()), (1, "first-pass+leftover"));
-    assert_eq!(bj.pick.as_ref().unwrap().by, "rotation");
+    // Beijing's ip_hash: the first three octets name the endpoint (a slot of weight 3).
+    let pick = bj.pick.as_ref().unwrap();
+    assert_eq!(pick.by, "ip_hash");
+    let hash = pick.hash.as_ref().unwrap();
+    assert_eq!((hash.key.as_str(), hash.space), ("203.0.113", 3));
+    assert!(pick.endpoint.is_some());
+    assert_eq!(
+        x.group("shanghai").unwrap().pick.as_ref().unwrap().by,
+        "rotation"
+    );
     assert_eq!(x.rule.as_ref().unwrap().outcome, "default");
 
     // A forwarding rule: /sh/ takes Shanghai only, whose consistent hash of the URI names the
