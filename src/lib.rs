@@ -44,7 +44,9 @@
 //! - [`view`]: what a node shows, as serde types both ways — the `/status` document, the
 //!   listeners of a registry entry, `sim`'s per-group rows — built by pure functions from the
 //!   plan and the live facts the node gathers; the demo, `gtd fleet` and the tests read them
-//!   (the JSON contract: docs/status.md).
+//!   (the JSON contract: docs/status.md). [`view::explain`]: why one client goes where it goes
+//!   (`GET /explain`, `sim --client`'s `explain`, `gtd explain`), one builder over the plan and
+//!   the balancers' own walks (docs/explain.md).
 //! - [`demo`]: `gtd demo` — real nodes, one per region, with embedded backends and client
 //!   load on loopback, and a live view of observed against expected shares.
 //!

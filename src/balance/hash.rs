@@ -55,28 +55,55 @@ impl Select for Hash {
         tier: &Tier,
         primary: bool,
     ) -> Option<usize> {
-        if primary && tier.members.len() >= 2 {
-            let (crc, len) = self.key.crc32(request);
-            if len > 0 {
-                let mut sum: u32 = 0;
-                let mut buf = [0u8; 10];
-                for round in 0..TRIES {
-                    let h = if round == 0 {
-                        crc
-                    } else {
-                        self.key
-                            .crc32_with_prefix(decimal(round, &mut buf), request)
-                    };
-                    sum = sum.wrapping_add((h >> 16) & 0x7fff);
-                    let i = tier.members[tier.ranges.locate(u64::from(sum) % tier.ranges.total())]
-                        as usize;
-                    if ctx.take(i) {
-                        return Some(i);
-                    }
-                }
-            }
+        if primary
+            && tier.members.len() >= 2
+            && let Some(i) = self.walk(request, tier, |_, _, _, i| ctx.take(i))
+        {
+            return Some(i);
         }
         tier.rotation.pick(ctx, &tier.members)
+    }
+}
+
+impl Hash {
+    /// nginx's walk for `request`'s key over `tier`'s weight segments: each round hashes the
+    /// key (round r > 0 with the decimal r prefixed), adds `(h >> 16) & 0x7fff` to the running
+    /// sum and lands on the member whose segment holds `sum % total`; `visit(round, h, slot,
+    /// endpoint)` says whether that endpoint takes it. The endpoint taken, or `None` (an empty
+    /// key, or 21 rounds without one: the rotation's turn). The pick and its explanation
+    /// ([`super::trace`]) both walk here.
+    pub(crate) fn walk<K: RequestKey + ?Sized>(
+        &self,
+        request: &K,
+        tier: &Tier,
+        mut visit: impl FnMut(u32, u32, u64, usize) -> bool,
+    ) -> Option<usize> {
+        let (crc, len) = self.key.crc32(request);
+        if len == 0 {
+            return None;
+        }
+        let mut sum: u32 = 0;
+        let mut buf = [0u8; 10];
+        for round in 0..TRIES {
+            let h = if round == 0 {
+                crc
+            } else {
+                self.key
+                    .crc32_with_prefix(decimal(round, &mut buf), request)
+            };
+            sum = sum.wrapping_add((h >> 16) & 0x7fff);
+            let slot = u64::from(sum) % tier.ranges.total();
+            let i = tier.members[tier.ranges.locate(slot)] as usize;
+            if visit(round, h, slot, i) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The key template, compiled.
+    pub(crate) fn key(&self) -> &CompiledKey {
+        &self.key
     }
 }
 
@@ -187,6 +214,40 @@ impl Ketama {
         &self.members[self.starts[n] as usize..self.starts[n + 1] as usize]
     }
 
+    /// The ring's walk for a key hashing to `crc`: from the first point `>= crc` (wrapping),
+    /// `visit(try, point, members)` is asked of each point in turn with the endpoints of the
+    /// name that owns it, 21 points at most; the endpoint it returns, or `None` (the rotation's
+    /// turn). The pick and its explanation ([`super::trace`]) both walk here.
+    pub(crate) fn walk(
+        &self,
+        crc: u32,
+        mut visit: impl FnMut(u32, usize, &[u32]) -> Option<usize>,
+    ) -> Option<usize> {
+        let start = self.find(crc);
+        for tries in 0..TRIES {
+            let k = (start + tries as usize) % self.points.len();
+            if let Some(i) = visit(tries, k, self.name_members(self.owner[k])) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The value of point `k`.
+    pub(crate) fn point(&self, k: usize) -> u32 {
+        self.points[k]
+    }
+
+    /// Points on the ring.
+    pub(crate) fn points(&self) -> usize {
+        self.points.len()
+    }
+
+    /// The key template, compiled.
+    pub(crate) fn key(&self) -> &CompiledKey {
+        &self.key
+    }
+
     /// Index of the first point `>= hash` (may be `len`, which wraps to 0).
     fn find(&self, hash: u32) -> usize {
         self.points.partition_point(|&p| p < hash)
@@ -224,11 +285,8 @@ impl Select for Ketama {
     ) -> Option<usize> {
         if primary && tier.members.len() >= 2 && !self.points.is_empty() {
             let (crc, len) = self.key.crc32(request);
-            if len > 0 {
-                let start = self.find(crc);
-                for tries in 0..TRIES as usize {
-                    let members =
-                        self.name_members(self.owner[(start + tries) % self.points.len()]);
+            if len > 0
+                && let Some(i) = self.walk(crc, |_, _, members| {
                     let chosen = if let [only] = members {
                         let i = *only as usize;
                         ctx.candidate(i).then(|| {
@@ -238,12 +296,10 @@ impl Select for Ketama {
                     } else {
                         smooth_weighted(ctx, members, |ctx, i| ctx.candidate(i))
                     };
-                    if let Some(i) = chosen
-                        && ctx.acquire(i)
-                    {
-                        return Some(i);
-                    }
-                }
+                    chosen.filter(|&i| ctx.acquire(i))
+                })
+            {
+                return Some(i);
             }
         }
         tier.rotation.pick(ctx, &tier.members)

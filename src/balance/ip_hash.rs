@@ -54,20 +54,37 @@ impl Select for IpHash {
         tier: &Tier,
         primary: bool,
     ) -> Option<usize> {
-        if primary && tier.members.len() >= 2 {
-            let (buf, len) = key_bytes(client_ip(request));
-            let mut h = SEED;
-            for _ in 0..TRIES {
-                h = round(h, &buf[..len]);
-                let i =
-                    tier.members[tier.ranges.locate(u64::from(h) % tier.ranges.total())] as usize;
-                if ctx.take(i) {
-                    return Some(i);
-                }
-            }
+        if primary
+            && tier.members.len() >= 2
+            && let Some(i) = walk(client_ip(request), tier, |_, _, _, i| ctx.take(i))
+        {
+            return Some(i);
         }
         tier.rotation.pick(ctx, &tier.members)
     }
+}
+
+/// nginx's walk for client `ip` over `tier`'s weight segments: each round runs the hash over
+/// the key bytes again from the last value and lands on the member whose segment holds
+/// `h % total`; `visit(round, h, slot, endpoint)` says whether that endpoint takes it. The
+/// endpoint taken, or `None` after 21 rounds (the rotation's turn). The pick and its
+/// explanation ([`super::trace`]) both walk here.
+pub(crate) fn walk(
+    ip: IpAddr,
+    tier: &Tier,
+    mut visit: impl FnMut(u32, u32, u64, usize) -> bool,
+) -> Option<usize> {
+    let (buf, len) = key_bytes(ip);
+    let mut h = SEED;
+    for r in 0..TRIES {
+        h = round(h, &buf[..len]);
+        let slot = u64::from(h) % tier.ranges.total();
+        let i = tier.members[tier.ranges.locate(slot)] as usize;
+        if visit(r, h, slot, i) {
+            return Some(i);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -252,8 +252,7 @@ impl CompiledKey {
         crc.finish()
     }
 
-    /// The key as a string (tests); allocates.
-    #[cfg(test)]
+    /// The key as a string (tests, and a pick's explanation); allocates.
     pub(crate) fn render<K: RequestKey + ?Sized>(&self, request: &K) -> String {
         let mut out = Vec::new();
         self.feed(request, &mut out);

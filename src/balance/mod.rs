@@ -12,6 +12,12 @@
 //! ones give the same answers as nginx for the same server list (names, ports, weights) and the
 //! same keys — `tests/balance_nginx.rs` checks that against a running nginx.
 //!
+//! # Explaining a pick
+//! [`GroupBalancer::trace`] says why a pick for a request would go where it goes (`GET
+//! /explain`): the hash methods' walks are one function each that the pick and the trace both
+//! call — the pick acquires at each step, the trace only asks whether the endpoint could be
+//! chosen — so the explanation is the pick's own arithmetic, and asking moves nothing.
+//!
 //! # State and concurrency
 //! Per-endpoint state ([`EndpointState`]) is atomics only: active count, failures, failure
 //! times, weight penalty, slow-start ramp start, admin/health flags, EWMAs. Per-group state is
@@ -50,6 +56,7 @@ mod passive;
 mod random;
 mod rng;
 mod round_robin;
+mod trace;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -62,6 +69,7 @@ use crate::health::outlier::{Answer, room_for_one_more};
 pub use endpoint::EndpointState;
 pub use key::{RequestKey, StaticRequest};
 pub use rng::{Rng, SplitMix64};
+pub use trace::{HashStep, HashWalk, PickTrace, Walk};
 
 use endpoint::Hub;
 use round_robin::Rotation;

@@ -10,8 +10,10 @@ use super::telemetry::served;
 use super::{Inner, dns};
 use crate::config::Host;
 use crate::fleet::drain::Drain;
+use crate::view::explain::{Ask, ExplainFacts, Query, QueryError};
 use crate::view::{
-    CheckFacts, DrainView, EndpointFacts, GroupLive, LastCheck, ListenerFacts, ListenerView,
+    CheckFacts, DrainView, EndpointFacts, Explain, GroupLive, LastCheck, ListenerFacts,
+    ListenerView,
 };
 
 /// Every listener of `snap` as `node` runs it at `now`; `names` for the endpoints' DNS errors.
@@ -102,4 +104,59 @@ fn name_fleet_drains(view: &mut ListenerView, cfg: &crate::config::Listener, dra
             }
         }
     }
+}
+
+/// Why the client of `q` goes where it goes on its listener (`GET /explain`): the plan its
+/// decisions follow now (the listener's, or under `priority_by = "client-location"` the plan
+/// of the client's place, as the data path looks it up), the ranking and the live balancers,
+/// handed to [`Explain::build`]. Nothing is picked or counted. An unknown listener, or a host
+/// or path on a listener that is not HTTP, is the query's fault.
+pub(crate) fn explain(
+    node: &Inner,
+    snap: &Snapshot,
+    q: &Query,
+    now: Instant,
+) -> Result<Explain, QueryError> {
+    let Some(l) = snap.listener(&q.listener) else {
+        let served: Vec<&str> = snap.listeners.iter().map(|l| l.cfg.name.as_str()).collect();
+        return Err(QueryError {
+            parameter: "listener",
+            message: format!(
+                "{:?}: no such listener on this node (it serves: {})",
+                q.listener,
+                served.join(", ")
+            ),
+        });
+    };
+    if !l.cfg.protocol.is_http() && (q.host.is_some() || q.path.is_some()) {
+        return Err(QueryError {
+            parameter: if q.host.is_some() { "host" } else { "path" },
+            message: format!(
+                "listener {:?} is {}: host and path apply to HTTP listeners only",
+                l.cfg.name,
+                l.cfg.protocol.as_str()
+            ),
+        });
+    }
+    let place = l.locate(q.client);
+    let by_client = l.client_plan(place.as_ref());
+    let node_plan = l.planned.load();
+    let planned = by_client.as_deref().unwrap_or(&node_plan);
+    let ranked = l.ranked.load();
+    let facts = ExplainFacts {
+        listener: &l.cfg,
+        region: &node.region,
+        planned,
+        ranked: &ranked,
+        balancers: l.groups.iter().map(|g| g.balancer.as_ref()).collect(),
+        by_location: by_client.is_some(),
+    };
+    let ask = Ask {
+        client: q.client,
+        host: q.host.as_deref(),
+        path: q.path.as_deref(),
+        key: q.key.as_deref(),
+        headers: &[],
+    };
+    Ok(Explain::build(&facts, &ask, now))
 }

@@ -13,6 +13,8 @@ use crate::split::rules::{Match, Parts, Rules, describe};
 use crate::split::{self, ListenerPlan, Mode, Plan, RttSource, location};
 
 use super::scenario::WhatIf;
+use crate::view::Explain;
+use crate::view::explain::{Ask, ExplainFacts};
 
 /// One listener seen from every region asked for.
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ pub(crate) struct RegionReport {
     pub(crate) verify: Option<(u64, f64)>,
     /// `--client`: the group and endpoint chosen for that client.
     pub(crate) route: Option<Route>,
+    /// `--client`: why, as a node of this region's `GET /explain` says it.
+    pub(crate) explain: Option<Explain>,
     /// Each forwarding rule's split (HTTP listeners with `[[listener.route]]`), config order.
     pub(crate) routes: Vec<RouteReport>,
 }
@@ -408,6 +412,9 @@ fn evaluate_region(
     let route = asks
         .client
         .map(|ip| client_route(config, li, listener, region, what_if, asks, ip, now));
+    let explain = asks
+        .client
+        .map(|ip| client_explain(config, li, listener, region, what_if, asks, ip, now));
 
     let routes = listener
         .routes
@@ -432,8 +439,71 @@ fn evaluate_region(
         groups,
         verify,
         route,
+        explain,
         routes,
     }
+}
+
+/// Why `--client` `ip` goes where it goes from a node in `region`: the document a node's
+/// `GET /explain` answers, built by the same function from the plan and balancers a fresh node
+/// of that region would run (under `priority_by = "client-location"`, the plan of the client's
+/// place, as the node looks it up).
+#[allow(clippy::too_many_arguments)]
+fn client_explain(
+    config: &Config,
+    li: usize,
+    listener: &Listener,
+    region: &str,
+    what_if: &WhatIf,
+    asks: &Asks,
+    ip: IpAddr,
+    now: Instant,
+) -> Explain {
+    let (ranking, balancers, mut plan) = node_state(
+        config,
+        li,
+        listener,
+        region,
+        what_if,
+        listener.affinity,
+        now,
+    );
+    let at = config
+        .geoip
+        .as_ref()
+        .and_then(|g| g.db.lookup(ip))
+        .and_then(|p| p.location);
+    let mut by_location = false;
+    if listener.priority_by == PriorityBy::ClientLocation
+        && let Some(at) = at
+    {
+        let coords = location::group_coords(listener, &config.catalog);
+        let order = location::by_distance(at, &coords);
+        let facts = plan.facts.clone();
+        plan = ListenerPlan::build(
+            listener,
+            location::ranking(&ranking, &order),
+            facts,
+            listener.affinity,
+        );
+        by_location = true;
+    }
+    let facts = ExplainFacts {
+        listener,
+        region,
+        planned: &plan,
+        ranked: &ranking,
+        balancers: balancers.iter().collect(),
+        by_location,
+    };
+    let ask = Ask {
+        client: ip,
+        host: asks.host.as_deref(),
+        path: asks.path.as_deref(),
+        key: asks.key.as_deref(),
+        headers: &asks.headers,
+    };
+    Explain::build(&facts, &ask, now)
 }
 
 /// Where `--client` `ip` goes from a node in `region`: under `affinity = "none"` the node's

@@ -186,6 +186,26 @@ impl Plan {
         }
     }
 
+    /// Under source-ip affinity, each group's rendezvous score for `client` (config index,
+    /// groups with a share only): the highest is the group [`Self::choose`] gives it. `None`
+    /// under rotation, where the client does not decide. For `/explain`; allocates.
+    pub fn scores(&self, client: IpAddr) -> Option<Vec<(usize, f64)>> {
+        match &self.chooser {
+            Chooser::Rotation(_) => None,
+            Chooser::Rendezvous { shares, keys } => {
+                let c = rendezvous::client_key(client);
+                Some(
+                    shares
+                        .iter()
+                        .zip(keys)
+                        .enumerate()
+                        .filter_map(|(i, (&s, &k))| rendezvous::score(s, k, c).map(|x| (i, x)))
+                        .collect(),
+                )
+            }
+        }
+    }
+
     /// Which endpoints decisions on this plan may pick: any admissible one in fail-open, where
     /// the listener routes as if every group were healthy; else the usable ones. The node and
     /// `sim` both ask this.

@@ -47,18 +47,28 @@ pub fn choose(shares: &[f64], keys: &[u64], client: u64) -> Option<usize> {
     debug_assert_eq!(shares.len(), keys.len());
     let mut best: Option<(usize, f64)> = None;
     for (i, (&share, &key)) in shares.iter().zip(keys).enumerate() {
-        if share.is_nan() || share <= 0.0 {
+        let Some(score) = score(share, key, client) else {
             continue;
-        }
-        let h = mix(key ^ client);
-        // 53 random bits, centred in their bucket so u is never 0 or 1.
-        let u = ((h >> 11) as f64 + 0.5) / (1_u64 << 53) as f64;
-        let score = share / -u.ln();
+        };
         if best.is_none_or(|(_, s)| score > s) {
             best = Some((i, score));
         }
     }
     best.map(|(i, _)| i)
+}
+
+/// A group's score for a client: `share / -ln(u)` with `u` from the hash of the group's key
+/// and the client's; `None` for a group without a share (it takes nobody). [`choose`] takes
+/// the highest; `/explain` shows them.
+#[inline]
+pub fn score(share: f64, key: u64, client: u64) -> Option<f64> {
+    if share.is_nan() || share <= 0.0 {
+        return None;
+    }
+    let h = mix(key ^ client);
+    // 53 random bits, centred in their bucket so u is never 0 or 1.
+    let u = ((h >> 11) as f64 + 0.5) / (1_u64 << 53) as f64;
+    Some(share / -u.ln())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 pub mod build;
 mod events;
+pub mod explain;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use build::{CheckFacts, EndpointFacts, GroupLive, LastCheck, ListenerFacts};
 pub use events::{EventView, Events};
+pub use explain::Explain;
 
 /// The `/status` document (docs/design.md §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,6 +12,7 @@ mod harness;
 
 mod dns;
 mod errors;
+mod explain;
 mod fail_open;
 mod geoip;
 mod lifecycle;

@@ -415,3 +415,65 @@ fn a_request_finds_its_rule_and_group() {
     let table = sim(&["--client", "203.0.113.9", "--path", "/v2/"]);
     assert!(table.contains("changed nothing"), "{table}");
 }
+
+/// `--client` adds each region's `explain` (a node's `GET /explain` for the same facts) and
+/// changes nothing else: the `route` keys stay, and the explanation agrees with them.
+#[test]
+fn client_explain_beside_the_route() {
+    let doc = json(&["--client", "203.0.113.9"]);
+    for l in doc["listeners"].as_array().unwrap() {
+        for r in l["regions"].as_array().unwrap() {
+            let x: gtd::view::Explain =
+                serde_json::from_value(r["explain"].clone()).expect("an explanation per region");
+            assert_eq!(x.listener, l["listener"].as_str().unwrap());
+            assert_eq!(x.region, r["region"].as_str().unwrap());
+            assert_eq!(x.mode, r["mode"].as_str().unwrap());
+            let route = &r["route"];
+            // The same groups, with the same chances (rotation) or the same chosen group.
+            let by_route: Vec<(String, f64)> = route["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_owned(),
+                        g["percent"].as_f64().unwrap(),
+                    )
+                })
+                .collect();
+            match (&x.chosen, &x.chances) {
+                (Some(c), None) => assert_eq!(by_route, [(c.group.clone(), 100.0)]),
+                (None, Some(c)) => assert_eq!(
+                    by_route,
+                    c.iter()
+                        .map(|c| (c.group.clone(), c.percent))
+                        .collect::<Vec<_>>()
+                ),
+                other => panic!("{other:?}"),
+            }
+            // Where the client names the endpoint, both name the same one.
+            if route["endpoint_by"] == "client" {
+                let pick = x.pick.as_ref().expect("one group");
+                assert_eq!(pick.endpoint.as_deref(), route["endpoint"].as_str(), "{r}");
+            }
+            // The groups, in the same order with the same shares as the region's rows.
+            let rows: Vec<(String, f64)> = r["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_owned(),
+                        g["share"].as_f64().unwrap(),
+                    )
+                })
+                .collect();
+            let explained: Vec<(String, f64)> =
+                x.groups.iter().map(|g| (g.name.clone(), g.share)).collect();
+            assert_eq!(rows, explained);
+        }
+    }
+    // Without --client there is none.
+    let plain = json(&[]);
+    assert!(plain["listeners"][0]["regions"][0].get("explain").is_none());
+}

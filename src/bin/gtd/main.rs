@@ -9,6 +9,8 @@
 //!   revision; `gtd run --etcd URL... --region ID` serves the fleet's revisions; `gtd fleet`
 //!   reports the live nodes; `gtd drain`/`gtd undrain` drain an endpoint fleet-wide
 //!   (docs/operations.md).
+//! - `gtd explain LISTENER CLIENT [--host H] [--path P] [--admin ADDR] [--json]` asks a
+//!   running node why that client goes where it goes (docs/explain.md).
 //!
 //! # Layout
 //!
@@ -22,6 +24,7 @@ mod check;
 mod demo;
 mod drain;
 mod etcd;
+mod explain;
 mod fleet;
 mod push;
 mod run;
@@ -58,6 +61,8 @@ enum Command {
     Demo(demo::Demo),
     /// Validate a config file and its region catalogue; print every error, or a summary.
     Check(check::Check),
+    /// Ask a running node why a client's connection or request goes where it goes.
+    Explain(explain::Explain),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
         Command::Undrain(c) => c.apply(),
         Command::Demo(c) => c.apply(),
         Command::Check(c) => c.apply(),
+        Command::Explain(c) => c.apply(),
     };
     // A refusal of gtd's own (`--etcd https://...` without `--etcd-cacert`) in one line, as
     // clap prints its own, rather than anyhow's debug form with a backtrace.

@@ -115,6 +115,9 @@ pub enum Route {
     Fleet,
     /// `GET /events`: the node's last events, newest first (docs/status.md, `Events`).
     Events,
+    /// `GET /explain?listener=L&client=IP[&host=H&path=P&key=K]`: why that client goes where
+    /// it goes (docs/explain.md).
+    Explain,
     /// `POST /endpoints/{listener}/{group}/{address}/enable|disable`, each segment
     /// percent-decoded.
     SetEnabled {
@@ -152,6 +155,7 @@ impl Route {
             (&Method::GET, ["status"]) => Route::Status,
             (&Method::GET, ["fleet"]) => Route::Fleet,
             (&Method::GET, ["events"]) => Route::Events,
+            (&Method::GET, ["explain"]) => Route::Explain,
             (&Method::POST, ["reload"]) => Route::Reload,
             (
                 &Method::POST,
@@ -168,7 +172,7 @@ impl Route {
                 address: (*address).to_owned(),
                 enable: *action == "enable",
             },
-            (_, ["healthz" | "metrics" | "status" | "reload" | "fleet" | "events"])
+            (_, ["healthz" | "metrics" | "status" | "reload" | "fleet" | "events" | "explain"])
             | (_, ["endpoints", ..]) => Route::MethodNotAllowed,
             _ => Route::NotFound,
         }
@@ -203,6 +207,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
         Route::Status => json_reply(StatusCode::OK, &status(node)),
         Route::Fleet => fleet(node).await,
         Route::Events => json_reply(StatusCode::OK, &node.registry.events().recent()),
+        Route::Explain => explain(node, req.uri().query().unwrap_or("")),
         // Every POST, whatever its path, needs the token first.
         _ if req.method() == Method::POST && !authorized(node, &req) => json_reply(
             StatusCode::UNAUTHORIZED,
@@ -233,7 +238,8 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
         ),
         Route::NotFound => json_reply(
             StatusCode::NOT_FOUND,
-            &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "GET /fleet", "POST /reload",
+            &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "GET /fleet",
+                "GET /explain?listener=L&client=IP[&host=H&path=P&key=K]", "POST /reload",
                 "POST /endpoints/{listener}/{group}/{address}/enable|disable"]}),
         ),
     }
@@ -270,6 +276,26 @@ async fn fleet(node: &Inner) -> Response<Body> {
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"error": "etcd did not answer in time"}),
         ),
+    }
+}
+
+/// `GET /explain`: the explanation of the listener and client the query names
+/// (docs/explain.md); 400 naming the parameter when one is missing or wrong.
+fn explain(node: &Inner, query: &str) -> Response<Body> {
+    let bad = |parameter: &str, message: String| {
+        json_reply(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": format!("{parameter}: {message}"), "parameter": parameter}),
+        )
+    };
+    let q = match crate::view::explain::Query::parse(query) {
+        Ok(q) => q,
+        Err(e) => return bad(e.parameter, e.message),
+    };
+    let snap = node.snapshot.load();
+    match super::status::explain(node, &snap, &q, Instant::now()) {
+        Ok(x) => json_reply(StatusCode::OK, &x),
+        Err(e) => bad(e.parameter, e.message),
     }
 }
 

@@ -83,6 +83,9 @@ fn region_json(r: &RegionReport, compare: bool) -> Value {
             };
         }
     }
+    if let Some(explain) = &r.explain {
+        v["explain"] = json!(explain);
+    }
     if !r.routes.is_empty() {
         let routes: Vec<RouteView> = r
             .routes
