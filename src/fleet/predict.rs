@@ -7,32 +7,56 @@
 use std::collections::BTreeSet;
 
 use super::Revision;
+use super::drain::{self, Drain};
 use super::push::shares;
 use super::registry::Entry;
 use crate::config::{self, Config};
 use crate::sim;
 
 /// The shares `new` would make, with those of `old` before: per registered node from its entry
-/// ([`per_node`]), then the catalogue's for every region, as `sim --compare` prints them.
+/// ([`per_node`]), then the catalogue's for every region, as `sim --compare` prints them. The
+/// fleet-wide `drains` hold before and after (they outlive revisions), so both configs get
+/// them as every node applies them ([`drain::apply`]).
 pub(super) fn predicted(
     new: Config,
     new_name: String,
     old: &Revision,
     nodes: &[Entry],
+    drains: &[Drain],
 ) -> Result<String, sim::Error> {
+    let drained = drained_line(drains);
     if nodes.is_empty() {
         return Ok(format!(
-            "catalogue: no node has a registry entry; the shares are the catalogue's\n\n{}",
-            shares(new, new_name, old)?
+            "catalogue: no node has a registry entry; the shares are the catalogue's{drained}\n\n{}",
+            shares(new, new_name, old, drains)?
         ));
     }
     let file = old.config_file();
-    let before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
+    let mut before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
         sim::Error::Compare(Box::new(sim::Error::Config(errors.report(&file))))
     })?;
-    let mut out = per_node(&new, &new_name, &before, &file.display().to_string(), nodes)?;
-    out.push_str(&shares(new, new_name, old)?);
+    drain::apply(&mut before, drains);
+    let mut now = new.clone();
+    drain::apply(&mut now, drains);
+    let mut out = per_node(&now, &new_name, &before, &file.display().to_string(), nodes)?;
+    out.push_str(&drained);
+    if !drained.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(&shares(new, new_name, old, drains)?);
     Ok(out)
+}
+
+/// The words for the fleet-wide drains the predictions apply (none: empty).
+fn drained_line(drains: &[Drain]) -> String {
+    if drains.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = drains.iter().map(|d| d.target().to_string()).collect();
+    format!(
+        "; fleet-wide drains applied (no new traffic): {}",
+        each.join(", ")
+    )
 }
 
 /// One node's prediction: a line saying which inputs were used, then `sim --region`'s table of
@@ -128,4 +152,96 @@ fn request(
         super::report::utc(node.updated_at_ms)
     );
     (request, inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::{GroupView, ListenerView};
+
+    fn shipped() -> (Revision, Config) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        let old = Revision {
+            revision: 1,
+            pushed_at_ms: 0,
+            pushed_by: "ops@vm".to_owned(),
+            config_name: "config.toml".to_owned(),
+            config: read("config.toml"),
+            catalog_name: "catalog.toml".to_owned(),
+            catalog: read("regions/catalog.toml"),
+            rollback_of: None,
+            message: String::new(),
+        };
+        let new = old.validate().unwrap();
+        (old, new)
+    }
+
+    fn node() -> Entry {
+        Entry {
+            id: "cn-beijing@vm:9100".to_owned(),
+            region: "cn-beijing".to_owned(),
+            admin: String::new(),
+            bind: String::new(),
+            version: String::new(),
+            applied: Some(1),
+            source: "etcd".to_owned(),
+            refused: None,
+            uptime_s: 0,
+            started_at_ms: 0,
+            updated_at_ms: 0,
+            errors: Vec::new(),
+            toggles: Vec::new(),
+            listeners: vec![ListenerView {
+                name: "web".to_owned(),
+                mode: "cascade".to_owned(),
+                groups: ["beijing", "shanghai"]
+                    .map(|name| GroupView {
+                        name: name.to_owned(),
+                        healthy: true,
+                        ..GroupView::default()
+                    })
+                    .to_vec(),
+                ..ListenerView::default()
+            }],
+        }
+    }
+
+    /// The share `sim`'s table gives `endpoint` in the node's block of `text`.
+    fn endpoint_share(text: &str, endpoint: &str) -> String {
+        let block = &text[text.find("node cn-beijing@vm:9100").unwrap()..];
+        let line = block.lines().find(|l| l.trim_start().starts_with(endpoint));
+        line.unwrap().split_whitespace().last().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_fleet_drain_is_an_input_of_every_prediction() {
+        let (old, new) = shipped();
+        let before = predicted(new.clone(), "config.toml".into(), &old, &[node()], &[]).unwrap();
+        assert_eq!(
+            endpoint_share(&before, "127.0.0.1:9001"),
+            "41.67",
+            "{before}"
+        );
+        let drain = Drain {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: Some("127.0.0.1:9001".to_owned()),
+            by: "ops@vm".to_owned(),
+            at_ms: 0,
+            message: None,
+        };
+        let after = predicted(new, "config.toml".into(), &old, &[node()], &[drain]).unwrap();
+        // Drained: no new traffic; its group's share goes to the other endpoint.
+        assert_eq!(endpoint_share(&after, "127.0.0.1:9001"), "0.00", "{after}");
+        assert_eq!(endpoint_share(&after, "127.0.0.1:9002"), "62.50", "{after}");
+        assert!(
+            after
+                .contains("fleet-wide drains applied (no new traffic): web/beijing/127.0.0.1:9001"),
+            "{after}"
+        );
+        // The catalogue's table, every region, has it too.
+        let catalogue = &after[after.find("shares from the catalogue").unwrap()..];
+        assert!(!catalogue.contains("41.67"), "{catalogue}");
+    }
 }

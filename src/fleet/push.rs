@@ -171,11 +171,13 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
             out.push_str(&text_diff(r, &draft, &format!("{}", opts.config.display())));
             out.push('\n');
             let nodes = store.nodes().await.map_err(Error::Store)?;
+            let (drains, _) = store.drains().await.map_err(Error::Store)?;
             out.push_str(&super::predict::predicted(
                 cfg,
                 opts.config.display().to_string(),
                 r,
                 &nodes,
+                &drains,
             )?);
         } else {
             let request = sim::Request::new(sim::Source::Loaded {
@@ -248,11 +250,13 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         out.push('\n');
         let name = old.config_file().display().to_string();
         let nodes = store.nodes().await.map_err(Error::Store)?;
+        let (drains, _) = store.drains().await.map_err(Error::Store)?;
         out.push_str(&super::predict::predicted(
             validated(&old)?,
             name,
             &running,
             &nodes,
+            &drains,
         )?);
         return Ok(Outcome::ok(out));
     }
@@ -336,11 +340,18 @@ pub(super) fn text_diff(old: &Revision, new: &Revision, new_name: &str) -> Strin
 /// The shares before and after, as `sim --config NEW --compare OLD` prints them, from the
 /// simulator in this process: `old`'s text validated with `new`'s catalogue, relative paths in
 /// it against the working directory (as a node reads a revision), and nothing written.
-pub(super) fn shares(new: Config, new_name: String, old: &Revision) -> Result<String, sim::Error> {
+pub(super) fn shares(
+    mut new: Config,
+    new_name: String,
+    old: &Revision,
+    drains: &[super::drain::Drain],
+) -> Result<String, sim::Error> {
     let file = old.config_file();
-    let before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
+    let mut before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
         sim::Error::Compare(Box::new(sim::Error::Config(errors.report(&file))))
     })?;
+    super::drain::apply(&mut new, drains);
+    super::drain::apply(&mut before, drains);
     let mut request = sim::Request::new(sim::Source::Loaded {
         config: Box::new(new),
         name: new_name,

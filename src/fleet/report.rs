@@ -353,7 +353,8 @@ pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
     out.push('\n');
     let name = new.config_file().display().to_string();
     let nodes = store.nodes().await.map_err(Error::Store)?;
-    out.push_str(&predicted(validated(&new)?, name, &old, &nodes)?);
+    let (drains, _) = store.drains().await.map_err(Error::Store)?;
+    out.push_str(&predicted(validated(&new)?, name, &old, &nodes, &drains)?);
     Ok(out)
 }
 
