@@ -32,6 +32,10 @@ pub(crate) enum Kind {
     Reload,
     /// A fleet revision was applied (or refused).
     Revision,
+    /// A fleet-wide drain began or ended (`gtd drain`, `gtd undrain`).
+    Drain,
+    /// An endpoint was enabled or disabled through this node's admin API.
+    Admin,
 }
 
 impl Kind {
@@ -45,6 +49,8 @@ impl Kind {
             Kind::Ejection => "ejection",
             Kind::Reload => "reload",
             Kind::Revision => "revision",
+            Kind::Drain => "drain",
+            Kind::Admin => "admin",
         }
     }
 }
@@ -121,6 +127,66 @@ pub(crate) fn reloaded(
         }
     };
     log.record(kind, Place::default(), message);
+}
+
+/// Puts an endpoint (`[listener, group, address]`) enabled or disabled through the admin API
+/// on the timeline.
+pub(crate) fn toggled(log: &EventLog, [listener, group, endpoint]: [&str; 3], enabled: bool) {
+    let what = if enabled { "enabled" } else { "disabled" };
+    let at = Place {
+        listener: Some(listener),
+        group: Some(group),
+        endpoint: Some(endpoint),
+    };
+    log.record(
+        Kind::Admin,
+        at,
+        format!("{what} through this node's admin API"),
+    );
+}
+
+/// Puts the fleet-wide drains that began or ended on the timeline: those of `now` not in
+/// `before`, and those of `before` not in `now`.
+pub(crate) fn drains_changed(
+    log: &EventLog,
+    before: &[crate::fleet::drain::Drain],
+    now: &[crate::fleet::drain::Drain],
+) {
+    for (d, began) in now
+        .iter()
+        .filter(|d| !before.contains(d))
+        .map(|d| (d, true))
+        .chain(
+            before
+                .iter()
+                .filter(|d| !now.contains(d))
+                .map(|d| (d, false)),
+        )
+    {
+        let message = if began {
+            let whole = if d.endpoint.is_none() {
+                " (every endpoint of the group)"
+            } else {
+                ""
+            };
+            let why = d
+                .message
+                .as_deref()
+                .map_or(String::new(), |m| format!(": {m}"));
+            format!(
+                "drained across the fleet{whole} by {}{why}: no new traffic, what it has finishes",
+                d.by
+            )
+        } else {
+            format!("undrained across the fleet (drained by {})", d.by)
+        };
+        let at = Place {
+            listener: Some(&d.listener),
+            group: Some(&d.group),
+            endpoint: d.endpoint.as_deref(),
+        };
+        log.record(Kind::Drain, at, message);
+    }
 }
 
 #[cfg(test)]

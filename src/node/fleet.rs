@@ -643,8 +643,10 @@ fn delivered(response: &rpc::WatchResponse, from: i64) -> i64 {
 async fn reread_drains(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store) -> Result<i64> {
     let (drains, header) = store.drains().await?;
     let count = drains.len();
+    let before = fleet.drains();
     if fleet.set_drains(drains) {
         tracing::info!(drains = count, "fleet: the drains changed; applying them");
+        super::events::drains_changed(inner.registry.events(), &before, &fleet.drains());
         redrain(inner).await;
         cache_drains(fleet).await;
     }

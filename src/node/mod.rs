@@ -35,6 +35,7 @@ mod start_props;
 mod status;
 pub mod telemetry;
 mod timers;
+mod toggle;
 mod tls;
 pub(crate) mod watch;
 
@@ -236,6 +237,8 @@ impl Node {
         let draining_gauge = telemetry::node_series(&registry);
         if let Some(f) = &mut fleet {
             f.export(&registry);
+            // The drains in force from the start, on the timeline as later ones.
+            events::drains_changed(registry.events(), &[], &f.drains());
         }
         let names = dns::Names::new(&registry);
         names
@@ -597,48 +600,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Enables or disables one endpoint at run time (survives reloads until changed again).
-    pub(crate) fn set_enabled(
-        &self,
-        listener: &str,
-        group: &str,
-        address: &str,
-        enabled: bool,
-    ) -> std::result::Result<(), String> {
-        let snap = self.snapshot.load();
-        let l = snap
-            .listener(listener)
-            .ok_or_else(|| format!("no listener {listener:?} on this node"))?;
-        let gi = l
-            .groups
-            .iter()
-            .position(|g| g.name == group)
-            .ok_or_else(|| format!("no group {group:?} in listener {listener:?}"))?;
-        // An endpoint as configured (every address of a name), or one address of a name
-        // (`NAME:PORT@IP`, as `/status` and the metrics name it).
-        let states = l.groups[gi].balancer.endpoints();
-        let chosen: Vec<_> = l.cfg.groups[gi]
-            .endpoints
-            .iter()
-            .zip(states)
-            .filter(|(e, _)| e.address.text == address || e.address.id() == address)
-            .collect();
-        if chosen.is_empty() {
-            return Err(format!("no endpoint {address:?} in group {group:?}"));
-        }
-        for (_, state) in chosen {
-            state.set_enabled(enabled, Instant::now());
-        }
-        tracing::info!(
-            listener,
-            group,
-            endpoint = address,
-            enabled,
-            "endpoint toggled"
-        );
-        l.replan(Instant::now());
-        Ok(())
-    }
 }
 
 /// (udp, port) of every listener in the snapshot.

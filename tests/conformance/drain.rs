@@ -238,6 +238,21 @@ fn a_fleet_drain_reaches_every_node_survives_restarts_and_undrain_ends_it() {
         table.contains(&format!("web/shanghai/{other}: disabled on cn-beijing@")),
         "{table}"
     );
+    // Both are on the node's event timeline, where they are.
+    let events = timeline(beijing);
+    let has = |kind: &str, endpoint: &str, words: &str| {
+        events.events.iter().any(|e| {
+            e.kind == kind && e.endpoint.as_deref() == Some(endpoint) && e.message.contains(words)
+        })
+    };
+    assert!(
+        has("drain", &web, "drained across the fleet by "),
+        "{events:#?}"
+    );
+    assert!(
+        has("admin", &other, "disabled through this node's admin API"),
+        "{events:#?}"
+    );
 
     // `gtd undrain` ends them everywhere: the endpoint takes traffic again.
     let out = gtd_ok(&cluster, &["undrain", &web_target]);
@@ -257,4 +272,19 @@ fn a_fleet_drain_reaches_every_node_survives_restarts_and_undrain_ends_it() {
             .unwrap()
             .is_empty()
     );
+    let events = timeline(fleet.node("cn-shanghai"));
+    assert!(
+        events
+            .events
+            .iter()
+            .any(|e| e.kind == "drain" && e.message.starts_with("undrained across the fleet")),
+        "{events:#?}"
+    );
+}
+
+/// `node`'s `GET /events`.
+fn timeline(node: &NodeProc) -> gtd::view::Events {
+    let (code, body) = http(node.admin, "GET", "/events").unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
 }
