@@ -444,6 +444,31 @@ fn evaluate_region(
     }
 }
 
+/// Under `priority_by = "client-location"`, with the client placed `at` coordinates, replaces
+/// `plan` by the plan of the groups in order of distance from it, as the node does; true when
+/// it did.
+fn located(
+    config: &Config,
+    listener: &Listener,
+    ranking: &split::Ranking,
+    plan: &mut ListenerPlan,
+    at: Option<(f64, f64)>,
+) -> bool {
+    let Some(at) = at.filter(|_| listener.priority_by == PriorityBy::ClientLocation) else {
+        return false;
+    };
+    let coords = location::group_coords(listener, &config.catalog);
+    let order = location::by_distance(at, &coords);
+    let facts = plan.facts.clone();
+    *plan = ListenerPlan::build(
+        listener,
+        location::ranking(ranking, &order),
+        facts,
+        listener.affinity,
+    );
+    true
+}
+
 /// Why `--client` `ip` goes where it goes from a node in `region`: the document a node's
 /// `GET /explain` answers, built by the same function from the plan and balancers a fresh node
 /// of that region would run (under `priority_by = "client-location"`, the plan of the client's
@@ -473,21 +498,7 @@ fn client_explain(
         .as_ref()
         .and_then(|g| g.db.lookup(ip))
         .and_then(|p| p.location);
-    let mut by_location = false;
-    if listener.priority_by == PriorityBy::ClientLocation
-        && let Some(at) = at
-    {
-        let coords = location::group_coords(listener, &config.catalog);
-        let order = location::by_distance(at, &coords);
-        let facts = plan.facts.clone();
-        plan = ListenerPlan::build(
-            listener,
-            location::ranking(&ranking, &order),
-            facts,
-            listener.affinity,
-        );
-        by_location = true;
-    }
+    let by_location = located(config, listener, &ranking, &mut plan, at);
     let facts = ExplainFacts {
         listener,
         region,
@@ -551,21 +562,11 @@ fn client_route(
     // "client-location" the plan of its order of groups when it has coordinates (as the node).
     let place = config.geoip.as_ref().map(|g| g.db.lookup(ip));
     let at = place.flatten().and_then(|p| p.location);
-    let mut priority_by = "node";
-    if listener.priority_by == PriorityBy::ClientLocation
-        && let Some(at) = at
-    {
-        let coords = location::group_coords(listener, &config.catalog);
-        let order = location::by_distance(at, &coords);
-        let facts = plan.facts.clone();
-        plan = ListenerPlan::build(
-            listener,
-            location::ranking(&ranking, &order),
-            facts,
-            listener.affinity,
-        );
-        priority_by = "client-location";
-    }
+    let priority_by = if located(config, listener, &ranking, &mut plan, at) {
+        "client-location"
+    } else {
+        "node"
+    };
     let mut route = Route {
         place,
         priority_by,
