@@ -35,8 +35,8 @@ mod start_props;
 mod status;
 pub mod telemetry;
 mod timers;
-mod toggle;
 mod tls;
+mod toggle;
 pub(crate) mod watch;
 
 /// What the wings attach to each snapshot (the snapshot lies beneath them and names none).
@@ -599,7 +599,6 @@ impl Inner {
         next.publish(Instant::now());
         Ok(())
     }
-
 }
 
 /// (udp, port) of every listener in the snapshot.

@@ -61,6 +61,18 @@ fn routes(cfg: &Path, ip: &str) -> Vec<(String, String, String)> {
         .unwrap()
         .iter()
         .map(|r| {
+            // The explanation follows the same plan as the route.
+            let explain = &r["explain"];
+            assert_eq!(explain["priority_by"], r["route"]["priority_by"], "{r:#}");
+            let top = explain["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["rank"] == 1)
+                .unwrap();
+            if r["route"]["priority_by"] == "client-location" {
+                assert_eq!(top["name"], r["route"]["groups"][0]["name"], "{r:#}");
+            }
             (
                 r["region"].as_str().unwrap().to_owned(),
                 r["route"]["priority_by"].as_str().unwrap().to_owned(),
