@@ -1,0 +1,156 @@
+//! The pick inside a group, in words ([`GroupBalancer::trace`]).
+
+use super::*;
+
+/// The pick inside group `gi`, from its balancer's trace.
+pub(super) fn pick_explain(
+    l: &Listener,
+    gi: usize,
+    b: &GroupBalancer,
+    ask: &Ask<'_>,
+    plan: &Plan,
+    now: Instant,
+) -> PickExplain {
+    let g = &l.groups[gi];
+    let t: PickTrace = b.trace(ask, plan.admit(), now);
+    let address = |i: usize| g.endpoints[i].address.text.clone();
+    let endpoints = g
+        .endpoints
+        .iter()
+        .zip(b.endpoints())
+        .enumerate()
+        .map(|(i, (cfg, state))| PickEndpoint {
+            address: cfg.address.text.clone(),
+            weight: cfg.weight,
+            backup: cfg.backup,
+            candidate: t.candidates[i],
+            share: t.shares.as_ref().map(|s| s[i] * 100.0),
+            active: state.active(),
+            effective_weight: state.effective_weight(now),
+            latency_ms: state.latency().map(|d| d.as_secs_f64() * 1000.0),
+            feedback: state.feedback(),
+        })
+        .collect();
+    let none_usable = !t.candidates.iter().any(|&c| c);
+    let hash_of = |w: &crate::balance::HashWalk| HashExplain {
+        key: w.key.clone(),
+        hash: w.hash,
+        space: w.space,
+        steps: w
+            .steps
+            .iter()
+            .map(|s| HashStepExplain {
+                round: s.round,
+                hash: s.hash,
+                slot: s.slot,
+                endpoint: address(s.endpoint),
+                usable: s.usable,
+            })
+            .collect(),
+    };
+    let (by, reason, hash) = match &t.walk {
+        _ if none_usable => (
+            "none",
+            "no endpoint can take it (none usable, or all at max_conns): the next eligible \
+             group is tried"
+                .to_owned(),
+            None,
+        ),
+        Walk::Hash(w) => {
+            let last = w
+                .steps
+                .last()
+                .expect("a walk that named an endpoint has a step");
+            let skipped = w.steps.len() - 1;
+            let how = match w.kind {
+                "ip_hash" => format!(
+                    "ip_hash of {} (the first three octets of IPv4, all of IPv6) is {}; {} mod \
+                     total weight {} = slot {}",
+                    w.key, last.hash, last.hash, w.space, last.slot
+                ),
+                "hash consistent" => format!(
+                    "crc32({:?}) = {}; the first ring point at or after it is point {} ({}) of {}",
+                    w.key, w.hash, last.slot, last.hash, w.space
+                ),
+                _ => format!(
+                    "crc32({:?}) = {}; slot {} of total weight {}",
+                    w.key, last.hash, last.slot, w.space
+                ),
+            };
+            let skipped = if skipped > 0 {
+                format!(" after {skipped} step(s) landing on endpoints that could not take it")
+            } else {
+                String::new()
+            };
+            (
+                w.kind,
+                format!("{how}: {}{skipped}", address(last.endpoint)),
+                Some(hash_of(w)),
+            )
+        }
+        Walk::HashThenRotation(w) => {
+            let why = if w.key.is_empty() {
+                "the key is empty for this request".to_owned()
+            } else {
+                format!("no usable endpoint within {} steps", w.steps.len())
+            };
+            (
+                "rotation",
+                format!(
+                    "{} walk: {why}, so the weighted rotation picks (each endpoint its weight's \
+                     part)",
+                    w.kind
+                ),
+                Some(hash_of(w)),
+            )
+        }
+        Walk::Rotation { because } => (
+            "rotation",
+            match because {
+                Some(why) => format!("{why}: the weighted rotation picks"),
+                None => "smooth weighted rotation: each endpoint gets its weight's part of the \
+                         picks, whoever the client is"
+                    .to_owned(),
+            },
+            None,
+        ),
+        Walk::Random { two } => (
+            "random",
+            if *two {
+                "random two: two weighted draws, the one with fewer active connections per \
+                 weight"
+                    .to_owned()
+            } else {
+                "a weighted random draw: each endpoint its weight's part".to_owned()
+            },
+            None,
+        ),
+        Walk::Load => (
+            "load",
+            format!(
+                "{} is load-dependent: it reads the endpoints' {} now (listed per endpoint)",
+                t.method,
+                match t.method {
+                    "least_conn" => "active connections per weight",
+                    "least_time" => "average response times",
+                    _ => "reported feedback values",
+                }
+            ),
+            None,
+        ),
+    };
+    let backup = if t.backup {
+        " (no primary can serve: backups)"
+    } else {
+        ""
+    };
+    PickExplain {
+        group: g.name.clone(),
+        method: g.balance.name().to_owned(),
+        endpoint: t.endpoint.map(address),
+        by: by.to_owned(),
+        reason: format!("{reason}{backup}"),
+        hash,
+        endpoints,
+    }
+}
