@@ -8,13 +8,15 @@
 //! `gtd push --dry-run` and `gtd fleet diff` all call it.
 //!
 //! - `scenario`: what-ifs from a scenario file and flags, resolved against the config;
-//! - `engine`: one report per listener and node region (shares, endpoints, a client's route,
-//!   `--verify`'s observed shares, `--compare`'s before);
+//! - `engine`: one report per listener and node region (shares, endpoints, `--verify`'s
+//!   observed shares, `--compare`'s before);
+//! - `client`: `--client`'s route and explanation from each region;
 //! - `capacity`: demand against `capacity` per group and endpoint;
 //! - `each_down`: the N+1 check (`--each-down`);
 //! - `render` (table, JSON, CSV) and `svg`: the output, a pure function of the reports.
 
 mod capacity;
+mod client;
 mod each_down;
 mod engine;
 mod render;
