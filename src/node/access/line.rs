@@ -42,9 +42,22 @@ impl Formatter {
         }
     }
 
-    /// The format lines are written in.
-    pub(crate) fn format(&self) -> LogFormat {
-        self.format
+    /// Appends one line of `fields` to `out` in the format set: one JSON object, or `text`'s
+    /// words; then the newline.
+    pub(crate) fn line<F: serde::Serialize>(
+        &self,
+        out: &mut Vec<u8>,
+        fields: &F,
+        text: fn(&mut Vec<u8>, &F),
+    ) {
+        match self.format {
+            LogFormat::Json => {
+                // Serializing these fields into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut *out, fields);
+            }
+            LogFormat::Text => text(out, fields),
+        }
+        out.push(b'\n');
     }
 
     /// The time of `ended` (a monotonic instant) by `clock`, a (wall, monotonic) reading of

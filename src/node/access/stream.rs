@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use super::Record;
-use super::line::{Client, Formatter, LogFormat, Millis, Stamp, escaped, push_u64};
+use super::line::{Client, Formatter, Millis, Stamp, escaped, push_u64};
 use crate::config::Listener;
 
 /// Why a connection or a flow ended: the `cause` field.
@@ -131,14 +131,7 @@ impl Record for Stream {
             continent: self.place.map(|p| p.continent.as_str()),
             country: self.place.as_ref().and_then(|p| p.country_str()),
         };
-        match f.format() {
-            LogFormat::Json => {
-                // Serializing these fields into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut *out, &fields);
-            }
-            LogFormat::Text => text(out, &fields),
-        }
-        out.push(b'\n');
+        f.line(out, &fields, text);
     }
 }
 
@@ -173,6 +166,7 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
+    use crate::node::access::line::LogFormat;
 
     fn listener() -> Arc<Listener> {
         let text = "[[listener]]\nname = \"t\"\nprotocol = \"tcp\"\nport = 9000\n\

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::Entry;
 use crate::node::access::Record;
-use crate::node::access::line::{Client, Formatter, LogFormat, Millis, Stamp, escaped, push_u64};
+use crate::node::access::line::{Client, Formatter, Millis, Stamp, escaped, push_u64};
 
 /// Most bytes of a path in the log: a longer one keeps its first bytes and ends in `...`.
 pub(crate) const MAX_PATH: usize = 512;
@@ -112,14 +112,7 @@ impl Record for Entry {
             continent: e.place.map(|p| p.continent.as_str()),
             country: e.place.as_ref().and_then(|p| p.country_str()),
         };
-        match f.format() {
-            LogFormat::Json => {
-                // Serializing these fields into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut *out, &fields);
-            }
-            LogFormat::Text => text(out, &fields),
-        }
-        out.push(b'\n');
+        f.line(out, &fields, text);
     }
 }
 
