@@ -53,7 +53,9 @@ fuzz_target!(|input: Input| {
             | Route::Healthz
             | Route::Metrics
             | Route::Status
-            | Route::Fleet => {
+            | Route::Fleet
+            | Route::Events
+            | Route::Explain => {
                 assert_eq!(method, Method::GET)
             }
             Route::Reload | Route::SetEnabled { .. } => assert_eq!(method, Method::POST),
