@@ -137,16 +137,25 @@ impl EndpointState {
     /// `enabled` that changed in the file takes effect; one left alone keeps the admin's choice.
     /// The changed endpoint starts with a clean record: its passive mark and any outlier
     /// ejection end (docs/design.md §5), as the operator who changed it expects it tried again.
+    /// Not when only `drain` or `capacity` changed: draining a failing endpoint (in the file or
+    /// with `gtd drain`) says nothing of its health, and must not send its bound clients back.
     pub(crate) fn reconfigured(&self, config: Endpoint, now: Instant) -> Self {
         if config.enabled != self.config.enabled {
             self.rt.enabled.store(config.enabled, Ordering::Release);
         }
         let t = self.rt.hub.nanos(now);
+        let judged_again = Endpoint {
+            drain: self.config.drain,
+            capacity: self.config.capacity,
+            ..config.clone()
+        } != self.config;
         let next = EndpointState {
             config,
             rt: Arc::clone(&self.rt),
         };
-        next.clear_record(t);
+        if judged_again {
+            next.clear_record(t);
+        }
         next
     }
 

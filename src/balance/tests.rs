@@ -263,3 +263,51 @@ fn outlier_detection_is_off_outside_http() {
         assert_eq!(b.observe_answer(&p, Answer::GatewayFailure, t0), None);
     }
 }
+
+#[test]
+fn a_drain_or_undrain_by_reload_keeps_a_mark_and_an_ejection_where_another_change_ends_them() {
+    let t0 = Instant::now();
+    let eps = weighted(&[1, 1]);
+    let old = GroupBalancer::new(&group(Balance::RoundRobin, eps.clone()), Protocol::Http, t0);
+    let req = StaticRequest::from_ip([192, 0, 2, 1].into());
+    let p = old.pick_excluding(&req, &[1], t0).unwrap();
+    assert_eq!(p.index(), 0);
+    p.failure(t0);
+    drop(p);
+    assert!(
+        old.endpoints()[0].is_passively_down(t0),
+        "one failure marks it"
+    );
+    let t = old.endpoints()[0].nanos(t0);
+    assert!(old.endpoints()[0].eject(t, &Default::default()).is_some());
+
+    let rebuilt = |from: &GroupBalancer, change: &dyn Fn(&mut Endpoint)| {
+        let mut eps = eps.clone();
+        change(&mut eps[0]);
+        GroupBalancer::rebuild(&group(Balance::RoundRobin, eps), Protocol::Http, from, t0)
+    };
+    let drained = rebuilt(&old, &|e| e.drain = true);
+    let e = &drained.endpoints()[0];
+    assert!(e.same_runtime(&old.endpoints()[0]) && e.config().drain);
+    assert!(e.is_passively_down(t0), "a drain leaves the mark");
+    assert!(e.is_ejected(t0), "and the ejection");
+    assert!(!e.is_serving(t0), "so its bound clients stay away");
+    let undrained = rebuilt(&drained, &|_| {});
+    assert!(
+        undrained.endpoints()[0].is_passively_down(t0),
+        "so does an undrain"
+    );
+    let planned = rebuilt(&undrained, &|e| e.capacity = Some(10.0));
+    assert!(
+        planned.endpoints()[0].is_passively_down(t0),
+        "and a capacity"
+    );
+
+    let reweighted = rebuilt(&planned, &|e| e.weight = 2);
+    let e = &reweighted.endpoints()[0];
+    assert!(
+        !e.is_passively_down(t0) && !e.is_ejected(t0),
+        "another change ends both"
+    );
+    assert!(e.is_serving(t0));
+}

@@ -3,7 +3,7 @@
 //! share of new sessions and flows within `healthy_threshold × interval + 2 s` — the checks'
 //! turn to healthy clears the mark — and, without checks, as soon as the attempt after
 //! `fail_timeout` connects (TCP) or gets a reply (UDP), whatever the sessions' length; an admin
-//! enable and a reload that changes the endpoint end a mark at once.
+//! enable and a reload that changes the endpoint end a mark at once, but not a drain.
 //!
 //! Every flow and session is counted by the name its endpoint answers with; the shares are
 //! taken over new flows and sessions opened after the bound, with a generous margin.
@@ -99,6 +99,18 @@ fn passive_down(node: &gtd::node::Node, listener: &str, address: SocketAddr) -> 
 
 fn check_healthy(node: &gtd::node::Node, listener: &str, address: SocketAddr) -> bool {
     check_of(&status(node), listener, "g", &address.to_string()).healthy
+}
+
+/// The admin port `write_config` chose for the config at `cfg`, to write it again.
+fn admin_port(cfg: &std::path::Path) -> u16 {
+    std::fs::read_to_string(cfg)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// The checks these tests configure: `interval` and `healthy_threshold`.
@@ -451,20 +463,68 @@ async fn an_admin_enable_and_a_reload_that_changes_the_endpoint_clear_a_udp_mark
     let _b = Backends(vec![hb]);
     let (to_b, all) = share_of(to, "B").await;
     assert_eq!(to_b, 0, "marked again: B got {to_b} of {all}");
-    let admin_port = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap()
-        .parse()
-        .unwrap();
-    std::fs::write(&cfg, config_text(admin_port, &config("50s"))).unwrap();
+    std::fs::write(&cfg, config_text(admin_port(&cfg), &config("50s"))).unwrap();
     node.reload().await.unwrap();
     let (to_b, all) = share_of(to, "B").await;
     assert!(
         to_b * 100 >= all * 30,
         "after the reload: B got {to_b} of {all}"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_a_marked_endpoint_by_reload_leaves_it_marked() {
+    let (a, ha) = holding("127.0.0.1:0".parse().unwrap(), "A").await;
+    let _a = Backends(vec![ha]);
+    // B refuses every connection.
+    let b = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let port = free_port(false);
+    let config = |b_keys: &str| {
+        let b_keys = format!("fail_timeout = \"60s\"\n{b_keys}");
+        let g = group(
+            "g",
+            "cn-beijing",
+            100.0,
+            "",
+            &[(a, ""), (b, b_keys.as_str())],
+        );
+        listener_on(port, "t", "tcp", &["cn-beijing"], "", &g)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &config(""));
+    let node = start(&cfg).await;
+    let to = listener_addr(&node, "t").await;
+    until("B marked by its refused connection", || {
+        let _ = std::net::TcpStream::connect(to);
+        passive_down(&node, "t", b)
+    })
+    .await;
+
+    // The operator drains the failing endpoint: a change to `drain` alone says nothing of its
+    // health, so the mark (a minute long) stays, and so does it after the undrain.
+    for (step, keys) in [("drain", "drain = true"), ("undrain", "")] {
+        std::fs::write(&cfg, config_text(admin_port(&cfg), &config(keys))).unwrap();
+        node.reload().await.unwrap();
+        let doc = status(&node);
+        let e = endpoint_of(&doc, "t", "g", &b.to_string());
+        assert_eq!(e.drain, step == "drain", "{step}: {e:?}");
+        assert!(e.passive_down, "after the {step}, B is still marked: {e:?}");
+        for _ in 0..10 {
+            let (_s, name) = session(to).await.expect("a session on A");
+            assert_eq!(name, "A", "after the {step}");
+        }
+    }
+
+    // Any other change is the operator asking for another try: the mark ends.
+    std::fs::write(&cfg, config_text(admin_port(&cfg), &config("weight = 2"))).unwrap();
+    node.reload().await.unwrap();
+    assert!(
+        !passive_down(&node, "t", b),
+        "a change of weight ends the mark"
     );
     node.shutdown().await;
 }
