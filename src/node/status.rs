@@ -128,11 +128,16 @@ pub(crate) fn explain(
             ),
         });
     };
-    if !l.cfg.protocol.is_http() && (q.host.is_some() || q.path.is_some()) {
+    if !l.cfg.protocol.is_http() && (q.host.is_some() || q.path.is_some() || !q.headers.is_empty())
+    {
         return Err(QueryError {
-            parameter: if q.host.is_some() { "host" } else { "path" },
+            parameter: match (&q.host, &q.path) {
+                (Some(_), _) => "host",
+                (None, Some(_)) => "path",
+                (None, None) => "header",
+            },
             message: format!(
-                "listener {:?} is {}: host and path apply to HTTP listeners only",
+                "listener {:?} is {}: host, path and headers apply to HTTP listeners only",
                 l.cfg.name,
                 l.cfg.protocol.as_str()
             ),
@@ -156,7 +161,7 @@ pub(crate) fn explain(
         host: q.host.as_deref(),
         path: q.path.as_deref(),
         key: q.key.as_deref(),
-        headers: &[],
+        headers: &q.headers,
     };
     Ok(Explain::build(&facts, &ask, now))
 }

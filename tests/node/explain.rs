@@ -98,11 +98,26 @@ fn node_explains(node: &Node, query: &str) -> Explain {
 /// `sim --client` for the facts `node` showed in `x`: its measured (and static-ranked) RTTs
 /// as latencies, `down` failing, the same host and path; the `explain` of `x`'s listener.
 fn sim_explains(cfg: &Path, x: &Explain, down: &[&str], path: Option<&str>) -> Explain {
+    sim_explains_with(cfg, x, down, path, &[])
+}
+
+/// [`sim_explains`] with request headers (`sim --header`).
+fn sim_explains_with(
+    cfg: &Path,
+    x: &Explain,
+    down: &[&str],
+    path: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Explain {
     let mut r = Request::new(Source::File(cfg.to_owned()));
     r.region = Some("cn-beijing".to_owned());
     r.format = Format::Json;
     r.client = Some(x.client.parse().unwrap());
     r.path = path.map(str::to_owned);
+    r.headers = headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
     r.down = down.iter().map(|d| d.to_string()).collect();
     for g in &x.groups {
         if let ("measured" | "static", Some(ms)) = (g.rtt_source.as_str(), g.rtt_ms) {
@@ -292,6 +307,10 @@ async fn bad_questions_get_400_naming_the_parameter() {
         ("listener=t&client=not-an-ip", "client"),
         ("listener=t&client=203.0.113.9&path=/x", "path"),
         ("listener=t&client=203.0.113.9&host=a.example", "host"),
+        (
+            "listener=t&client=203.0.113.9&header=x-tenant:gold",
+            "header",
+        ),
     ] {
         let (code, body) = ask(&node, query);
         assert_eq!(code, 400, "{query}: {body}");
@@ -365,5 +384,65 @@ async fn gtd_explain_asks_a_live_node() {
         err.starts_with("gtd explain: 400 Bad Request: listener: \"nope\": no such listener"),
         "{err}"
     );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_on_a_header_is_explained_as_sim_explains_it() {
+    let (a1, h1) = tcp_backend("bj").await;
+    let (a2, h2) = tcp_backend("sh").await;
+    let _b = Backends(vec![h1, h2]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "rank_margin = \"10s\"\n[[listener.route]]\nheader = { name = \"x-tenant\", value = \"gold\" }\ngroups = [\"shanghai\"]",
+            &[
+                group("beijing", "cn-beijing", 50.0, "", &[(a1, 1)]),
+                group("shanghai", "cn-shanghai", 50.0, "", &[(a2, 1)]),
+            ]
+            .concat(),
+        ),
+    );
+    let node = start(&cfg).await;
+    let q = "listener=web&client=203.0.113.9";
+    let plain = node_explains(&node, q);
+    assert_eq!(plain.rule.as_ref().unwrap().outcome, "default", "{plain:?}");
+    assert_eq!(plain, sim_explains(&cfg, &plain, &[], None));
+
+    let gold = node_explains(&node, &format!("{q}&header=X-Tenant%3Agold"));
+    let rule = gold.rule.as_ref().unwrap();
+    assert_eq!(
+        (rule.outcome.as_str(), rule.rule),
+        ("route", Some(1)),
+        "{gold:?}"
+    );
+    assert_eq!(gold.group("beijing").unwrap().step, "nothing");
+    assert_eq!(gold.pick.as_ref().unwrap().group, "shanghai");
+    let sim = sim_explains_with(&cfg, &gold, &[], None, &[("X-Tenant", "gold")]);
+    assert_eq!(gold, sim, "the node and sim disagree on the header's rule");
+
+    // Another value is not the rule's.
+    let silver = node_explains(&node, &format!("{q}&header=x-tenant:silver"));
+    assert_eq!(silver.rule.as_ref().unwrap().outcome, "default");
+
+    // gtd explain --header asks the same.
+    let admin_addr = node.admin_addr().to_string();
+    let out = tokio::task::block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["explain", "web", "203.0.113.9", "--json"])
+            .args(["--header", "X-Tenant: gold", "--admin", &admin_addr])
+            .output()
+            .unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Explain = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, gold);
     node.shutdown().await;
 }

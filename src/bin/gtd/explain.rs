@@ -32,6 +32,10 @@ pub(crate) struct Explain {
     /// What the hash key's request variables read (`$request_uri`, `$http_*`, `$cookie_*`).
     #[arg(long)]
     key: Option<String>,
+    /// HTTP: a request header NAME:VALUE, for rules that match headers and for hash keys
+    /// (repeatable).
+    #[arg(long = "header", value_name = "NAME:VALUE", value_parser = gtd::sim::parse_header)]
+    headers: Vec<(String, String)>,
     /// The node's admin server (`[admin] bind`), HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:9100")]
     admin: String,
@@ -56,6 +60,10 @@ impl Explain {
             if let Some(v) = value {
                 target += &format!("&{name}={}", utf8_percent_encode(v, NON_ALPHANUMERIC));
             }
+        }
+        for (name, value) in &self.headers {
+            let header = format!("{name}:{value}");
+            target += &format!("&header={}", utf8_percent_encode(&header, NON_ALPHANUMERIC));
         }
         target
     }

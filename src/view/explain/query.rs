@@ -12,7 +12,7 @@ pub struct QueryError {
     pub message: String,
 }
 
-/// The parameters of `GET /explain?listener=L&client=IP[&host=H&path=P&key=K]`.
+/// The parameters of `GET /explain?listener=L&client=IP[&host=H&path=P&key=K&header=N:V…]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// The listener's name.
@@ -25,6 +25,8 @@ pub struct Query {
     pub path: Option<String>,
     /// What the hash key's request variables read.
     pub key: Option<String>,
+    /// Request headers, `header=NAME:VALUE` each (repeatable), for rules and hash keys.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Query {
@@ -33,11 +35,16 @@ impl Query {
         let err = |parameter, message: String| QueryError { parameter, message };
         let (mut listener, mut client, mut host, mut path, mut key) =
             (None, None, None, None, None);
+        let mut headers = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = percent_encoding::percent_decode_str(&value.replace('+', " "))
                 .decode_utf8_lossy()
                 .into_owned();
+            if name == "header" {
+                headers.push(crate::sim::parse_header(&value).map_err(|e| err("header", e))?);
+                continue;
+            }
             let slot = match name {
                 "listener" => &mut listener,
                 "client" => &mut client,
@@ -73,6 +80,7 @@ impl Query {
             host: host.filter(|h| !h.is_empty()),
             path,
             key,
+            headers,
         })
     }
 }

@@ -417,7 +417,15 @@ fn queries_name_the_parameter_at_fault() {
     assert_eq!(ok.listener, "web");
     assert_eq!(ok.path.as_deref(), Some("/v1/x"));
     assert_eq!(ok.host.as_deref(), Some("a.b"));
+    assert!(ok.headers.is_empty());
+    let with = Query::parse("listener=web&client=::1&header=X-Tenant%3A+gold&header=a:b").unwrap();
+    assert_eq!(
+        with.headers,
+        [("X-Tenant".into(), "gold".into()), ("a".into(), "b".into())]
+    );
     for (query, parameter) in [
+        ("listener=web&client=1.2.3.4&header=no-colon", "header"),
+        ("listener=web&client=1.2.3.4&header=a+b:c", "header"),
         ("client=1.2.3.4", "listener"),
         ("listener=web", "client"),
         ("listener=web&client=", "client"),
