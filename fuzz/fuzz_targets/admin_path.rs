@@ -4,12 +4,13 @@
 //!   changes (`/reload`, `/endpoints/...`);
 //! - slashes around the path do not change the route, nor does the query;
 //! - an endpoint's listener, group and address, whatever characters they hold, percent-encoded
-//!   into `/endpoints/{listener}/{group}/{address}/enable|disable` come back exactly.
+//!   into `/endpoints/{listener}/{group}/{address}/enable|disable|drain|undrain` come back
+//!   exactly.
 
 #![no_main]
 
 use arbitrary::Arbitrary;
-use gtd::node::admin::Route;
+use gtd::node::admin::{Action, Route};
 use http::{Method, Uri};
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
@@ -20,11 +21,11 @@ struct Input {
     method: Result<Vec<u8>, u8>,
     /// A request target as it comes on the request line.
     target: Vec<u8>,
-    /// An endpoint to enable or disable, and a query to append.
+    /// An endpoint to enable, disable, drain or undrain, and a query to append.
     listener: String,
     group: String,
     address: String,
-    enable: bool,
+    action: u8,
     query: String,
 }
 
@@ -58,7 +59,7 @@ fuzz_target!(|input: Input| {
             | Route::Explain => {
                 assert_eq!(method, Method::GET)
             }
-            Route::Reload | Route::SetEnabled { .. } => assert_eq!(method, Method::POST),
+            Route::Reload | Route::Toggle { .. } => assert_eq!(method, Method::POST),
             Route::MethodNotAllowed | Route::NotFound => {}
         }
         assert_eq!(Route::of(&method, &format!("/{path}/")), route, "{path:?}");
@@ -66,23 +67,30 @@ fuzz_target!(|input: Input| {
 
     // Names percent-encoded on the way in come back as they were.
     let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
-    let action = if input.enable { "enable" } else { "disable" };
+    const ACTIONS: [Action; 4] = [
+        Action::Enable,
+        Action::Disable,
+        Action::Drain,
+        Action::Undrain,
+    ];
+    let action = ACTIONS[usize::from(input.action) % ACTIONS.len()];
     let mut target = format!(
-        "/endpoints/{}/{}/{}/{action}",
+        "/endpoints/{}/{}/{}/{}",
         enc(&input.listener),
         enc(&input.group),
-        enc(&input.address)
+        enc(&input.address),
+        action.as_str()
     );
     if !input.query.is_empty() {
         target.push('?');
         target.push_str(&enc(&input.query));
     }
     let uri = Uri::try_from(target.as_str()).unwrap_or_else(|e| panic!("{target:?}: {e}"));
-    let expected = Route::SetEnabled {
+    let expected = Route::Toggle {
         listener: input.listener.clone(),
         group: input.group.clone(),
         address: input.address.clone(),
-        enable: input.enable,
+        action,
     };
     assert_eq!(Route::of(&Method::POST, uri.path()), expected, "{target:?}");
     if method != Method::POST {

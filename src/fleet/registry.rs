@@ -48,8 +48,8 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<EndpointErrors>,
     /// Endpoints set apart on this node alone through its admin API (`POST
-    /// /endpoints/.../enable|disable` against the config's `enabled`); a toggle is a change of
-    /// the entry, so one write.
+    /// /endpoints/.../enable|disable` against the config's `enabled`, `.../drain`); a toggle is
+    /// a change of the entry, so one write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub toggles: Vec<Toggle>,
 }
@@ -63,8 +63,25 @@ pub struct Toggle {
     pub group: String,
     /// The endpoint (a name's address: `NAME:PORT@IP`).
     pub endpoint: String,
-    /// Enabled now (the config says the other).
+    /// Enabled now (the config says the other, unless `drained`).
     pub enabled: bool,
+    /// Drained through the admin API.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
+}
+
+impl Toggle {
+    /// What was done to it, in words: `disabled`, `drained`, `enabled, drained`…
+    pub fn what(&self) -> String {
+        let mut what = Vec::new();
+        if !self.drained || !self.enabled {
+            what.push(if self.enabled { "enabled" } else { "disabled" });
+        }
+        if self.drained {
+            what.push("drained");
+        }
+        what.join(", ")
+    }
 }
 
 /// An endpoint with errors in the last minute (5xx answers, timeouts, connect failures), as a

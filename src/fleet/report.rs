@@ -326,7 +326,7 @@ impl Fleet {
                     t.listener,
                     t.group,
                     t.endpoint,
-                    if t.enabled { "enabled" } else { "disabled" }
+                    t.what()
                 ));
             }
         }
@@ -437,7 +437,9 @@ mod tests {
             "bind": "127.0.0.1", "version": "0.1.0", "applied": 1, "source": "etcd",
             "refused": null, "uptime_s": 1, "updated_at_ms": 0, "listeners": [],
             "toggles": [{"listener": "web", "group": "shanghai",
-                         "endpoint": "127.0.0.1:9101", "enabled": false}],
+                         "endpoint": "127.0.0.1:9101", "enabled": false},
+                        {"listener": "web", "group": "shanghai",
+                         "endpoint": "127.0.0.1:9102", "enabled": true, "drained": true}],
         }))
         .unwrap();
         let drain = |endpoint: Option<&str>, message: Option<&str>| Drain {
@@ -465,7 +467,8 @@ mod tests {
              \x20 web/beijing (every endpoint of the group): drained by ops@vm at 2026-12-01 18:20:02 UTC\n\
              \x20 web/beijing/127.0.0.1:9001: drained by ops@vm at 2026-12-01 18:20:02 UTC: disk\n\
              \nset apart on one node through its admin API:\n\
-             \x20 web/shanghai/127.0.0.1:9101: disabled on cn-beijing@h:9100\n"
+             \x20 web/shanghai/127.0.0.1:9101: disabled on cn-beijing@h:9100\n\
+             \x20 web/shanghai/127.0.0.1:9102: drained on cn-beijing@h:9100\n"
         );
         assert!(f.table().contains("2 fleet-wide drains"));
         assert_eq!(f.json()["drains"][1]["message"], "disk");

@@ -131,8 +131,17 @@ pub(crate) fn reloaded(
 
 /// Puts an endpoint (`[listener, group, address]`) enabled or disabled through the admin API
 /// on the timeline.
-pub(crate) fn toggled(log: &EventLog, [listener, group, endpoint]: [&str; 3], enabled: bool) {
-    let what = if enabled { "enabled" } else { "disabled" };
+pub(crate) fn toggled(
+    log: &EventLog,
+    [listener, group, endpoint]: [&str; 3],
+    action: super::admin::Action,
+) {
+    let what = match action {
+        super::admin::Action::Enable => "enabled",
+        super::admin::Action::Disable => "disabled",
+        super::admin::Action::Drain => "drained",
+        super::admin::Action::Undrain => "undrained",
+    };
     let at = Place {
         listener: Some(listener),
         group: Some(group),

@@ -1,18 +1,28 @@
-//! An endpoint enabled or disabled at run time through the admin API.
+//! An endpoint enabled, disabled, drained or undrained at run time through the admin API.
 
 use std::time::Instant;
 
+use super::admin::Action;
 use super::{Inner, events};
 
+/// What an endpoint is after a toggle (every address of a name alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Toggled {
+    /// Administratively enabled.
+    pub(crate) enabled: bool,
+    /// Drained through the admin API.
+    pub(crate) drained: bool,
+}
+
 impl Inner {
-    /// Enables or disables one endpoint at run time (survives reloads until changed again).
-    pub(crate) fn set_enabled(
+    /// Applies `action` to one endpoint at run time (survives reloads until changed again).
+    pub(crate) fn toggle(
         &self,
         listener: &str,
         group: &str,
         address: &str,
-        enabled: bool,
-    ) -> std::result::Result<(), String> {
+        action: Action,
+    ) -> std::result::Result<Toggled, String> {
         let snap = self.snapshot.load();
         let l = snap
             .listener(listener)
@@ -30,22 +40,33 @@ impl Inner {
             .iter()
             .zip(states)
             .filter(|(e, _)| e.address.text == address || e.address.id() == address)
+            .map(|(_, state)| state)
             .collect();
-        if chosen.is_empty() {
+        let Some(first) = chosen.first() else {
             return Err(format!("no endpoint {address:?} in group {group:?}"));
+        };
+        let now = Instant::now();
+        for state in &chosen {
+            match action {
+                Action::Enable | Action::Disable => {
+                    state.set_enabled(action == Action::Enable, now)
+                }
+                Action::Drain | Action::Undrain => state.set_drained(action == Action::Drain),
+            }
         }
-        for (_, state) in chosen {
-            state.set_enabled(enabled, Instant::now());
-        }
+        let done = Toggled {
+            enabled: first.is_enabled(),
+            drained: first.is_admin_drained(),
+        };
         tracing::info!(
             listener,
             group,
             endpoint = address,
-            enabled,
+            action = action.as_str(),
             "endpoint toggled"
         );
-        events::toggled(self.registry.events(), [listener, group, address], enabled);
-        l.replan(Instant::now());
-        Ok(())
+        events::toggled(self.registry.events(), [listener, group, address], action);
+        l.replan(now);
+        Ok(done)
     }
 }

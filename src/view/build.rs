@@ -208,10 +208,14 @@ impl EndpointView {
             rtt_ms: e.rtt_ms.map(micros),
             backup: e.config.backup,
             down: e.config.down,
-            drain: e.config.drain,
+            drain: state.is_draining(),
             // The node names a fleet drain's source over this (the config it applied them to
             // says `drain` alike).
-            drained_by: e.config.drain.then(super::DrainView::config),
+            drained_by: if e.config.drain {
+                Some(super::DrainView::config())
+            } else {
+                state.is_admin_drained().then(super::DrainView::admin)
+            },
             served: e.served,
             errors: ErrorsView::from(state.recent_errors(now)),
             id,

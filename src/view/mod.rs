@@ -207,7 +207,8 @@ pub struct ErrorsView {
 /// Why an endpoint drains: the config says so, or a fleet-wide drain.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DrainView {
-    /// `config` (its `drain = true`) or `fleet` (`gtd drain`, through etcd).
+    /// `config` (its `drain = true`), `fleet` (`gtd drain`, through etcd) or `admin` (`POST
+    /// /endpoints/.../drain` on this node).
     pub source: String,
     /// A fleet drain: who drained it (`user@host`, and the etcd user).
     pub by: Option<String>,
@@ -224,6 +225,14 @@ impl DrainView {
     pub fn config() -> DrainView {
         DrainView {
             source: "config".to_owned(),
+            ..DrainView::default()
+        }
+    }
+
+    /// A drain through this node's admin API.
+    pub fn admin() -> DrainView {
+        DrainView {
+            source: "admin".to_owned(),
             ..DrainView::default()
         }
     }

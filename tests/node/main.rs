@@ -10,6 +10,7 @@
 mod common;
 mod harness;
 
+mod admin_drain;
 mod dns;
 mod errors;
 mod explain;

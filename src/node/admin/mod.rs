@@ -118,22 +118,59 @@ pub enum Route {
     /// `GET /explain?listener=L&client=IP[&host=H&path=P&key=K]`: why that client goes where
     /// it goes (docs/explain.md).
     Explain,
-    /// `POST /endpoints/{listener}/{group}/{address}/enable|disable`, each segment
-    /// percent-decoded.
-    SetEnabled {
+    /// `POST /endpoints/{listener}/{group}/{address}/enable|disable|drain|undrain`, each
+    /// segment percent-decoded.
+    Toggle {
         /// The listener's name.
         listener: String,
         /// The group's name.
         group: String,
         /// The endpoint's address as the config writes it.
         address: String,
-        /// `enable` (true) or `disable`.
-        enable: bool,
+        /// What to do to it.
+        action: Action,
     },
     /// A known path with another method: 405.
     MethodNotAllowed,
     /// Anything else: 404.
     NotFound,
+}
+
+/// What a `POST /endpoints/…/ACTION` does to one endpoint on this node (until changed again;
+/// a reload keeps it, a restart forgets it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Back in rotation; ends a passive mark and an ejection (docs/design.md §5).
+    Enable,
+    /// Out of rotation at once, its connections kept.
+    Disable,
+    /// No new traffic; what is bound to it finishes (a sticky client, a UDP flow).
+    Drain,
+    /// Ends an admin drain.
+    Undrain,
+}
+
+impl Action {
+    /// The path's last segment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Enable => "enable",
+            Action::Disable => "disable",
+            Action::Drain => "drain",
+            Action::Undrain => "undrain",
+        }
+    }
+
+    fn of(segment: &str) -> Option<Action> {
+        [
+            Action::Enable,
+            Action::Disable,
+            Action::Drain,
+            Action::Undrain,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == segment)
+    }
 }
 
 impl Route {
@@ -157,21 +194,16 @@ impl Route {
             (&Method::GET, ["events"]) => Route::Events,
             (&Method::GET, ["explain"]) => Route::Explain,
             (&Method::POST, ["reload"]) => Route::Reload,
-            (
-                &Method::POST,
-                [
-                    "endpoints",
-                    listener,
-                    group,
-                    address,
-                    action @ ("enable" | "disable"),
-                ],
-            ) => Route::SetEnabled {
-                listener: (*listener).to_owned(),
-                group: (*group).to_owned(),
-                address: (*address).to_owned(),
-                enable: *action == "enable",
-            },
+            (&Method::POST, ["endpoints", listener, group, address, action])
+                if Action::of(action).is_some() =>
+            {
+                Route::Toggle {
+                    listener: (*listener).to_owned(),
+                    group: (*group).to_owned(),
+                    address: (*address).to_owned(),
+                    action: Action::of(action).expect("just matched"),
+                }
+            }
             (_, ["healthz" | "metrics" | "status" | "reload" | "fleet" | "events" | "explain"])
             | (_, ["endpoints", ..]) => Route::MethodNotAllowed,
             _ => Route::NotFound,
@@ -220,15 +252,16 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
                 &json!({"result": "error", "error": e}),
             ),
         },
-        Route::SetEnabled {
+        Route::Toggle {
             listener,
             group,
             address,
-            enable,
-        } => match node.set_enabled(&listener, &group, &address, enable) {
-            Ok(()) => json_reply(
+            action,
+        } => match node.toggle(&listener, &group, &address, action) {
+            Ok(done) => json_reply(
                 StatusCode::OK,
-                &json!({"listener": listener, "group": group, "endpoint": address, "enabled": enable}),
+                &json!({"listener": listener, "group": group, "endpoint": address,
+                    "enabled": done.enabled, "drained": done.drained}),
             ),
             Err(e) => json_reply(StatusCode::NOT_FOUND, &json!({"error": e})),
         },
@@ -240,7 +273,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
             StatusCode::NOT_FOUND,
             &json!({"error": "not found", "routes": ["GET /status", "GET /metrics", "GET /healthz", "GET /fleet",
                 "GET /explain?listener=L&client=IP[&host=H&path=P&key=K]", "POST /reload",
-                "POST /endpoints/{listener}/{group}/{address}/enable|disable"]}),
+                "POST /endpoints/{listener}/{group}/{address}/enable|disable|drain|undrain"]}),
         ),
     }
 }
@@ -337,7 +370,7 @@ pub(crate) fn status(node: &Inner) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use super::{Asset, Method, Route, percent_decode};
+    use super::{Action, Asset, Method, Route, percent_decode};
 
     #[test]
     fn routes_follow_method_and_decoded_path() {
@@ -363,11 +396,20 @@ mod tests {
                 &Method::POST,
                 "/endpoints/web/bj/%5B%3A%3A1%5D%3A80/disable"
             ),
-            Route::SetEnabled {
+            Route::Toggle {
                 listener: "web".to_owned(),
                 group: "bj".to_owned(),
                 address: "[::1]:80".to_owned(),
-                enable: false,
+                action: Action::Disable,
+            }
+        );
+        assert_eq!(
+            Route::of(&Method::POST, "/endpoints/web/bj/a/undrain"),
+            Route::Toggle {
+                listener: "web".to_owned(),
+                group: "bj".to_owned(),
+                address: "a".to_owned(),
+                action: Action::Undrain,
             }
         );
         // An action that is neither: a known prefix, so 405 rather than 404.

@@ -143,10 +143,17 @@
     }
   }
 
+  function drainCause(d) {
+    if (d && d.source === "fleet")
+      return "drained fleet-wide by " + (d.by || "?") + (d.message ? " (" + d.message + ")" : "");
+    if (d && d.source === "admin") return "drained through this node's admin API";
+    return "drain = true in the config";
+  }
+
   function endpointState(e) {
     if (e.enabled === false) return ["disabled", "off", "disabled through the admin API"];
     if (e.down) return ["down", "off", "down = true in the config"];
-    if (e.drain) return ["draining", "off", "drain = true: no new traffic"];
+    if (e.drain) return ["draining", "off", drainCause(e.drained_by) + ": no new traffic, what is bound to it finishes"];
     if (e.healthy === true) return [e.backup ? "backup" : "up", "up", ""];
     if (e.healthy === undefined) return ["?", "off", ""];
     if (e.dns_error) return ["unresolved", "down", e.dns_error];

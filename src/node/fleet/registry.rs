@@ -233,19 +233,21 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry 
     }
 }
 
-/// Every endpoint whose admin toggle says otherwise than its config's `enabled`.
+/// Every endpoint whose admin toggle says otherwise than its config's `enabled`, or that the
+/// admin API drained.
 fn toggles(inner: &Inner) -> Vec<Toggle> {
     let snap = inner.snapshot.load();
     let mut out = Vec::new();
     for l in &snap.listeners {
         for (g, gc) in l.groups.iter().zip(&l.cfg.groups) {
             for (state, ec) in g.balancer.endpoints().iter().zip(&gc.endpoints) {
-                if state.is_enabled() != ec.enabled {
+                if state.is_enabled() != ec.enabled || state.is_admin_drained() {
                     out.push(Toggle {
                         listener: l.cfg.name.clone(),
                         group: g.name.clone(),
                         endpoint: ec.address.id().to_string(),
                         enabled: state.is_enabled(),
+                        drained: state.is_admin_drained(),
                     });
                 }
             }
