@@ -509,9 +509,10 @@ async fn assets_are_served_with_their_types_and_policy() {
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
 
-/// The fleet tab against the document issue 19's `GET /fleet` promises (a stub serves it: the
-/// real one needs etcd): it appears, and shows the nodes, who is behind the latest revision,
-/// a refusal with its reason, and the disagreement.
+/// The fleet tab against the document `GET /fleet` serves (a stub serves it: the real one
+/// needs etcd): it appears, and shows the nodes, who is behind the latest revision, a refusal
+/// with its reason, the disagreement, a missing node, a stale read, a fleet drain and an admin
+/// drain on one node.
 #[test]
 fn fleet_tab_draws_the_fleet_document() {
     let Some(exe) = chromium_or_skip("fleet_tab_draws_the_fleet_document") else {
@@ -532,6 +533,44 @@ fn fleet_tab_draws_the_fleet_document() {
     );
     shanghai["errors"] = json!([{"listener": "web", "group": "beijing",
                                  "endpoint": "127.0.0.1:9001", "at_least": 10}]);
+    // And that its admin API drained one endpoint; the fleet drains another everywhere, a
+    // third node is missing, and the answer came from one member without quorum. Those parts
+    // are the real types, serialized as `GET /fleet` serializes them.
+    shanghai["toggles"] = serde_json::to_value([gtd::fleet::registry::Toggle {
+        listener: "web".into(),
+        group: "shanghai".into(),
+        endpoint: "127.0.0.1:9102".into(),
+        enabled: true,
+        drained: true,
+    }])
+    .unwrap();
+    let drains = serde_json::to_value([gtd::fleet::drain::Drain {
+        listener: "web".into(),
+        group: "beijing".into(),
+        endpoint: Some("127.0.0.1:9001".into()),
+        by: "ops@vm".into(),
+        at_ms: 1764612000000,
+        message: Some("kernel upgrade".into()),
+    }])
+    .unwrap();
+    let missing = serde_json::to_value([gtd::fleet::expected::Missing {
+        id: "cn-hangzhou@127.0.0.4:9100".into(),
+        region: "cn-hangzhou".into(),
+        admin: "127.0.0.4:9100".into(),
+        registered_at_ms: 1764610000000,
+        since_ms: Some(1764611000000),
+        last_applied: Some(6),
+        etcd_revision: Some(40),
+    }])
+    .unwrap();
+    let stale = serde_json::to_value(gtd::fleet::stale::Stale {
+        member: "http://127.0.0.9:12379".into(),
+        raft_index: 77,
+        revision: 41,
+        leader: false,
+        why: "etcdserver: no leader".into(),
+    })
+    .unwrap();
     let fleet = json!({
         "prefix": "/gtd", "latest": {"revision": 8, "pushed_at_ms": 1764612000000_u64},
         "all_latest": false,
@@ -541,6 +580,7 @@ fn fleet_tab_draws_the_fleet_document() {
         ],
         "disagreements": [{"listener": "web", "group": "beijing",
                            "healthy": ["cn-beijing@127.0.0.2:9100"], "unhealthy": ["cn-shanghai@127.0.0.3:9100"]}],
+        "all_present": false, "missing": missing, "stale": true, "stale_from": stale, "drains": drains,
     });
     let old = OldNode::start(Some(fleet.to_string()));
     let browser = Browser::start(&exe);
@@ -565,8 +605,35 @@ fn fleet_tab_draws_the_fleet_document() {
         rows[0][5].as_str().unwrap().contains("beijing 62.50 %"),
         "{rows:?}"
     );
+    let missing = page
+        .eval("[...document.querySelectorAll('#fleet tr[data-missing]')].map(r => r.textContent)");
+    let missing = missing[0].as_str().unwrap();
+    assert!(
+        missing.starts_with("cn-hangzhou@127.0.0.4:9100cn-hangzhou · 127.0.0.4:9100missing since ")
+            && missing.contains(", last served revision 6 (gtd fleet forget cn-hangzhou@"),
+        "{missing}"
+    );
+    let apart = page.eval(
+        "[...document.querySelectorAll('#fleet tr[data-drain], #fleet tr[data-toggle]')].map(r => [...r.children].map(c => c.textContent))",
+    );
+    let apart = apart.as_array().unwrap();
+    assert_eq!(apart.len(), 2, "{apart:?}");
+    assert_eq!(apart[0][0], "web/beijing/127.0.0.1:9001");
+    assert_eq!(apart[0][1], "fleet-wide");
+    assert!(
+        apart[0][2].as_str().unwrap().starts_with("ops@vm, "),
+        "{apart:?}"
+    );
+    assert_eq!(apart[0][3], "kernel upgrade");
+    assert_eq!(apart[1][0], "web/shanghai/127.0.0.1:9102");
+    assert_eq!(apart[1][1], "drained");
+    assert_eq!(apart[1][2], "on cn-shanghai@127.0.0.3:9100 (its admin API)");
     let text = page.eval("document.getElementById('fleet').textContent");
     let text = text.as_str().unwrap();
+    assert!(
+        text.contains("STALE: read from http://127.0.0.9:12379's own store (raft index 77, etcd revision 41, no leader)"),
+        "{text}"
+    );
     assert!(text.contains("not every node runs it"), "{text}");
     assert!(
         text.contains("web/beijingcn-beijing@127.0.0.2:9100cn-shanghai@127.0.0.3:9100"),

@@ -436,14 +436,45 @@
       h("td", { text: d.listener + "/" + d.group }),
       h("td", { text: arr(d.healthy).join(", ") }),
       h("td", { class: "refused", text: arr(d.unhealthy).join(", ") })));
+    // Nodes that registered once and have no entry now (gtd fleet forget ends one).
+    const missing = arr(f.missing).map((m) => h("tr", { "data-missing": m.id, class: "missing" },
+      h("td", {}, h("div", { text: m.id }), h("small", { text: [m.region, m.admin].filter(Boolean).join(" · ") })),
+      h("td", { class: "refused", colspan: "6", text: "missing" +
+        (num(m.since_ms) !== null ? " since " + ago(m.since_ms) : "") +
+        (m.last_applied != null ? ", last served revision " + m.last_applied : "") +
+        " (gtd fleet forget " + m.id + " once it is gone for good)" })));
+    const stale = f.stale_from ? h("p", { class: "refused", "data-stale": "true", text:
+      "STALE: read from " + f.stale_from.member + "'s own store (raft index " + f.stale_from.raft_index +
+      ", etcd revision " + f.stale_from.revision + (f.stale_from.leader ? "" : ", no leader") +
+      "): later pushes and registry changes may be missing" }) : null;
+    // Fleet-wide drains (gtd drain), and what one node's admin API set apart.
+    const drains = arr(f.drains).map((d) => h("tr", { "data-drain": "" },
+      h("td", { text: [d.listener, d.group, d.endpoint].filter((x) => x != null).join("/") +
+        (d.endpoint == null ? " (every endpoint)" : "") }),
+      h("td", { text: "fleet-wide" }),
+      h("td", { text: (d.by || "") + (num(d.at_ms) !== null ? ", " + ago(d.at_ms) : "") }),
+      h("td", { text: d.message || "" })));
+    const toggles = arr(f.nodes).flatMap((n) => arr(n.toggles).map((t) => h("tr", { "data-toggle": "" },
+      h("td", { text: [t.listener, t.group, t.endpoint].join("/") }),
+      // As gtd fleet words it (fleet::registry::Toggle::what).
+      h("td", { text: [!t.drained || !t.enabled ? (t.enabled ? "enabled" : "disabled") : null,
+        t.drained ? "drained" : null].filter(Boolean).join(", ") }),
+      h("td", { text: "on " + n.id + " (its admin API)" }),
+      h("td", { text: "" }))));
+    const apart = drains.concat(toggles);
     $("fleet").replaceChildren(h("section", { class: "card" },
       h("h2", {}, h("span", { text: "Fleet" }), h("span", { class: "proto", text: "etcd prefix " + (f.prefix || "") })),
+      stale,
       h("p", { class: "reason", text: "latest revision " + (latest ?? "—") +
         (f.latest && num(f.latest.pushed_at_ms) !== null ? ", pushed " + ago(f.latest.pushed_at_ms) : "") +
         (f.all_latest === true ? " · every node runs it" : f.all_latest === false ? " · not every node runs it" : "") }),
       h("div", { class: "scroll" }, h("table", {},
         h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners", "errors (1 min)"].map((t) => h("th", { text: t }))),
-        nodes)),
+        nodes, missing)),
+      h("h2", {}, h("span", { text: "Drained and set apart" })),
+      apart.length ? h("div", { class: "scroll" }, h("table", {},
+        h("tr", {}, ["endpoint", "what", "by, when", "message"].map((t) => h("th", { text: t }))), apart))
+        : h("p", { class: "reason", text: "nothing drained or set apart" }),
       h("h2", {}, h("span", { text: "Health disagreements" })),
       dis.length ? h("div", { class: "scroll" }, h("table", {},
         h("tr", {}, ["group", "healthy on", "unhealthy on"].map((t) => h("th", { text: t }))), dis))
