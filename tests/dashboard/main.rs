@@ -153,7 +153,7 @@ fn expected(status: &Status) -> Value {
                             json!({
                                 "address": e.address, "healthy": up.to_string(),
                                 "enabled": enabled.to_string(),
-                                "state": if !enabled { "disabled" } else if up { "up" } else { "failing" },
+                                "state": if !enabled { "disabled" } else if e.drain { "draining" } else if up { "up" } else { "failing" },
                                 "toggle": if enabled { "disable" } else { "enable" },
                             })
                         })
@@ -316,6 +316,37 @@ fn browse(exe: &Path, admin: SocketAddr, bj: SocketAddr) {
         "the token form to stay closed",
         "document.getElementById('token-form').hidden",
     );
+
+    // Drain it on this node: its group has nothing to take new traffic, so Shanghai takes
+    // all; the button then offers the undrain, which fails back.
+    let drainer = format!("[data-group=\"beijing\"] [data-endpoint=\"{bj}\"] .drainer");
+    assert_eq!(
+        page.eval(&format!("document.querySelector('{drainer}').textContent")),
+        "drain"
+    );
+    page.click(&drainer);
+    let doc = page_shows_status(&mut page, admin, "the drain", |d| {
+        d.listeners[0].mode == "failover"
+    });
+    let e = &doc.listeners[0]
+        .groups
+        .iter()
+        .find(|g| g.name == "beijing")
+        .unwrap()
+        .endpoints[0];
+    assert!(e.drain && e.enabled, "{e:?}");
+    assert_eq!(e.drained_by.as_ref().unwrap().source, "admin");
+    page.wait_for(
+        "the undrain button and the badge",
+        &format!(
+            "document.querySelector('{drainer}').textContent === 'undrain' && \
+             document.querySelector('[data-group=\"beijing\"] [data-endpoint=\"{bj}\"] .badge').title.startsWith(\"drained through this node's admin API\")"
+        ),
+    );
+    page.click(&drainer);
+    page_shows_status(&mut page, admin, "the undrain", |d| {
+        d.listeners[0].mode == "cascade"
+    });
 
     // This node runs without etcd: /fleet is 404, and once the page has asked for it the
     // fleet tab stays hidden.

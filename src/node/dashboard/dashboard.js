@@ -150,6 +150,8 @@
     return "drain = true in the config";
   }
 
+  const drainAction = (e) => (e.drained_by?.source === "admin" ? "undrain" : "drain");
+
   function endpointState(e) {
     if (e.enabled === false) return ["disabled", "off", "disabled through the admin API"];
     if (e.down) return ["down", "off", "down = true in the config"];
@@ -240,6 +242,13 @@
           type: "button", class: "toggle " + action, "data-action": action, text: action,
           title: action + " " + e.address + " (POST /endpoints/…/" + action + ")",
           onclick: (ev) => toggle(ev.currentTarget, l.name, g.name, e.address, action),
+        }) : null,
+        // Drain on this node (HAProxy's state drain); a drain from the config or the fleet is
+        // ended where it was made, not here.
+        e.address && (e.drained_by?.source === "admin" || !e.drain) ? h("button", {
+          type: "button", class: "drainer", "data-action": drainAction(e), text: drainAction(e),
+          title: drainAction(e) + " " + e.address + " on this node: no new traffic, what is bound to it finishes (POST /endpoints/…/" + drainAction(e) + ")",
+          onclick: (ev) => toggle(ev.currentTarget, l.name, g.name, e.address, drainAction(e)),
         }) : null);
     });
     const el = h("div", {
@@ -365,7 +374,7 @@
       }
       const body = await r.json().catch(() => ({}));
       if (!r.ok) notice(action + " " + address + ": " + (body.error || "HTTP " + r.status), true);
-      else notice(address + " (" + l + "/" + g + ") " + action + "d");
+      else notice(address + " (" + l + "/" + g + ") " + action + (action.endsWith("e") ? "d" : "ed"));
     } catch (e) {
       notice(action + " " + address + ": " + e.message, true);
     } finally {
