@@ -1,7 +1,8 @@
 //! The node's stop (SIGTERM) on HTTP listeners: a request that comes on an idle kept-alive
 //! connection as the drain begins is answered (with `Connection: close`), not lost to a close
 //! that crossed it; idle connections do not hold the drain for its whole `drain_timeout`;
-//! HTTP/2 connections are told with a GOAWAY.
+//! HTTP/2 connections are told with a GOAWAY. A reload that takes a listener off its port shuts
+//! its kept-alive connections down the same way.
 
 use crate::common::*;
 use crate::harness::*;
@@ -121,4 +122,56 @@ async fn an_http2_connection_gets_a_goaway_when_the_drain_begins() {
         .await
         .expect("the drain ended")
         .unwrap();
+}
+
+/// A reload that moves an HTTP listener to another port: a kept-alive HTTP/1.1 connection's
+/// next request is answered 503 with `Connection: close` and the connection closes, and an
+/// HTTP/2 connection gets its GOAWAY — rather than 503s for as long as the client keeps the
+/// connection busy. Their clients reconnect, and the moved listener serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_moves_an_http_listener_closes_its_kept_alive_connections() {
+    let (b, dir, node, addr) = draining_node().await;
+    let mut active = TcpStream::connect(addr).await.unwrap();
+    assert!(ask_answer(&mut active).await.starts_with("HTTP/1.1 200 "));
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    let get = || {
+        Request::get(format!("http://{addr}/"))
+            .body(empty())
+            .unwrap()
+    };
+    assert_eq!(h2.send_request(get()).await.unwrap().status(), 200);
+
+    let cfg = dir.path().join("config.toml");
+    let moved = free_port(false);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let from = format!("port = {}", addr.port());
+    assert!(text.contains(&from), "{text}");
+    std::fs::write(&cfg, text.replace(&from, &format!("port = {moved}"))).unwrap();
+    node.reload().await.unwrap();
+
+    let answer = ask_answer(&mut active).await;
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    let rest = until_closed(&mut active, "closed after its 503").await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    assert_eq!(h2.send_request(get()).await.unwrap().status(), 503);
+    tokio::time::timeout(Duration::from_secs(60), driver)
+        .await
+        .expect("a GOAWAY closed the HTTP/2 connection")
+        .unwrap()
+        .expect("a graceful end, not an error");
+
+    let mut again = TcpStream::connect(("127.0.0.1", moved)).await.unwrap();
+    assert!(ask_answer(&mut again).await.starts_with("HTTP/1.1 200 "));
+    assert_eq!(b.hits(), 3);
+    drop(again);
+    node.shutdown().await;
 }

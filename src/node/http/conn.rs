@@ -36,6 +36,9 @@ pub(super) struct Conn {
     pub(super) h2: AtomicBool,
     /// Told of each request that comes while the node drains (see [`run`]).
     pub(super) drain_wake: tokio::sync::Notify,
+    /// Told when a request found no HTTP listener on this connection's port any more (a reload
+    /// removed it, moved it or changed its protocol): the connection is shut down (see [`run`]).
+    pub(super) listener_gone: tokio::sync::Notify,
     /// Requests of this connection holding an endpoint connection (see [`Slot`]).
     upstream: AtomicU32,
     /// Told when one of them ends.
@@ -70,6 +73,7 @@ impl Conn {
             asked: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             drain_wake: tokio::sync::Notify::new(),
+            listener_gone: tokio::sync::Notify::new(),
             upstream: AtomicU32::new(0),
             upstream_freed: tokio::sync::Notify::new(),
             first_by,

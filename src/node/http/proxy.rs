@@ -113,9 +113,21 @@ pub(super) async fn proxy(
     // log is off) and goes with the response body, or with this future if the client leaves.
     let mut held = None;
     let response = 'request: {
-        // The listener on this port was removed or changed protocol by a reload.
+        // The listener on this port was removed or changed protocol by a reload: this request
+        // is answered 503 and the connection shut down, so that a keep-alive client does not
+        // get 503s for as long as it keeps the connection busy.
         let Some(l) = listener.as_deref() else {
-            break 'request bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n");
+            conn.listener_gone.notify_one();
+            let mut gone = bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n");
+            // HTTP/1 says so in the answer (HTTP/2 has its GOAWAY), so that the client sends
+            // no other request on a connection about to close.
+            if req.version() < http::Version::HTTP_2 {
+                gone.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            break 'request gone;
         };
         line.listener(&l.cfg);
         let _busy = Busy::new(&conn.inflight);

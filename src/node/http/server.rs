@@ -176,6 +176,7 @@ pub(super) async fn run<I, S>(
             () = node.stop.cancelled() => Watchdog::Stop,
             () = quiet(moves, idle, Some(&conn_state.inflight)) => Watchdog::Idle,
             () = unasked => Watchdog::Unasked,
+            () = conn_state.listener_gone.notified() => Watchdog::Gone,
         }
     };
     tokio::pin!(watch);
@@ -208,6 +209,10 @@ pub(super) async fn run<I, S>(
                     "no request head within header_timeout",
                     Duration::from_secs(1),
                 ),
+                // HTTP/1: the 503 goes out with `Connection: close`; HTTP/2: GOAWAY. The
+                // client's next request opens a new connection, which the port now refuses or
+                // its new listener serves.
+                Watchdog::Gone => ("its listener is gone", Duration::from_secs(1)),
                 _ => ("idle client connection", idle),
             };
             tracing::debug!(listener = %l.cfg.name, why, "shutting the connection down");
@@ -239,4 +244,6 @@ pub(super) enum Watchdog {
     Idle,
     /// No request head came within `header_timeout` of the opening.
     Unasked,
+    /// A request found no HTTP listener on the port any more.
+    Gone,
 }
