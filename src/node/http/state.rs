@@ -79,6 +79,13 @@ impl StickyCookies {
     }
 }
 
+/// What one HTTP/2 response stream may queue for its client before the node stops reading the
+/// endpoint (hyper's default is ~400 KiB): the 64 KiB an HTTP/1 slow reader gets. With 100
+/// streams a connection, a client that opens them all, advertises a 2 GiB window and never
+/// reads made the node grow 166 KiB a stream; 45 KiB with this (tests/http/h2_readers.rs,
+/// docs/performance.md).
+const H2_SEND_BUF: usize = 64 * 1024;
+
 impl HttpState {
     /// The HTTP state of listener `l` (`None` for a TCP or UDP listener).
     #[inline]
@@ -120,7 +127,8 @@ impl HttpState {
             .max_pending_accept_reset_streams(20)
             .max_local_error_reset_streams(1024)
             .initial_stream_window_size(64 * 1024)
-            .initial_connection_window_size(1024 * 1024);
+            .initial_connection_window_size(1024 * 1024)
+            .max_send_buf_size(H2_SEND_BUF);
         Ok(HttpState {
             rules: Rules::new(&l.routes),
             sticky: StickyCookies::build(l),

@@ -1,0 +1,151 @@
+//! HTTP/2 clients that open every stream they may, advertise a window of 2 GiB and never read
+//! (an attacker, or a thousand stalled phones): what the node keeps for them is bounded per
+//! stream, as for an HTTP/1.1 slow reader. hyper's default let each stream queue ~400 KiB for
+//! the client; a trial measured 17 MB per such connection, 1.7 GB for 100. The node runs as a
+//! child `gtd run`, so that its resident memory is its own.
+
+use crate::common::*;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Connections, and streams on each (the node's `max_concurrent_streams`).
+const CONNECTIONS: usize = 6;
+const STREAMS: usize = 100;
+/// What the node may grow by per such connection. Measured (debug build): ~4.5 MB now, ~17 MB
+/// with hyper's default send buffer.
+const BOUND_PER_CONNECTION: u64 = 9 << 20;
+
+/// An endpoint whose every answer is an endless chunked body (for at most two minutes).
+async fn endless() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0_u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if s.write_all(head).await.is_err() {
+                    return;
+                }
+                let mut chunk = b"10000\r\n".to_vec();
+                chunk.extend(std::iter::repeat_n(b'x', 0x10000));
+                chunk.extend_from_slice(b"\r\n");
+                let until = Instant::now() + Duration::from_secs(120);
+                while Instant::now() < until && s.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// An HTTP/2 frame: length, type, flags, stream, payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Opens an HTTP/2 connection to `to` that says it can take 2 GiB, asks `STREAMS` GETs and then
+/// reads nothing (its receive buffer kept small, so that the kernel holds little for it).
+async fn never_reading(to: std::net::SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(to).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS: INITIAL_WINDOW_SIZE (4) = 2^31 - 1; then the connection's window to match.
+    out.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    out.extend(frame(0x8, 0, 0, &(0x7fff_ffff_u32 - 65_535).to_be_bytes()));
+    // HEADERS, END_STREAM | END_HEADERS: :method GET, :scheme http, :path / (static table
+    // 2, 6, 4), :authority x (literal, name index 1, not indexed).
+    let block = [0x82, 0x86, 0x84, 0x01, 0x01, b'x'];
+    for i in 0..STREAMS as u32 {
+        out.extend(frame(0x1, 0x5, 2 * i + 1, &block));
+    }
+    s.write_all(&out).await.unwrap();
+    s
+}
+
+/// The resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
+    let (endpoint, _endpoint) = endless().await;
+    let (port, admin_port) = (free_port(false), free_port(false));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    let listeners = listener_on(
+        port,
+        "web",
+        "http",
+        &["cn-beijing"],
+        "upstream_timeout = \"5m\"",
+        &group("g", "cn-beijing", 100.0, "", &[(endpoint, "")]),
+    );
+    std::fs::write(&cfg, config_text(admin_port, &listeners)).unwrap();
+    let node = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = node.0.id();
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(to).await.is_err() {
+        assert!(Instant::now() < deadline, "the node did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = rss(pid);
+    let mut clients = Vec::new();
+    for _ in 0..CONNECTIONS {
+        clients.push(never_reading(to).await);
+    }
+    // Until the node stops growing: its buffers are full, the endpoints wait on it.
+    let (mut last, mut steady_since) = (rss(pid), Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while steady_since.elapsed() < Duration::from_secs(3) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = rss(pid);
+        if now > last + (1 << 20) {
+            (last, steady_since) = (now, Instant::now());
+        }
+    }
+    let grown = rss(pid).saturating_sub(before);
+    println!(
+        "{CONNECTIONS} connections × {STREAMS} streams that never read: the node grew {} MiB ({} KiB a stream)",
+        grown >> 20,
+        (grown >> 10) / (CONNECTIONS * STREAMS) as u64
+    );
+    assert!(
+        grown < CONNECTIONS as u64 * BOUND_PER_CONNECTION,
+        "the node grew {} MiB for {CONNECTIONS} connections that never read",
+        grown >> 20
+    );
+    drop(clients);
+}
