@@ -571,3 +571,99 @@ async fn one_backend_config(
     let cfg = write_config(dir.path(), &tcp_listener(port, extra, &groups));
     (Backends(vec![h]), dir, cfg)
 }
+
+/// Each listener drains for its own `drain_timeout`, not the longest one in the config: a TCP
+/// connection and an HTTP request still waiting on its endpoint, on listeners of 1 s, are cut
+/// while a TCP connection on a listener of 60 s carries on; closing that one ends the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_listener_drains_for_its_own_drain_timeout() {
+    let (a, h) = tcp_backend("x").await;
+    // An HTTP endpoint that takes requests and never answers.
+    let stall = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stall_addr = stall.local_addr().unwrap();
+    let asked = Arc::new(AtomicU64::new(0));
+    let stalling = tokio::spawn({
+        let asked = Arc::clone(&asked);
+        async move {
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = stall.accept().await {
+                let mut buf = [0_u8; 1024];
+                let _ = s.read(&mut buf).await;
+                asked.fetch_add(1, Ordering::Relaxed);
+                held.push(s);
+            }
+        }
+    });
+    let _b = Backends(vec![h, stalling]);
+    let (short, long, web) = (free_port(false), free_port(false), free_port(false));
+    let tcp = |port, name, drain| {
+        listener_on(
+            port,
+            name,
+            "tcp",
+            &["cn-beijing"],
+            &format!("drain_timeout = \"{drain}\""),
+            &group("g", "cn-beijing", 100.0, "", &[(a, 1)]),
+        )
+    };
+    let http = listener_on(
+        web,
+        "web",
+        "http",
+        &["cn-beijing"],
+        "drain_timeout = \"1s\"\nupstream_timeout = \"5m\"",
+        &group("g", "cn-beijing", 100.0, "", &[(stall_addr, 1)]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &[tcp(short, "short", "1s"), tcp(long, "long", "60s"), http].join("\n"),
+    );
+    let node = start(&cfg).await;
+    let on = |port: u16| async move {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut name = [0_u8; 2];
+        s.read_exact(&mut name).await.unwrap();
+        assert_eq!(&name, b"x\n");
+        s
+    };
+    let mut on_short = on(short).await;
+    let mut on_long = on(long).await;
+    let mut on_web = tokio::net::TcpStream::connect(("127.0.0.1", web))
+        .await
+        .unwrap();
+    on_web
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: example\r\n\r\n")
+        .await
+        .unwrap();
+    until("the HTTP request at its endpoint", || {
+        asked.load(Ordering::Relaxed) == 1
+    })
+    .await;
+
+    let stopping = tokio::spawn(node.shutdown());
+    for (what, s) in [("tcp", &mut on_short), ("http", &mut on_web)] {
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the {what} listener's 1 s drain did not cut its connection")
+            })
+            .ok();
+    }
+    on_long.write_all(b"ping").await.unwrap();
+    let mut echo = [0_u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), on_long.read_exact(&mut echo))
+        .await
+        .expect("the 60 s listener's connection still relays")
+        .unwrap();
+    assert_eq!(&echo, b"ping");
+    assert!(!stopping.is_finished());
+    drop(on_long);
+    tokio::time::timeout(Duration::from_secs(30), stopping)
+        .await
+        .expect("the drain ended with the last connection")
+        .unwrap();
+}

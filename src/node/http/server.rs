@@ -183,6 +183,9 @@ pub(super) async fn run<I, S>(
     let result = match Watched::new(conn.as_mut(), watch.as_mut()).await {
         First::Main(r) => r,
         First::Watch(Watchdog::Stop) => {
+            // What this listener's `drain_timeout` leaves of the node's drain: the connection
+            // is dropped then, its requests with it (each writes its access-log line).
+            let cut = tokio::time::Instant::now() + l.cfg.drain_timeout;
             // An idle HTTP/1 connection closed now could cross a request the client is sending
             // (lost, and not retried when it is a POST): it stays open for a moment, and a
             // request that comes is answered with `Connection: close` (hyper adds it once keep-
@@ -199,7 +202,13 @@ pub(super) async fn run<I, S>(
                 }
             }
             conn.as_mut().graceful_shutdown();
-            conn.await
+            match tokio::time::timeout_at(cut, conn).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::debug!(listener = %l.cfg.name, "drain_timeout: connection cut");
+                    return;
+                }
+            }
         }
         // Shut down gracefully (HTTP/2: GOAWAY, which tells a browser's unused preconnection
         // why), for at most another idle_timeout, or a second when no request ever came.

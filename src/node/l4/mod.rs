@@ -20,3 +20,14 @@ impl RequestKey for StreamKey {
         self.0
     }
 }
+
+/// Completes when a connection of a listener whose `drain_timeout` is `drain` must be cut: that
+/// long after the node's stop began, or at the end of the node's whole drain (the longest
+/// listener's), whichever comes first.
+pub(crate) async fn drain_ends(node: &super::Inner, drain: std::time::Duration) {
+    node.stop.cancelled().await;
+    tokio::select! {
+        () = tokio::time::sleep(drain) => {}
+        () = node.drained.cancelled() => {}
+    }
+}

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use metrics::Counter;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,13 +109,13 @@ impl Activity {
 }
 
 /// Relays `client` ⇄ `upstream` until both sides are done, it idles for `idle`, a side fails
-/// or `stop` fires; counts bytes into `up` (client → upstream) and `down`.
+/// or `stop` completes; counts bytes into `up` (client → upstream) and `down`.
 pub async fn relay(
     client: &TcpStream,
     upstream: &TcpStream,
     idle: Duration,
     (up, down): (&Counter, &Counter),
-    stop: &CancellationToken,
+    stop: impl Future<Output = ()>,
 ) -> Relayed {
     let activity = Activity::new();
     let both = async {
@@ -144,7 +143,7 @@ pub async fn relay(
             Err(e) => Ended::Broken(e.kind()),
         },
         () = watch => Ended::Idle,
-        () = stop.cancelled() => Ended::Stopped,
+        () = stop => Ended::Stopped,
     };
     let first = activity.first_down_ns.load(Ordering::Relaxed);
     Relayed {

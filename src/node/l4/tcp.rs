@@ -170,7 +170,7 @@ async fn connect_and_relay(
         &upstream,
         l.cfg.idle_timeout,
         (&m.bytes_up, &m.bytes_down),
-        &node.drained,
+        super::drain_ends(node, l.cfg.drain_timeout),
     )
     .await;
     end.up += r.up;
