@@ -66,8 +66,11 @@ impl Fleet {
     pub async fn read(store: &mut Store) -> Result<Fleet, super::Error> {
         let seen = store.current().await?;
         let latest = store.named(seen.number).await?;
-        let nodes = store.nodes().await?;
+        // The expected records before the entries: a node registers both in one transaction,
+        // so read the other way round one registering between the two reads would show as
+        // missing (and `gtd fleet` exit 3) though it had just arrived.
         let expected = store.expected().await?;
+        let nodes = store.nodes().await?;
         let (drains, _) = store.drains().await?;
         Ok(Fleet {
             prefix: store.prefix().to_owned(),

@@ -39,7 +39,9 @@ fn fleet_table(cluster: &Cluster) -> String {
     let out = gtd_as(cluster, As::Pusher, &["fleet"]);
     assert!(
         out.status.success(),
-        "gtd fleet: {}",
+        "gtd fleet: {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
