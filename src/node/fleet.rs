@@ -345,10 +345,15 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     // restart as the leader dies) is told "leader changed" or "no leader": it asks again until
     // the new leader answers, as long as an election takes, rather than exit or start from an
     // older cached revision.
+    // A node with nothing cached asks again on any answer an outage gives (a member that
+    // times out mid-election says "request timed out", not "leader changed"); a refused
+    // connection or credentials are not such answers, and end the wait at once.
+    let again =
+        |e: &Error| crate::fleet::in_election(e) || (cached.is_err() && crate::fleet::transient(e));
     let began = tokio::time::Instant::now();
     let mut from_etcd = read().await;
     while let Err(e) = &from_etcd {
-        if !crate::fleet::in_election(e) || began.elapsed() >= LEADERLESS {
+        if !again(e) || began.elapsed() >= LEADERLESS {
             break;
         }
         tracing::info!(error = %crate::fleet::describe(e), "etcd is electing a leader; asking again");
