@@ -1,25 +1,13 @@
 //! Unit tests of an endpoint's run-time state: marks, ejections, ramps, reconfiguration.
 
 use super::*;
-use crate::config::Host;
 
+/// `127.0.0.1:1` with nginx's defaults but these.
 fn endpoint(weight: u32, max_fails: u32, slow_start: Option<Duration>) -> Endpoint {
     Endpoint {
-        address: Address {
-            text: "127.0.0.1:1".into(),
-            host: Host::Ip([127, 0, 0, 1].into()),
-            port: 1,
-        },
-        weight,
-        max_conns: None,
-        backup: false,
-        down: false,
-        drain: false,
-        enabled: Endpoint::DEFAULT_ENABLED,
-        slow_start,
         max_fails,
-        fail_timeout: Endpoint::DEFAULT_FAIL_TIMEOUT,
-        capacity: None,
+        slow_start,
+        ..crate::balance::testutil::ep(1, weight)
     }
 }
 
