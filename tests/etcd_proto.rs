@@ -1,4 +1,4 @@
-//! The etcd client's generated code (src/fleet/etcd/generated/) is what proto/etcd/ compiles
+//! The etcd client's generated code (crates/fleet/src/etcd/generated/) is what proto/etcd/ compiles
 //! to: regenerated here with protox (a protobuf compiler in Rust, so no protoc) and tonic's
 //! generator, and compared byte for byte. `GTD_REGENERATE=1 cargo test --test etcd_proto`
 //! writes the files instead, after a change to the .proto files.
@@ -19,7 +19,7 @@ fn the_checked_in_etcd_client_code_is_what_the_proto_files_compile_to() {
         .out_dir(out.path())
         .compile_fds(fds)
         .expect("generating the client");
-    let checked_in = root.join("src/fleet/etcd/generated");
+    let checked_in = root.join("crates/fleet/src/etcd/generated");
     let regenerate = std::env::var_os("GTD_REGENERATE").is_some();
     for name in ["etcdserverpb.rs", "mvccpb.rs"] {
         let fresh = std::fs::read_to_string(out.path().join(name)).unwrap();

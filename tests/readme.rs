@@ -168,7 +168,7 @@ fn every_cited_design_section_exists() {
         );
     }
     let mut files = Vec::new();
-    for dir in ["src", "sim", "tests", "benches", "docs"] {
+    for dir in ["src", "crates", "sim", "tests", "benches", "docs"] {
         walk(&root().join(dir), &mut files);
     }
     files.push(root().join("README.md"));

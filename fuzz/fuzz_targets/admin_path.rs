@@ -1,4 +1,4 @@
-//! The admin API's routing (`src/node/admin.rs` `Route::of`): any method and request target
+//! The admin API's routing (`crates/node/src/admin.rs` `Route::of`): any method and request target
 //! (path and query, as hyper parses them into a URI) gives a route without panicking, and:
 //! - only `GET` reads (the dashboard, `/healthz`, `/metrics`, `/status`) and only `POST`
 //!   changes (`/reload`, `/endpoints/...`);

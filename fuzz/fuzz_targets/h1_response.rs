@@ -1,4 +1,4 @@
-//! The response side of gtd's own HTTP/1.1 client (`src/node/http/h1.rs`): the response head
+//! The response side of gtd's own HTTP/1.1 client (`crates/node/src/http/h1.rs`): the response head
 //! parser and the chunked decoder, on arbitrary bytes from an endpoint.
 //!
 //! Input: one byte of options, then the bytes the endpoint sends. Option bit 0: the request was

@@ -1,4 +1,4 @@
-//! The PROXY protocol v2 header gtd sends to endpoints (`src/node/l4/proxy_protocol.rs`): any
+//! The PROXY protocol v2 header gtd sends to endpoints (`crates/node/src/l4/proxy_protocol.rs`): any
 //! client and local address (IPv4, IPv6, or one of each) is encoded, then decoded by the
 //! independent decoder below, written from the specification
 //! (haproxy.org/download/2.9/doc/proxy-protocol.txt, section 2.2), and the round trip must be

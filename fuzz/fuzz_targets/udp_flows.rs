@@ -1,4 +1,4 @@
-//! The UDP listener's flow table (`src/node/l4/udp.rs` `Flows`, through `gtd::fuzzing`): a
+//! The UDP listener's flow table (`crates/node/src/l4/udp.rs` `Flows`, through `gtd::fuzzing`): a
 //! sequence of operations with arbitrary keys and times, checked after each one against a
 //! model (a `HashMap` of what should be there). What the table promises:
 //! - a flow is found after its insertion (with a new id, replacing any flow of its key) and

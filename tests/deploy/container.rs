@@ -243,6 +243,18 @@ fn dockerignore_keeps_what_the_build_needs_and_drops_the_rest() {
         "src/lib.rs".to_owned(),
     ];
     let manifest: toml::Table = read("Cargo.toml").parse().expect("Cargo.toml");
+    // Each crate of the workspace: its manifest, its library and the node's build script.
+    for member in manifest["workspace"]["members"]
+        .as_array()
+        .expect("members")
+    {
+        let member = member.as_str().expect("member");
+        if member != "." {
+            needed.push(format!("{member}/Cargo.toml"));
+            needed.push(format!("{member}/src/lib.rs"));
+        }
+    }
+    needed.push("crates/node/build.rs".to_owned());
     for kind in ["bin", "bench"] {
         for t in manifest[kind].as_array().expect("targets") {
             needed.push(match t.get("path") {

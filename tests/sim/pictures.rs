@@ -12,7 +12,7 @@ use super::{cli, json, root, sim};
 /// (listener, region, view, group, part) → value, from the SVG's bar segments.
 type Segments = BTreeMap<(String, String, String, String, String), f64>;
 
-/// Pixels per percent along a bar (src/sim/svg.rs draws 100 % as 520 px).
+/// Pixels per percent along a bar (crates/sim/src/svg.rs draws 100 % as 520 px).
 const PX_PER_PERCENT: f64 = 5.2;
 
 /// Parses `svg` (panicking when it is not well-formed XML or not SVG) and collects its bar

@@ -1,0 +1,370 @@
+//! `gtd push`: validate a config as `gtd check` does and publish it as the fleet's next
+//! revision; `--rollback` republishes a kept revision; `--dry-run` shows what would change.
+
+use std::path::{Path, PathBuf};
+
+use super::{Revision, Store};
+use gtd_core::config::{self, Config};
+use gtd_sim as sim;
+
+/// Why `gtd push` could not do what it was asked (a config that fails validation is not an
+/// error but a refusal: [`Outcome`] with status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// etcd, as the fleet's store reports it: its chain holds etcd's own error, which
+    /// [`super::retrying`] and [`super::describe`] read (see [`Error::into_store`]).
+    #[error(transparent)]
+    Store(#[from] super::Error),
+    /// The config or catalogue file could not be read again for publishing.
+    #[error("{0}")]
+    Read(String),
+    /// The catalogue text read for publishing does not validate.
+    #[error(transparent)]
+    Catalog(config::ConfigErrors),
+    /// `--rollback` with nothing published.
+    #[error("nothing is published under {prefix} yet: nothing to roll back")]
+    NothingPublished {
+        /// The key prefix.
+        prefix: String,
+    },
+    /// `--rollback` without a number, and no revision before the running one is kept.
+    #[error("no revision before {running} is kept: nothing to roll back to")]
+    NothingBefore {
+        /// The running revision.
+        running: u64,
+    },
+    /// `--rollback N` names a revision that is not kept.
+    #[error("revision {revision} is not kept under {prefix} (kept: {kept})")]
+    NotKept {
+        /// The revision asked for.
+        revision: u64,
+        /// The key prefix.
+        prefix: String,
+        /// The kept revisions, `A..B`, `A` or `none`.
+        kept: String,
+    },
+    /// The simulator, asked for the shares before and after (`--dry-run`).
+    #[error("sim: {0}")]
+    Sim(#[from] sim::Error),
+}
+
+impl Error {
+    /// The store's own error when it came from etcd (what [`super::retrying`] and
+    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
+    /// whose source is the store error's source), else this error.
+    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
+        match self {
+            Error::Store(e) => Box::new(e),
+            other => Box::new(other),
+        }
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What `gtd push` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// etcd's members and the credentials to show them.
+    pub etcd: super::Access,
+    /// Key prefix.
+    pub prefix: String,
+    /// The config file to publish.
+    pub config: PathBuf,
+    /// Region catalogue override (else the config's `catalog = ...`).
+    pub regions: Option<PathBuf>,
+    /// Revisions kept after the push.
+    pub keep: u64,
+    /// Only show what would change.
+    pub dry_run: bool,
+    /// Republish this kept revision (`Some(None)`: the one before the current).
+    pub rollback: Option<Option<u64>>,
+    /// What the pusher says of the revision (`-m`), stored with it; empty: nothing.
+    pub message: String,
+}
+
+/// What a command prints and its exit status.
+#[derive(Debug)]
+pub struct Outcome {
+    /// For stdout.
+    pub out: String,
+    /// For stderr.
+    pub err: String,
+    /// Exit status.
+    pub code: u8,
+}
+
+impl Outcome {
+    fn ok(out: String) -> Outcome {
+        Outcome {
+            out,
+            err: String::new(),
+            code: 0,
+        }
+    }
+
+    fn refused(err: String) -> Outcome {
+        Outcome {
+            out: String::new(),
+            err,
+            code: 1,
+        }
+    }
+}
+
+/// Runs `gtd push`.
+pub async fn run(opts: &Options) -> Result<Outcome> {
+    if opts.rollback.is_some() {
+        return rollback(opts).await;
+    }
+    // Validation first, offline: a config that fails it never reaches etcd.
+    let cfg = match config::load(&opts.config, opts.regions.as_deref()) {
+        Ok(cfg) => cfg,
+        Err(errors) => return Ok(Outcome::refused(refusal(&errors, &opts.config))),
+    };
+    let mut draft = super::draft(&cfg).map_err(|e| Error::Read(format!("{e:#}")))?;
+    draft.message = opts.message.clone();
+    // What is published is the text just read: validate exactly it (an edit between the two
+    // reads would otherwise slip through).
+    let catalog = config::parse_catalog(
+        &draft.catalog,
+        cfg.catalog_file.as_deref().unwrap_or(Path::new("")),
+    )
+    .map_err(Error::Catalog)?;
+    if let Err(errors) = config::parse(&draft.config, &opts.config, &catalog) {
+        return Ok(Outcome::refused(refusal(&errors, &opts.config)));
+    }
+    let mut warnings = String::new();
+    for w in &cfg.warnings {
+        warnings.push_str(&format!("warning: {w}\n"));
+    }
+    let mut store = Store::connect(&opts.etcd, &opts.prefix)
+        .await
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let running = store.named(seen.number).await.map_err(Error::Store)?;
+    if let Some(r) = &running
+        && r.same_text(&draft)
+    {
+        let mut o = Outcome::ok(format!(
+            "revision {} under {} already has this config; nothing published\n",
+            r.revision,
+            store.prefix()
+        ));
+        o.err = warnings;
+        return Ok(o);
+    }
+    if opts.dry_run {
+        let mut out = match &running {
+            Some(r) => format!(
+                "dry run: revision {} (running) -> {}; nothing published\n\n",
+                r.revision,
+                opts.config.display()
+            ),
+            None => format!(
+                "dry run: nothing is published under {} yet; {} would be revision 1\n\n",
+                store.prefix(),
+                opts.config.display()
+            ),
+        };
+        if let Some(r) = &running {
+            out.push_str(&text_diff(r, &draft, &format!("{}", opts.config.display())));
+            out.push('\n');
+            let nodes = store.nodes().await.map_err(Error::Store)?;
+            let (drains, _) = store.drains().await.map_err(Error::Store)?;
+            out.push_str(&super::predict::predicted(
+                cfg,
+                opts.config.display().to_string(),
+                r,
+                &nodes,
+                &drains,
+            )?);
+        } else {
+            let request = sim::Request::new(sim::Source::Loaded {
+                config: Box::new(cfg),
+                name: opts.config.display().to_string(),
+            });
+            out.push_str(&sim::run(&request, &mut Vec::new())?.text);
+        }
+        let mut o = Outcome::ok(out);
+        o.err = warnings;
+        return Ok(o);
+    }
+    let published = store
+        .publish(seen, draft, opts.keep)
+        .await
+        .map_err(Error::Store)?;
+    let mut o = Outcome::ok(published_line(&mut store, &published).await?);
+    o.err = warnings;
+    Ok(o)
+}
+
+/// `gtd push --rollback [REV]`: republishes a kept revision's text as a new revision.
+async fn rollback(opts: &Options) -> Result<Outcome> {
+    let mut store = Store::connect(&opts.etcd, &opts.prefix)
+        .await
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let Some(running) = store.named(seen.number).await.map_err(Error::Store)? else {
+        return Err(Error::NothingPublished {
+            prefix: store.prefix().to_owned(),
+        });
+    };
+    let kept = store.kept().await.map_err(Error::Store)?;
+    let target = match opts.rollback.flatten() {
+        Some(n) => n,
+        None => {
+            *kept
+                .iter()
+                .rev()
+                .find(|&&n| n < running.revision)
+                .ok_or(Error::NothingBefore {
+                    running: running.revision,
+                })?
+        }
+    };
+    let Some(old) = store.revision(target).await.map_err(Error::Store)? else {
+        return Err(Error::NotKept {
+            revision: target,
+            prefix: store.prefix().to_owned(),
+            kept: numbers(&kept),
+        });
+    };
+    // Certificates and files may have changed since it was published: validated again, as a
+    // node will (relative paths against this working directory).
+    if let Err(errors) = old.validate() {
+        return Ok(Outcome::refused(refusal(&errors, &old.config_file())));
+    }
+    if running.same_text(&old) {
+        return Ok(Outcome::ok(format!(
+            "revision {} already has revision {target}'s config; nothing published\n",
+            running.revision
+        )));
+    }
+    if opts.dry_run {
+        let mut out = format!(
+            "dry run: revision {} (running) -> revision {target}'s config; nothing published\n\n",
+            running.revision
+        );
+        out.push_str(&text_diff(&running, &old, &format!("revision {target}")));
+        out.push('\n');
+        let name = old.config_file().display().to_string();
+        let nodes = store.nodes().await.map_err(Error::Store)?;
+        let (drains, _) = store.drains().await.map_err(Error::Store)?;
+        out.push_str(&super::predict::predicted(
+            validated(&old)?,
+            name,
+            &running,
+            &nodes,
+            &drains,
+        )?);
+        return Ok(Outcome::ok(out));
+    }
+    let draft = Revision {
+        revision: 0,
+        pushed_at_ms: super::now_ms(),
+        pushed_by: super::who(),
+        rollback_of: Some(target),
+        message: opts.message.clone(),
+        ..old
+    };
+    let published = store
+        .publish(seen, draft, opts.keep)
+        .await
+        .map_err(Error::Store)?;
+    Ok(Outcome::ok(published_line(&mut store, &published).await?))
+}
+
+/// The running revision's document (`None` before the first push).
+async fn published_line(store: &mut Store, r: &Revision) -> Result<String> {
+    let kept = store.kept().await.map_err(Error::Store)?;
+    let what = match r.rollback_of {
+        Some(n) => format!("revision {n}'s config"),
+        None => format!("{} with {}", r.config_name, r.catalog_name),
+    };
+    Ok(format!(
+        "published revision {} under {}: {what}; kept revisions {}\n",
+        r.revision,
+        store.prefix(),
+        numbers(&kept)
+    ))
+}
+
+fn numbers(kept: &[u64]) -> String {
+    match (kept.first(), kept.last()) {
+        (Some(a), Some(b)) if a != b => format!("{a}..{b}"),
+        (Some(a), _) => a.to_string(),
+        _ => "none".to_owned(),
+    }
+}
+
+/// Every error, one per line, and the count: `gtd check`'s words.
+fn refusal(errors: &config::ConfigErrors, file: &Path) -> String {
+    format!("{}; nothing was published\n", errors.report(file))
+}
+
+/// A unified diff of two revisions' config and catalogue texts (empty parts left out).
+pub(super) fn text_diff(old: &Revision, new: &Revision, new_name: &str) -> String {
+    let mut out = String::new();
+    let mut part = |a: &str, b: &str, from: String, to: String| {
+        if a == b {
+            return;
+        }
+        let diff = similar::TextDiff::from_lines(a, b);
+        out.push_str(
+            &diff
+                .unified_diff()
+                .context_radius(3)
+                .header(&from, &to)
+                .to_string(),
+        );
+    };
+    part(
+        &old.config,
+        &new.config,
+        format!("revision {} {}", old.revision, old.config_name),
+        new_name.to_owned(),
+    );
+    part(
+        &old.catalog,
+        &new.catalog,
+        format!("revision {} {}", old.revision, old.catalog_name),
+        format!("{new_name} catalogue"),
+    );
+    if out.is_empty() {
+        out.push_str("(no change in the text)\n");
+    }
+    out
+}
+
+/// The shares before and after, as `sim --config NEW --compare OLD` prints them, from the
+/// simulator in this process: `old`'s text validated with `new`'s catalogue, relative paths in
+/// it against the working directory (as a node reads a revision), and nothing written.
+pub(super) fn shares(
+    mut new: Config,
+    new_name: String,
+    old: &Revision,
+    drains: &[super::drain::Drain],
+) -> Result<String, sim::Error> {
+    let file = old.config_file();
+    let mut before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
+        sim::Error::Compare(Box::new(sim::Error::Config(errors.report(&file))))
+    })?;
+    super::drain::apply(&mut new, drains);
+    super::drain::apply(&mut before, drains);
+    let mut request = sim::Request::new(sim::Source::Loaded {
+        config: Box::new(new),
+        name: new_name,
+    });
+    request.compare = Some(sim::Source::Loaded {
+        config: Box::new(before),
+        name: file.display().to_string(),
+    });
+    Ok(sim::run(&request, &mut Vec::new())?.text)
+}
+
+/// A kept revision's config validated as a node loads it, for the simulator.
+pub(super) fn validated(r: &Revision) -> Result<Config, sim::Error> {
+    r.validate()
+        .map_err(|errors| sim::Error::Config(errors.report(&r.config_file())))
+}

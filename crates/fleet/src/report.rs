@@ -1,0 +1,492 @@
+//! `gtd fleet`: the live nodes, the revision each serves, and where their views of group health
+//! disagree; the nodes missing (registered once, gone now); read from one member's own store,
+//! marked stale, when etcd has no quorum (a table, or JSON: the document `GET /fleet` serves);
+//! `gtd fleet diff A B`.
+
+use serde_json::{Value, json};
+
+use super::drain::Drain;
+use super::expected::{Missing, missing};
+use super::predict::predicted;
+use super::push::{text_diff, validated};
+use super::registry::{EndpointErrors, Entry, Toggle, disagreements};
+use super::stale::Stale;
+use super::{Access, Revision, Store};
+
+/// Why `gtd fleet diff` could not compare two revisions.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// etcd, as the fleet's store reports it (its chain holds etcd's own error, which
+    /// [`super::retrying`] and [`super::describe`] read: see [`Error::into_store`]).
+    #[error(transparent)]
+    Store(#[from] super::Error),
+    /// A revision asked for is not kept.
+    #[error("revision {revision} is not kept under {prefix}")]
+    NotKept {
+        /// The revision asked for.
+        revision: u64,
+        /// The key prefix.
+        prefix: String,
+    },
+    /// The simulator, asked for the shares before and after.
+    #[error("sim: {0}")]
+    Sim(#[from] gtd_sim::Error),
+}
+
+impl Error {
+    /// The store's own error when it came from etcd (what [`super::retrying`] and
+    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
+    /// whose source is the store error's source), else this error.
+    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
+        match self {
+            Error::Store(e) => Box::new(e),
+            other => Box::new(other),
+        }
+    }
+}
+
+/// The fleet as read now: the latest revision and every registered node.
+pub struct Fleet {
+    /// Key prefix.
+    pub prefix: String,
+    /// The current revision (`None` before the first push).
+    pub latest: Option<Revision>,
+    /// Live nodes, by region and id.
+    pub nodes: Vec<Entry>,
+    /// Nodes that registered once and have no entry now, by region and id.
+    pub missing: Vec<Missing>,
+    /// Where the answer came from when etcd had no quorum (none: a linearizable read).
+    pub stale: Option<Stale>,
+    /// The fleet-wide drains (`gtd drain`), in key order.
+    pub drains: Vec<Drain>,
+}
+
+impl Fleet {
+    /// Reads the current revision and the registry (an error is the store's, as it gives it).
+    pub async fn read(store: &mut Store) -> Result<Fleet, super::Error> {
+        let seen = store.current().await?;
+        let latest = store.named(seen.number).await?;
+        // The expected records before the entries: a node registers both in one transaction,
+        // so read the other way round one registering between the two reads would show as
+        // missing (and `gtd fleet` exit 3) though it had just arrived.
+        let expected = store.expected().await?;
+        let nodes = store.nodes().await?;
+        let (drains, _) = store.drains().await?;
+        Ok(Fleet {
+            prefix: store.prefix().to_owned(),
+            latest,
+            missing: missing(&expected, &nodes),
+            nodes,
+            stale: None,
+            drains,
+        })
+    }
+
+    /// [`Fleet::read`] through a connection to a member that knows a leader; when that fails
+    /// as an outage does (no quorum, an election, members gone), read from the first member
+    /// that answers at all, from its own store, and marked [`Fleet::stale`]. The error is the
+    /// linearizable read's when no member answers.
+    pub async fn read_or_stale(access: &Access, prefix: &str) -> Result<Fleet, super::Error> {
+        let fresh = async {
+            let mut store = Store::connect(access, prefix).await?;
+            Fleet::read(&mut store).await
+        };
+        match fresh.await {
+            Err(e) if super::transient(&e) => {
+                let Ok((mut store, stale)) =
+                    Store::connect_stale(access, prefix, super::describe(&e)).await
+                else {
+                    return Err(e);
+                };
+                let mut fleet = Fleet::read(&mut store).await?;
+                fleet.stale = Some(stale);
+                Ok(fleet)
+            }
+            read => read,
+        }
+    }
+
+    /// Whether every node serves the latest revision.
+    pub fn all_latest(&self) -> bool {
+        let latest = self.latest.as_ref().map(|r| r.revision);
+        self.nodes.iter().all(|n| n.applied == latest)
+    }
+
+    /// The JSON document (`gtd fleet --json`, `GET /fleet`).
+    pub fn json(&self) -> Value {
+        json!({
+            "prefix": self.prefix,
+            "latest": self.latest.as_ref().map(|r| json!({
+                "revision": r.revision, "pushed_at_ms": r.pushed_at_ms, "pushed_by": r.pushed_by,
+                "rollback_of": r.rollback_of,
+            })),
+            "all_latest": self.all_latest(),
+            "nodes": self.nodes,
+            "disagreements": disagreements(&self.nodes),
+            "all_present": self.missing.is_empty(),
+            "missing": self.missing,
+            "stale": self.stale.is_some(),
+            "stale_from": self.stale,
+            "drains": self.drains,
+        })
+    }
+
+    /// The table an operator reads.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        if let Some(s) = &self.stale {
+            out.push_str(&format!(
+                "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): later pushes and registry changes may be missing\n  (no quorum read: {})\n",
+                s.member,
+                s.raft_index,
+                s.revision,
+                if s.leader { "" } else { ", no leader" },
+                s.why
+            ));
+        }
+        match &self.latest {
+            Some(r) => out.push_str(&format!(
+                "fleet {} · latest revision {} (pushed {} by {}{})\n",
+                self.prefix,
+                r.revision,
+                utc(r.pushed_at_ms),
+                r.pushed_by,
+                r.rollback_of.map_or(String::new(), |n| format!(
+                    ", rollback to revision {n}'s config"
+                ))
+            )),
+            None => out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix)),
+        }
+        let latest = self.latest.as_ref().map(|r| r.revision);
+        let behind = self.nodes.iter().filter(|n| n.applied != latest).count();
+        out.push_str(&match (self.nodes.len(), behind) {
+            (0, _) => "no node is registered".to_owned(),
+            (n, 0) => format!("{n} node{} · all serve the latest revision", plural(n)),
+            (n, b) => format!("{n} node{} · {b} not on the latest revision", plural(n)),
+        });
+        if !self.missing.is_empty() {
+            out.push_str(&format!(" · {} missing", self.missing.len()));
+        }
+        out.push('\n');
+        if self.nodes.is_empty() {
+            self.missing_table(&mut out);
+            return out;
+        }
+        let id_w = self
+            .nodes
+            .iter()
+            .map(|n| n.id.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let region_w = self
+            .nodes
+            .iter()
+            .map(|n| n.region.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        out.push_str(&format!(
+            "\n{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  listeners (mode: group share %, unhealthy marked !)\n",
+            "node", "region", "revision", "uptime"
+        ));
+        for n in &self.nodes {
+            let rev = match n.applied {
+                Some(a) if Some(a) == latest => a.to_string(),
+                Some(a) => format!("{a} (old)"),
+                None => "file".to_owned(),
+            };
+            let rev = if n.source == "cache" {
+                format!("{rev} cached")
+            } else {
+                rev
+            };
+            let listeners: Vec<String> = n
+                .listeners
+                .iter()
+                .map(|l| {
+                    let groups: Vec<String> = l
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            let bad = if g.healthy { "" } else { "!" };
+                            format!("{}{bad} {}", g.name, trim(g.share))
+                        })
+                        .collect();
+                    format!("{} {}: {}", l.name, l.mode, groups.join(", "))
+                })
+                .collect();
+            out.push_str(&format!(
+                "{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  {}\n",
+                n.id,
+                n.region,
+                rev,
+                duration(n.uptime_s()),
+                listeners.join(" · ")
+            ));
+            if !n.errors.is_empty() {
+                out.push_str(&format!("{:<id_w$}  {}\n", "", errors_line(&n.errors)));
+            }
+            if let Some(r) = &n.refused {
+                let first = r.reason.lines().next().unwrap_or_default();
+                let more = r.reason.lines().count().saturating_sub(1);
+                out.push_str(&format!(
+                    "{:<id_w$}  refused revision {}: {first}{}\n",
+                    "",
+                    r.revision,
+                    if more > 0 {
+                        format!(" (+{more} more)")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        self.missing_table(&mut out);
+        out.push_str(&self.set_apart());
+        let disagree = disagreements(&self.nodes);
+        if disagree.is_empty() {
+            out.push_str("\nthe nodes agree on every group's health\n");
+        } else {
+            out.push_str("\nthe nodes disagree on group health:\n");
+            for d in &disagree {
+                out.push_str(&format!(
+                    "  {}/{}: healthy on {}; unhealthy on {}\n",
+                    d.listener,
+                    d.group,
+                    d.healthy.join(", "),
+                    d.unhealthy.join(", ")
+                ));
+            }
+        }
+        out
+    }
+
+    /// The missing nodes' lines, when there are any.
+    fn missing_table(&self, out: &mut String) {
+        if self.missing.is_empty() {
+            return;
+        }
+        out.push_str(
+            "\nmissing (registered once, no entry now; `gtd fleet forget ID` once it is gone for good):\n",
+        );
+        for m in &self.missing {
+            let since = match m.since_ms {
+                Some(ms) => format!("missing since {}", utc(ms)),
+                None => format!(
+                    "missing (not seen leaving; registered {})",
+                    utc(m.registered_at_ms)
+                ),
+            };
+            let last = m
+                .last_applied
+                .map_or(String::new(), |r| format!(", last served revision {r}"));
+            let at = m
+                .etcd_revision
+                .map_or(String::new(), |r| format!(", left at etcd revision {r}"));
+            out.push_str(&format!("  {}  {}  {since}{last}{at}\n", m.id, m.region));
+        }
+    }
+}
+
+impl Fleet {
+    /// The fleet-wide drains and the admin toggles of single nodes, as the table's lines.
+    fn set_apart(&self) -> String {
+        let mut out = String::new();
+        if !self.drains.is_empty() {
+            out.push_str(&format!(
+                "\n{} fleet-wide drain{} (gtd undrain to end):\n",
+                self.drains.len(),
+                plural(self.drains.len())
+            ));
+            for d in &self.drains {
+                let whole = if d.endpoint.is_none() {
+                    " (every endpoint of the group)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "  {}{whole}: drained by {} at {}{}\n",
+                    d.target(),
+                    d.by,
+                    utc(d.at_ms),
+                    d.message
+                        .as_deref()
+                        .map_or(String::new(), |m| format!(": {m}"))
+                ));
+            }
+        }
+        let toggles: Vec<(&str, &Toggle)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.toggles.iter().map(move |t| (n.id.as_str(), t)))
+            .collect();
+        if !toggles.is_empty() {
+            out.push_str("\nset apart on one node through its admin API:\n");
+            for (id, t) in toggles {
+                out.push_str(&format!(
+                    "  {}/{}/{}: {} on {id}\n",
+                    t.listener,
+                    t.group,
+                    t.endpoint,
+                    t.what()
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// `gtd fleet diff A B`: the text difference of two kept revisions and its effect on shares,
+/// per registered node from its entry, then the catalogue's.
+pub async fn diff(store: &mut Store, a: u64, b: u64) -> Result<String, Error> {
+    let mut get = async |n: u64| {
+        store
+            .revision(n)
+            .await
+            .map_err(Error::Store)?
+            .ok_or_else(|| Error::NotKept {
+                revision: n,
+                prefix: store.prefix().to_owned(),
+            })
+    };
+    let old = get(a).await?;
+    let new = get(b).await?;
+    let mut out = text_diff(&old, &new, &format!("revision {b} {}", new.config_name));
+    out.push('\n');
+    let name = new.config_file().display().to_string();
+    let nodes = store.nodes().await.map_err(Error::Store)?;
+    let (drains, _) = store.drains().await.map_err(Error::Store)?;
+    out.push_str(&predicted(validated(&new)?, name, &old, &nodes, &drains)?);
+    Ok(out)
+}
+
+/// A node's endpoints with errors in the last minute, as its entry says them (bucketed).
+fn errors_line(errors: &[EndpointErrors]) -> String {
+    let each: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}/{}/{} {}+", e.listener, e.group, e.endpoint, e.at_least))
+        .collect();
+    format!(
+        "errors in the last minute (5xx, timeouts, connect failures) on {} endpoint{}: {}",
+        errors.len(),
+        plural(errors.len()),
+        each.join(", ")
+    )
+}
+
+pub(super) fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// A share without trailing zeros: 62.5, 100, 33.33.
+fn trim(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+fn duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// `2026-12-01 18:40:02 UTC`.
+pub(crate) fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let rem = secs % 86_400;
+    let (year, month, day) = gtd_core::calendar::civil(secs / 86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_796_149_202_000), "2026-12-01 18:20:02 UTC");
+    }
+
+    #[test]
+    fn errors_read_as_one_line_per_node() {
+        let e = |endpoint: &str, at_least| EndpointErrors {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: endpoint.to_owned(),
+            at_least,
+        };
+        assert_eq!(
+            errors_line(&[e("127.0.0.1:9001", 10), e("127.0.0.1:9002", 1)]),
+            "errors in the last minute (5xx, timeouts, connect failures) on 2 endpoints: \
+             web/beijing/127.0.0.1:9001 10+, web/beijing/127.0.0.1:9002 1+"
+        );
+    }
+
+    #[test]
+    fn drains_and_admin_toggles_are_listed_under_the_nodes() {
+        let node: Entry = serde_json::from_value(serde_json::json!({
+            "id": "cn-beijing@h:9100", "region": "cn-beijing", "admin": "127.0.0.1:9100",
+            "bind": "127.0.0.1", "version": "0.1.0", "applied": 1, "source": "etcd",
+            "refused": null, "uptime_s": 1, "updated_at_ms": 0, "listeners": [],
+            "toggles": [{"listener": "web", "group": "shanghai",
+                         "endpoint": "127.0.0.1:9101", "enabled": false},
+                        {"listener": "web", "group": "shanghai",
+                         "endpoint": "127.0.0.1:9102", "enabled": true, "drained": true}],
+        }))
+        .unwrap();
+        let drain = |endpoint: Option<&str>, message: Option<&str>| Drain {
+            listener: "web".to_owned(),
+            group: "beijing".to_owned(),
+            endpoint: endpoint.map(str::to_owned),
+            by: "ops@vm".to_owned(),
+            at_ms: 1_796_149_202_000,
+            message: message.map(str::to_owned),
+        };
+        let mut f = Fleet {
+            prefix: "/gtd".to_owned(),
+            latest: None,
+            nodes: vec![node],
+            missing: Vec::new(),
+            stale: None,
+            drains: vec![
+                drain(None, None),
+                drain(Some("127.0.0.1:9001"), Some("disk")),
+            ],
+        };
+        assert_eq!(
+            f.set_apart(),
+            "\n2 fleet-wide drains (gtd undrain to end):\n\
+             \x20 web/beijing (every endpoint of the group): drained by ops@vm at 2026-12-01 18:20:02 UTC\n\
+             \x20 web/beijing/127.0.0.1:9001: drained by ops@vm at 2026-12-01 18:20:02 UTC: disk\n\
+             \nset apart on one node through its admin API:\n\
+             \x20 web/shanghai/127.0.0.1:9101: disabled on cn-beijing@h:9100\n\
+             \x20 web/shanghai/127.0.0.1:9102: drained on cn-beijing@h:9100\n"
+        );
+        assert!(f.table().contains("2 fleet-wide drains"));
+        assert_eq!(f.json()["drains"][1]["message"], "disk");
+        f.drains.clear();
+        f.nodes[0].toggles.clear();
+        assert_eq!(f.set_apart(), "");
+    }
+
+    #[test]
+    fn shares_and_durations_read_short() {
+        assert_eq!(trim(62.5), "62.5");
+        assert_eq!(trim(100.0), "100");
+        assert_eq!(trim(33.333), "33.33");
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(130), "2m10s");
+        assert_eq!(duration(7300), "2h01m");
+    }
+}

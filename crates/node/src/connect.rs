@@ -1,0 +1,87 @@
+//! Outbound sockets towards endpoints, for every data plane: name resolution, TCP connects
+//! within `connect_timeout` from `[node] source_ip`, connected UDP sockets, and the test for
+//! this node running out of open files (never an endpoint's failure).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::{TcpSocket, TcpStream, UdpSocket};
+
+use gtd_core::config::{Address, Host};
+
+use super::timers::Pace;
+
+/// The socket address of an endpoint: its IP, or the address of its name this target stands
+/// for ([`super::dns`] expands a name into one target per address). A name with no address yet
+/// is never picked (its placeholder is `down`); connecting to one fails, naming it.
+pub(crate) fn resolve(address: &Address) -> io::Result<SocketAddr> {
+    match &address.host {
+        Host::Ip(ip) | Host::Resolved { ip, .. } => Ok(SocketAddr::new(*ip, address.port)),
+        Host::Name(name) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{name} has not resolved to any address"),
+        )),
+    }
+}
+
+/// True when `e` says this node is out of open files or socket memory (EMFILE, ENFILE,
+/// ENOBUFS, ENOMEM): not the endpoint's failure, so never counted as a passive one (nginx too
+/// answers without marking the server when socket() fails). Warns, at most every 10 s, since
+/// under exhaustion it is true for every new connection.
+pub(crate) fn exhausted(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    static PACE: Pace = Pace::new();
+    let out = matches!(
+        Errno::from_io_error(e),
+        Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
+    );
+    if out && PACE.due() {
+        tracing::warn!(
+            error = %e,
+            "this node is out of open files: new connections wait to be accepted or are \
+             closed, UDP flows evict the least recently active, no endpoint is blamed; \
+             raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
+        );
+    }
+    out
+}
+
+/// Connects to an endpoint within `timeout`, from `source` when set.
+pub(crate) async fn connect(
+    address: &Address,
+    source: Option<IpAddr>,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let attempt = async {
+        let target = resolve(address)?;
+        let socket = if target.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(ip) = source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        socket.connect(target).await
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")))
+}
+
+/// A UDP socket connected to an endpoint, bound to `source` when set.
+pub(crate) async fn connect_udp(
+    address: &Address,
+    source: Option<IpAddr>,
+) -> io::Result<UdpSocket> {
+    let target = resolve(address)?;
+    let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+        Some(ip) => SocketAddr::new(ip, 0),
+        None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
+        None => SocketAddr::from(([0_u16; 8], 0)),
+    };
+    let socket = UdpSocket::bind(local).await?;
+    socket.connect(target).await?;
+    Ok(socket)
+}

@@ -1,0 +1,132 @@
+//! One client connection as its requests see it ([`Conn`], shared by them), and what an
+//! exchange holds until its response body ends: a place on the connection ([`Slot`]) and the
+//! descriptor of its endpoint connection ([`Held`]).
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::header::HeaderValue;
+
+/// What one connection's requests need to know about it (shared by them: one reference count
+/// per request).
+pub(super) struct Conn {
+    pub(super) peer: IpAddr,
+    /// The client's address and port (for the access log).
+    pub(super) client: SocketAddr,
+    /// Where the `[geoip]` database puts the client: looked up once for the connection.
+    pub(super) place: Option<gtd_core::geoip::Place>,
+    pub(super) port: u16,
+    pub(super) https: bool,
+    /// The client's address as an X-Forwarded-For value, made once per connection.
+    pub(super) xff: HeaderValue,
+    /// Where an upgraded request leaves its tunnel, for the connection's task to run once hyper
+    /// hands the connection over.
+    pub(super) tunnel: Mutex<Option<Tunnel>>,
+    /// Requests of this connection waiting for their response headers (an HTTP/2 connection has
+    /// several): the connection is not idle meanwhile, however long the endpoint takes.
+    pub(super) inflight: AtomicU32,
+    /// A request has reached gtd on this connection (see [`run`]).
+    pub(super) asked: AtomicBool,
+    /// The connection speaks HTTP/2 (ALPN said so, or a request came as HTTP/2): the node's
+    /// stop sends it a GOAWAY at once.
+    pub(super) h2: AtomicBool,
+    /// Told of each request that comes while the node drains (see [`run`]).
+    pub(super) drain_wake: tokio::sync::Notify,
+    /// Told when a request found no HTTP listener on this connection's port any more (a reload
+    /// removed it, moved it or changed its protocol): the connection is shut down (see [`run`]).
+    pub(super) listener_gone: tokio::sync::Notify,
+    /// Requests of this connection holding an endpoint connection (see [`Slot`]).
+    upstream: AtomicU32,
+    /// Told when one of them ends.
+    upstream_freed: tokio::sync::Notify,
+    /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
+    /// and the first request head must be in.
+    pub(super) first_by: tokio::time::Instant,
+}
+
+/// The relay of an upgraded connection.
+pub(super) type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Conn {
+    pub(super) fn new(
+        client: SocketAddr,
+        place: Option<gtd_core::geoip::Place>,
+        port: u16,
+        https: bool,
+        first_by: tokio::time::Instant,
+    ) -> Conn {
+        let peer = client.ip().to_canonical();
+        let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
+        Conn {
+            peer,
+            client: SocketAddr::new(peer, client.port()),
+            place,
+            port,
+            https,
+            xff,
+            tunnel: Mutex::default(),
+            inflight: AtomicU32::new(0),
+            asked: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            drain_wake: tokio::sync::Notify::new(),
+            listener_gone: tokio::sync::Notify::new(),
+            upstream: AtomicU32::new(0),
+            upstream_freed: tokio::sync::Notify::new(),
+            first_by,
+        }
+    }
+}
+
+/// Most requests of one client connection that hold an endpoint connection at once: an HTTP/2
+/// client's further streams wait for one of them to end (an HTTP/1.1 connection has one request
+/// at a time). Without it, 100 streams whose bodies never come hold 100 endpoint connections.
+pub(crate) const UPSTREAM_PER_CONNECTION: u32 = 32;
+
+/// One of a connection's [`UPSTREAM_PER_CONNECTION`] places, held until dropped.
+pub(crate) struct Slot(Arc<Conn>);
+
+impl Slot {
+    /// A place on `conn`, waiting up to `wait` for one to free; `None` then.
+    pub(super) async fn take(conn: &Arc<Conn>, wait: Duration) -> Option<Slot> {
+        let mut by = None;
+        loop {
+            if conn.upstream.fetch_add(1, Ordering::Relaxed) < UPSTREAM_PER_CONNECTION {
+                return Some(Slot(Arc::clone(conn)));
+            }
+            conn.upstream.fetch_sub(1, Ordering::Relaxed);
+            // The clock is read only when there is a wait.
+            let by = *by.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+            // A place freed between the two lines above left its notification stored.
+            tokio::time::timeout_at(by, conn.upstream_freed.notified())
+                .await
+                .ok()?;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.upstream.fetch_sub(1, Ordering::Relaxed);
+        self.0.upstream_freed.notify_one();
+    }
+}
+
+/// What an exchange holds until its response body ends: its place on the client connection
+/// and the descriptor of its endpoint connection.
+pub(crate) struct Held {
+    _slot: Option<Slot>,
+    _fds: crate::descriptors::Fds,
+}
+
+impl Held {
+    pub(super) fn new(slot: Option<Slot>, fds: crate::descriptors::Fds) -> Held {
+        Held {
+            _slot: slot,
+            _fds: fds,
+        }
+    }
+}
