@@ -46,41 +46,59 @@ pub(crate) async fn accept_loop(
         let Some(listener) = node.snapshot.load().listener_on(port, false).cloned() else {
             continue; // removed by a reload a moment ago
         };
-        let local = stream.local_addr().ok();
         let node2 = node.clone();
-        node.tracker.spawn(async move {
-            let Some(_active) = Active::admit(&listener, peer) else {
-                // The 503 holds the socket for up to a second: a bounded number of them, so
-                // that a flood past max_connections cannot take descriptors that way instead.
-                if listener.cfg.protocol == Protocol::Http
-                    && let Some(_answering) = Answering::start()
-                {
-                    super::http::answers::answer_and_close(stream, FULL).await;
+        // One task type per data plane: a task's allocation is the size of its future, and a
+        // TCP relay's is a fraction of an HTTP connection's (both in one future, every idle
+        // relay held an HTTP connection's 7 KiB).
+        if listener.cfg.protocol.is_http() {
+            node.tracker.spawn(async move {
+                match admit(&listener, peer) {
+                    Ok(_held) => super::http::serve(&node2, &listener, stream, peer).await,
+                    // The 503 holds the socket for up to a second: a bounded number of them,
+                    // so that a flood past max_connections cannot take descriptors that way
+                    // instead.
+                    Err(Refused::Full) if listener.cfg.protocol == Protocol::Http => {
+                        if let Some(_answering) = Answering::start() {
+                            super::http::answers::answer_and_close(stream, FULL).await;
+                        }
+                    }
+                    Err(_) => {}
                 }
-                return;
-            };
-            // Its descriptors: the client's, and the endpoint connection a TCP relay opens at
-            // once (an HTTP request takes its own, see `http::proxy`). Without them the client
-            // is closed: the rest of the node keeps what it needs.
-            let needs = if listener.cfg.protocol.is_http() {
-                1
-            } else {
-                2
-            };
-            let Some(_fds) = listener.fds.take(needs) else {
-                listener.refused_files();
-                return;
-            };
-            match listener.cfg.protocol {
-                Protocol::Http | Protocol::Https => {
-                    super::http::serve(&node2, &listener, stream, peer).await;
-                }
-                Protocol::Tcp | Protocol::Udp => {
+            });
+        } else {
+            let local = stream.local_addr().ok();
+            node.tracker.spawn(async move {
+                if let Ok(_held) = admit(&listener, peer) {
                     super::l4::tcp::serve(&node2, &listener, stream, peer, local).await;
                 }
-            }
-        });
+            });
+        }
     }
+}
+
+/// Why a connection was not admitted.
+enum Refused {
+    /// The listener has `max_connections` open.
+    Full,
+    /// The listener's part of the open files is taken.
+    Files,
+}
+
+/// Admits a connection of listener `l`: a place under `max_connections` and its descriptors
+/// (the client's, and the endpoint connection a TCP relay opens at once; an HTTP request takes
+/// its own, see `http::proxy`). Without descriptors the client is closed: the rest of the node
+/// keeps what it needs.
+fn admit(
+    l: &ListenerState,
+    peer: SocketAddr,
+) -> Result<(Active<'_>, crate::descriptors::Fds), Refused> {
+    let active = Active::admit(l, peer).ok_or(Refused::Full)?;
+    let needs = if l.cfg.protocol.is_http() { 1 } else { 2 };
+    let Some(fds) = l.fds.take(needs) else {
+        l.refused_files();
+        return Err(Refused::Files);
+    };
+    Ok((active, fds))
 }
 
 /// The answer to an HTTP client refused at `max_connections`, written before the request is
