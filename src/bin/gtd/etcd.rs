@@ -191,9 +191,7 @@ where
 {
     // Warnings (users off on the cluster) to stderr, as one line each.
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(crate::logs::filter("warn").0)
         .with_writer(std::io::stderr)
         .without_time()
         .with_target(false)

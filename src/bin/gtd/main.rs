@@ -26,6 +26,7 @@ mod drain;
 mod etcd;
 mod explain;
 mod fleet;
+mod logs;
 mod push;
 mod run;
 

@@ -103,8 +103,7 @@ impl Run {
 fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
     // rustls warns about every client that sends an IP address as SNI (wrk, some monitors),
     // which it then ignores as RFC 6066 says: noise at a node's default.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,rustls=error".into());
+    let (filter, rewritten) = crate::logs::filter("info,rustls=error");
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -115,6 +114,9 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
         // One object per line: timestamp, level, the line's fields (message included) at the
         // top level, and target (docs/design.md §6, logs).
         gtd::node::LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
+    for (former, now) in rewritten {
+        tracing::info!(former = %former, now = %now, "RUST_LOG: a directive in the former module spelling, read as today's");
     }
     let log_format = options.log_format;
     crate::raise_open_files_limit();
