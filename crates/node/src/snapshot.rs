@@ -219,6 +219,8 @@ pub struct ListenerMetrics {
     pub udp_flows: Gauge,
     /// UDP flows evicted when full.
     pub udp_evicted: Counter,
+    /// UDP flows opened while the node drained.
+    pub udp_draining: Counter,
     /// Datagrams the kernel dropped on the listener's socket (its count, set as reported).
     pub udp_kernel_drops: Counter,
     /// `gtd_listener_mode`, in the order of [`MODES`].
@@ -558,6 +560,11 @@ impl ListenerState {
             },
             udp_evicted: if udp {
                 registry.counter(&m::UDP_FLOWS_EVICTED_TOTAL, &[name])
+            } else {
+                Counter::noop()
+            },
+            udp_draining: if udp {
+                registry.counter(&m::UDP_FLOWS_DRAINING_TOTAL, &[name])
             } else {
                 Counter::noop()
             },

@@ -177,6 +177,13 @@ pub const UDP_FLOWS_EVICTED_TOTAL: Def = Def {
     labels: &["listener"],
     help: "UDP flows evicted (least recently active first) because the table was full (udp_max_flows, or the listener's share of the open files limit) or the node out of open files",
 };
+/// UDP flows opened while the node drained.
+pub const UDP_FLOWS_DRAINING_TOTAL: Def = Def {
+    name: "gtd_udp_flows_draining_total",
+    kind: Kind::Counter,
+    labels: &["listener"],
+    help: "UDP flows opened for new clients while the node drained (after SIGTERM): served like any flow until they go idle or drain_timeout ends, since the listener's socket stays open for the flows there were and the kernel cannot refuse one client on it",
+};
 /// Datagrams dropped before gtd read them.
 pub const UDP_DATAGRAMS_DROPPED_TOTAL: Def = Def {
     name: "gtd_udp_datagrams_dropped_total",
@@ -330,6 +337,7 @@ pub const ALL: &[Def] = &[
     CLIENT_REQUESTS_TOTAL,
     UDP_FLOWS_ACTIVE,
     UDP_FLOWS_EVICTED_TOTAL,
+    UDP_FLOWS_DRAINING_TOTAL,
     UDP_DATAGRAMS_DROPPED_TOTAL,
     GROUP_SHARE,
     GROUP_HEALTHY,
