@@ -121,6 +121,7 @@ fn every_alert_has_its_settings_tests_and_runbook() {
         "GtdRegionDown",
         "GtdFailover",
         "GtdEndpointMarked",
+        "GtdEndpointCheckFailing",
         "GtdErrorRatio",
         "GtdRevisionSkew",
         "GtdEtcdDisconnected",

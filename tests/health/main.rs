@@ -19,4 +19,5 @@ mod outlier;
 mod passive;
 mod ranking;
 mod talk;
+mod timeline;
 mod udp;

@@ -526,8 +526,10 @@ async fn udp_flows_stay_on_an_endpoint_set_to_drain() {
     node.shutdown().await;
 }
 
-/// SIGTERM drains UDP as TCP: a live flow keeps getting replies until it goes idle (or
-/// `drain_timeout` ends), a new client gets none, and the process exits once the flow is idle.
+/// SIGTERM drains UDP: a live flow keeps getting replies until it goes idle (or
+/// `drain_timeout` ends), a new client is served too and counted (its datagrams vanished for
+/// the whole drain: the listener's socket stays open for the live flows, so the kernel does not
+/// refuse them), and the process exits once the flows are idle.
 #[test]
 fn sigterm_keeps_live_udp_flows_until_they_go_idle() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -613,15 +615,25 @@ fn sigterm_keeps_live_udp_flows_until_they_go_idle() {
         child.0.try_wait().unwrap().is_none(),
         "exited while the flow was live"
     );
-    // A new client opens no flow.
+    // A new client is served, and counted.
     let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     stranger
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    stranger.send_to(b"new?", to).unwrap();
-    assert!(
-        stranger.recv_from(&mut [0_u8; 256]).is_err(),
-        "a new flow during the drain"
+    let mut served = false;
+    for _ in 0..10 {
+        let mut buf = [0_u8; 256];
+        stranger.send_to(b"new?", to).unwrap();
+        if matches!(stranger.recv_from(&mut buf), Ok((n, _)) if buf[..n].starts_with(b"x:")) {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "a new flow during the drain got no reply");
+    assert_eq!(
+        metric_at(admin, "gtd_udp_flows_draining_total", &["listener=\"u\""]),
+        1.0,
+        "the new flow during the drain is counted"
     );
     // Quiet now: the flow goes idle (2 s) and the process exits, long before drain_timeout.
     let deadline = Instant::now() + Duration::from_secs(30);

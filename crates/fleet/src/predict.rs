@@ -192,6 +192,7 @@ mod tests {
             updated_at_ms: 0,
             errors: Vec::new(),
             toggles: Vec::new(),
+            unhealthy: Vec::new(),
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),

@@ -52,6 +52,53 @@ pub struct Entry {
     /// a change of the entry, so one write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub toggles: Vec<Toggle>,
+    /// Its endpoints out of rotation for a failure ([`out_of_rotation`]: checks, passive
+    /// marks, outlier ejections), with the cause; drains and admin toggles are not failures and
+    /// are said elsewhere. A change of the entry, so one write each way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy: Vec<Unhealthy>,
+}
+
+/// An endpoint a node took out of rotation for a failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unhealthy {
+    /// The listener.
+    pub listener: String,
+    /// The group.
+    pub group: String,
+    /// The endpoint's address, as `/status` writes it.
+    pub endpoint: String,
+    /// Why: `checks` (its active health checks fail), `ejected` (outlier detection) or
+    /// `passive` (`max_fails` failures within `fail_timeout`).
+    pub cause: String,
+}
+
+/// The endpoints of a node's listeners (their `/status` views) out of rotation for a failure,
+/// in listener, group and config order: failing their checks, ejected, or passively marked.
+pub fn out_of_rotation(listeners: &[ListenerView]) -> Vec<Unhealthy> {
+    let mut out = Vec::new();
+    for l in listeners {
+        for g in &l.groups {
+            for e in &g.endpoints {
+                let cause = if e.check.as_ref().is_some_and(|c| !c.healthy) {
+                    "checks"
+                } else if e.ejected {
+                    "ejected"
+                } else if e.passive_down {
+                    "passive"
+                } else {
+                    continue;
+                };
+                out.push(Unhealthy {
+                    listener: l.name.clone(),
+                    group: g.name.clone(),
+                    endpoint: e.address.clone(),
+                    cause: cause.to_owned(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// An endpoint toggled on one node through its admin API, away from what the config says.
@@ -244,6 +291,7 @@ mod tests {
             updated_at_ms: 0,
             errors: Vec::new(),
             toggles: Vec::new(),
+            unhealthy: Vec::new(),
             listeners: vec![ListenerView {
                 name: "web".to_owned(),
                 mode: "cascade".to_owned(),

@@ -187,7 +187,7 @@ impl Fleet {
             .unwrap_or(6)
             .max(6);
         out.push_str(&format!(
-            "\n{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  listeners (mode: group share %, unhealthy marked !)\n",
+            "\n{:<id_w$}  {:<region_w$}  {:>8}  {:>8}  listeners (mode: group share %, unhealthy marked !, drained as such)\n",
             "node", "region", "revision", "uptime"
         ));
         for n in &self.nodes {
@@ -209,7 +209,11 @@ impl Fleet {
                         .groups
                         .iter()
                         .map(|g| {
-                            let bad = if g.healthy { "" } else { "!" };
+                            let bad = match (g.healthy, g.drained) {
+                                (true, _) => "",
+                                (false, true) => " (drained)",
+                                (false, false) => "!",
+                            };
                             format!("{}{bad} {}", g.name, trim(g.share))
                         })
                         .collect();
@@ -226,6 +230,18 @@ impl Fleet {
             ));
             if !n.errors.is_empty() {
                 out.push_str(&format!("{:<id_w$}  {}\n", "", errors_line(&n.errors)));
+            }
+            if !n.unhealthy.is_empty() {
+                let each: Vec<String> = n
+                    .unhealthy
+                    .iter()
+                    .map(|u| format!("{}/{}/{} ({})", u.listener, u.group, u.endpoint, u.cause))
+                    .collect();
+                out.push_str(&format!(
+                    "{:<id_w$}  endpoints out: {}\n",
+                    "",
+                    each.join(", ")
+                ));
             }
             if let Some(r) = &n.refused {
                 let first = r.reason.lines().next().unwrap_or_default();
@@ -478,6 +494,43 @@ mod tests {
         f.drains.clear();
         f.nodes[0].toggles.clear();
         assert_eq!(f.set_apart(), "");
+    }
+
+    /// A group drained across the fleet reads as a drain, not as a failure; an endpoint its
+    /// checks took out is listed under its node, with the cause.
+    #[test]
+    fn a_drained_group_reads_as_drained_and_unhealthy_endpoints_are_listed() {
+        let node: Entry = serde_json::from_value(serde_json::json!({
+            "id": "cn-beijing@h:9100", "region": "cn-beijing", "admin": "127.0.0.1:9100",
+            "bind": "127.0.0.1", "version": "0.1.0", "applied": 1, "source": "etcd",
+            "refused": null, "uptime_s": 1, "updated_at_ms": 0,
+            "listeners": [{"name": "web", "protocol": "http", "port": 80, "mode": "failover",
+                           "failover": "next-priority", "fail_open": false,
+                           "groups": [{"name": "a", "healthy": false, "drained": true, "share": 0.0},
+                                      {"name": "b", "healthy": false, "share": 0.0},
+                                      {"name": "c", "healthy": true, "share": 100.0}]}],
+            "unhealthy": [{"listener": "web", "group": "b", "endpoint": "127.0.0.1:9002",
+                           "cause": "checks"}],
+        }))
+        .unwrap();
+        let f = Fleet {
+            prefix: "/gtd".to_owned(),
+            latest: None,
+            nodes: vec![node],
+            missing: Vec::new(),
+            stale: None,
+            drains: Vec::new(),
+        };
+        let table = f.table();
+        assert!(
+            table.contains("web failover: a (drained) 0, b! 0, c 100"),
+            "{table}"
+        );
+        assert!(
+            table.contains("endpoints out: web/b/127.0.0.1:9002 (checks)"),
+            "{table}"
+        );
+        assert_eq!(f.json()["nodes"][0]["unhealthy"][0]["cause"], "checks");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The node's event timeline (`GET /events`, the dashboard's timeline): the last
-//! [`EventLog::CAPACITY`] failovers, rank changes, passive marks, ejections, reloads and
-//! revisions, each with when, where and why.
+//! [`EventLog::CAPACITY`] failovers, rank changes (and reorders held back), every change of an
+//! endpoint's or a group's state both ways (checks, passive marks, ejections, drains, admin),
+//! reloads and revisions, each with when, where and why.
 //!
 //! A bounded ring behind a short mutex. It is written only when such an event happens (a plan
 //! changing mode, a mark, an ejection, a reload): never on the per-request path while nothing
@@ -34,8 +35,12 @@ pub(crate) enum Kind {
     Revision,
     /// A fleet-wide drain began or ended (`gtd drain`, `gtd undrain`).
     Drain,
-    /// An endpoint was enabled or disabled through this node's admin API.
+    /// An endpoint was enabled or disabled through this node's admin API (or the config).
     Admin,
+    /// Active health checks took an endpoint out of rotation, or let it back.
+    Check,
+    /// A group became unhealthy, drained or healthy again.
+    Group,
 }
 
 impl Kind {
@@ -51,6 +56,8 @@ impl Kind {
             Kind::Revision => "revision",
             Kind::Drain => "drain",
             Kind::Admin => "admin",
+            Kind::Check => "check",
+            Kind::Group => "group",
         }
     }
 }

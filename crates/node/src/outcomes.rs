@@ -3,10 +3,14 @@
 //! out, which is logged, counted, put on the node's timeline ([`super::events`]) and
 //! re-planned for. The timeline's other listener events are here too: a change of the plan's
 //! mode (a failover, with the groups it moved traffic from and to) and of the measured order
-//! (with the RTTs and samples that decided it). Each is recorded only when it happens.
+//! (with the RTTs and samples that decided it, or a reorder held back), and every change of an
+//! endpoint's or a group's state, both ways, with its cause ([`Out`], [`GroupHealth`]), seen by
+//! the planner as it publishes the gauges. Each is recorded only when it happens.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use gtd_core::balance::EndpointState;
 use gtd_core::balance::Pick;
 use gtd_core::health::outlier::Answer;
 use gtd_core::split::{ListenerPlan, Mode, Ranking};
@@ -222,4 +226,227 @@ fn ordinal(n: u64) -> String {
         _ => "th",
     };
     format!("{n}{suffix} ejection")
+}
+
+/// An endpoint's or group's state before the planner first published it: set without an event.
+pub(crate) const UNKNOWN: u8 = u8::MAX;
+
+/// Why an endpoint is out of rotation, or that it is not: what the timeline and the gauges say
+/// of it. Failures come before a drain, so that a drained endpoint whose checks fail says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Out {
+    /// In rotation.
+    Serving = 0,
+    /// Drained: a planned removal, not a failure.
+    Drained = 1,
+    /// Its active health checks fail.
+    Checks = 2,
+    /// Outlier detection ejected it.
+    Ejected = 3,
+    /// Passive failures marked it.
+    Passive = 4,
+    /// Disabled (the admin API, or `enabled = false`).
+    Disabled = 5,
+    /// `down` in the config.
+    Down = 6,
+}
+
+impl Out {
+    const ALL: [Out; 7] = [
+        Out::Serving,
+        Out::Drained,
+        Out::Checks,
+        Out::Ejected,
+        Out::Passive,
+        Out::Disabled,
+        Out::Down,
+    ];
+
+    /// The state of `e` at `now`.
+    pub(crate) fn of(e: &EndpointState, now: Instant) -> Out {
+        if e.config().down {
+            Out::Down
+        } else if !e.is_enabled() {
+            Out::Disabled
+        } else if !e.is_active_healthy() {
+            Out::Checks
+        } else if e.is_ejected(now) {
+            Out::Ejected
+        } else if e.is_passively_down(now) {
+            Out::Passive
+        } else if e.is_draining() {
+            Out::Drained
+        } else {
+            Out::Serving
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Out> {
+        Out::ALL.into_iter().find(|o| *o as u8 == v)
+    }
+
+    /// The kind of event a change into or out of it is.
+    fn kind(self) -> Kind {
+        match self {
+            Out::Serving | Out::Disabled | Out::Down => Kind::Admin,
+            Out::Drained => Kind::Drain,
+            Out::Checks => Kind::Check,
+            Out::Ejected => Kind::Ejection,
+            Out::Passive => Kind::Passive,
+        }
+    }
+
+    /// The cause, in words.
+    fn cause(self) -> &'static str {
+        match self {
+            Out::Serving => "in rotation",
+            Out::Drained => "drained (planned: no new traffic, what it has finishes)",
+            Out::Checks => "its health checks fail",
+            Out::Ejected => "ejected by outlier detection",
+            Out::Passive => "marked by passive failures (max_fails within fail_timeout)",
+            Out::Disabled => "disabled",
+            Out::Down => "down in the config",
+        }
+    }
+}
+
+/// A group's state, as the timeline and `gtd_group_healthy`/`gtd_group_drained` say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum GroupHealth {
+    Healthy = 0,
+    /// Unhealthy only because of drains.
+    Drained = 1,
+    Unhealthy = 2,
+}
+
+impl ListenerState {
+    /// Puts a change of endpoint `ei` of group `gi`'s state on the timeline, both ways, with
+    /// its cause. A mark and an ejection have their own event, with their details, when they
+    /// happen ([`Self::attempt_failed`], [`Self::answered`]); their end is recorded here.
+    pub(crate) fn endpoint_state(&self, gi: usize, ei: usize, now: Instant) {
+        let g = &self.groups[gi];
+        let e = &g.balancer.endpoints()[ei];
+        let out = Out::of(e, now);
+        let was = g.endpoints[ei].state.swap(out as u8, Ordering::Relaxed);
+        if was == out as u8 || was == UNKNOWN {
+            return;
+        }
+        let Some(was) = Out::from_u8(was) else {
+            return;
+        };
+        if matches!(out, Out::Passive | Out::Ejected) {
+            return;
+        }
+        let (kind, message) = if out == Out::Serving {
+            (
+                was.kind(),
+                format!("back in rotation (was out: {})", was.cause()),
+            )
+        } else {
+            let mut why = out.cause().to_owned();
+            if out == Out::Checks
+                && let Some(last) = g.watches[ei].state().last
+            {
+                why = format!("{why}: {}", last.reason);
+            }
+            let before = if was == Out::Serving {
+                String::new()
+            } else {
+                format!(" (was out: {})", was.cause())
+            };
+            (out.kind(), format!("out of rotation: {why}{before}"))
+        };
+        let endpoint = e.address().to_string();
+        tracing::info!(
+            listener = %self.cfg.name,
+            group = %g.name,
+            endpoint = %endpoint,
+            "{message}"
+        );
+        self.events
+            .record(kind, self.at(gi, Some(&endpoint)), message);
+    }
+
+    /// Puts a change of group `gi`'s health on the timeline, both ways: unhealthy (with how
+    /// many endpoints are usable and why the others are not), drained, healthy again.
+    pub(crate) fn group_state(&self, gi: usize, healthy: bool, drained: bool, now: Instant) {
+        let state = match (healthy, drained) {
+            (true, _) => GroupHealth::Healthy,
+            (false, true) => GroupHealth::Drained,
+            (false, false) => GroupHealth::Unhealthy,
+        };
+        let g = &self.groups[gi];
+        let was = g.state.swap(state as u8, Ordering::Relaxed);
+        if was == state as u8 || was == UNKNOWN {
+            return;
+        }
+        let endpoints = g.balancer.endpoints();
+        let usable = endpoints.iter().filter(|e| e.is_usable(now)).count();
+        let min = self.cfg.groups[gi].min_healthy;
+        let mut causes: Vec<String> = Vec::new();
+        for cause in Out::ALL.into_iter().skip(1) {
+            let n = endpoints
+                .iter()
+                .filter(|e| Out::of(e, now) == cause)
+                .count();
+            if n > 0 {
+                causes.push(format!("{n} {}", cause.cause()));
+            }
+        }
+        let counts = format!(
+            "{usable} of {} endpoints usable, min_healthy {min}{}",
+            endpoints.len(),
+            if causes.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", causes.join(", "))
+            }
+        );
+        let message = match state {
+            GroupHealth::Healthy => format!("healthy again: {counts}"),
+            GroupHealth::Drained => {
+                format!("drained, not failed: its traffic goes elsewhere as planned: {counts}")
+            }
+            GroupHealth::Unhealthy => format!("unhealthy: {counts}"),
+        };
+        self.events.record(Kind::Group, self.at(gi, None), message);
+    }
+
+    /// Puts a reorder held back on the timeline: the order in use, the one the RTTs call for
+    /// now, and for how long they have differed.
+    pub(crate) fn held(
+        &self,
+        in_use: &[usize],
+        target: &[usize],
+        now: &Ranking,
+        differs_s: f64,
+        dwell: std::time::Duration,
+    ) {
+        let names = |order: &[usize]| {
+            order
+                .iter()
+                .map(|&gi| format!("{} {} ms", self.groups[gi].name, round(now.rtt_ms[gi])))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        self.events.record(
+            Kind::Rank,
+            Place {
+                listener: Some(&self.cfg.name),
+                group: None,
+                endpoint: None,
+            },
+            format!(
+                "reorder held back for {} s (rank_dwell {} s): the round trips keep changing the \
+                 order they call for, groups within each other's margin trading places; in use \
+                 {}, called for now {}",
+                round(differs_s),
+                dwell.as_secs_f64(),
+                names(in_use),
+                names(target)
+            ),
+        );
+    }
 }

@@ -19,7 +19,7 @@
 
 use std::any::Any;
 use std::net::IpAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,8 @@ pub struct ListenerState {
     fds_own: isize,
     /// The node's event timeline: failovers, rank changes, marks and ejections go there.
     pub(crate) events: Arc<EventLog>,
+    /// A held-back reorder is on the timeline (once per episode).
+    held_told: AtomicBool,
 }
 
 /// One group's runtime state.
@@ -185,7 +187,10 @@ pub struct GroupState {
     pub(crate) probe: Option<Attached>,
     share: Gauge,
     healthy: Gauge,
+    drained: Gauge,
     rtt: Gauge,
+    /// Its state as last published ([`crate::outcomes::GroupHealth`]), for the timeline.
+    pub(crate) state: AtomicU8,
 }
 
 /// Every mode a listener can be in, in `gtd_listener_mode`'s order.
@@ -214,6 +219,8 @@ pub struct ListenerMetrics {
     pub udp_flows: Gauge,
     /// UDP flows evicted when full.
     pub udp_evicted: Counter,
+    /// UDP flows opened while the node drained.
+    pub udp_draining: Counter,
     /// Datagrams the kernel dropped on the listener's socket (its count, set as reported).
     pub udp_kernel_drops: Counter,
     /// `gtd_listener_mode`, in the order of [`MODES`].
@@ -222,6 +229,8 @@ pub struct ListenerMetrics {
     pub failovers: Counter,
     /// Priority orders adopted from measured round trips.
     pub rank_changes: Counter,
+    /// Seconds the order the RTTs call for has differed from the order in use.
+    pub rank_pending: Gauge,
     /// Clients by continent and country (`[geoip]` only).
     pub clients: Option<ClientSeries>,
 }
@@ -237,8 +246,14 @@ pub struct EndpointMetrics {
     pub ejections: Counter,
     /// Passive marks (failures that took it out of rotation).
     pub marks: Counter,
-    /// Usable now (gauge kept by the planner).
+    /// May serve but for a drain (gauge kept by the planner).
     pub healthy: Gauge,
+    /// Drained (gauge kept by the planner).
+    pub drained: Gauge,
+    /// The active checks' verdict (no-op handle for a group without checks).
+    pub checks_healthy: Gauge,
+    /// Its state as last published ([`crate::outcomes::Out`]), for the timeline.
+    pub(crate) state: AtomicU8,
     /// HTTP responses by status class 1xx..5xx (no-op handles on TCP/UDP listeners).
     pub requests: [Counter; 5],
     /// Active checks by result, in the order of `CheckResult::ALL` (no-op handles for a
@@ -409,6 +424,19 @@ impl ListenerState {
                     };
                     let gname = g.name.as_str();
                     let checked = g.health_check.is_some();
+                    // What the timeline last said of an endpoint that stays.
+                    let was = |e: &gtd_core::config::Endpoint| {
+                        previous
+                            .and_then(|p| {
+                                let i = p
+                                    .balancer
+                                    .endpoints()
+                                    .iter()
+                                    .position(|x| x.address() == &e.address)?;
+                                Some(p.endpoints[i].state.load(Ordering::Relaxed))
+                            })
+                            .unwrap_or(crate::outcomes::UNKNOWN)
+                    };
                     let endpoints: Vec<EndpointMetrics> = g
                         .endpoints
                         .iter()
@@ -435,6 +463,13 @@ impl ListenerState {
                                 },
                                 marks: registry.counter(&m::PASSIVE_MARKS_TOTAL, &labels),
                                 healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
+                                drained: registry.gauge(&m::ENDPOINT_DRAINED, &labels),
+                                checks_healthy: if checked {
+                                    registry.gauge(&m::ENDPOINT_CHECKS_HEALTHY, &labels)
+                                } else {
+                                    Gauge::noop()
+                                },
+                                state: AtomicU8::new(was(e)),
                                 requests: if http_listener {
                                     code_classes(registry, &labels)
                                 } else {
@@ -494,7 +529,11 @@ impl ListenerState {
                         probe,
                         share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
                         healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
+                        drained: registry.gauge(&m::GROUP_DRAINED, &[name, gname]),
                         rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
+                        state: AtomicU8::new(previous.map_or(crate::outcomes::UNKNOWN, |p| {
+                            p.state.load(Ordering::Relaxed)
+                        })),
                     })
                 })
                 .collect::<Result<_, String>>()?;
@@ -524,6 +563,11 @@ impl ListenerState {
             } else {
                 Counter::noop()
             },
+            udp_draining: if udp {
+                registry.counter(&m::UDP_FLOWS_DRAINING_TOTAL, &[name])
+            } else {
+                Counter::noop()
+            },
             udp_kernel_drops: if udp {
                 registry.counter(&m::UDP_DATAGRAMS_DROPPED_TOTAL, &[name, "socket_buffer"])
             } else {
@@ -532,6 +576,7 @@ impl ListenerState {
             mode: MODES.map(|mode| registry.gauge(&m::LISTENER_MODE, &[name, mode.as_str()])),
             failovers: registry.counter(&m::FAILOVERS_TOTAL, &[name]),
             rank_changes: registry.counter(&m::RANK_CHANGES_TOTAL, &[name]),
+            rank_pending: registry.gauge(&m::RANK_PENDING_SECONDS, &[name]),
             clients: config
                 .geoip
                 .as_ref()
@@ -561,6 +606,7 @@ impl ListenerState {
             fds,
             fds_own,
             events: Arc::clone(registry.events()),
+            held_told: AtomicBool::new(old.is_some_and(|o| o.held_told.load(Ordering::Relaxed))),
         };
         Ok(rt)
     }
@@ -627,7 +673,18 @@ impl ListenerState {
         let mut ranker = self.ranker();
         let moved = ranker.observe(&measured, &samples, now);
         let ranking = ranker.ranking().clone();
+        let (differs, held) = ranker.held(now);
+        let held = held.map(<[usize]>::to_vec);
+        let dwell = self.cfg.rank_dwell;
         drop(ranker);
+        self.metrics.rank_pending.set(differs);
+        match held {
+            Some(target) if !self.held_told.swap(true, Ordering::Relaxed) => {
+                self.held(&ranking.order, &target, &ranking, differs, dwell);
+            }
+            Some(_) => {}
+            None => self.held_told.store(false, Ordering::Relaxed),
+        }
         if moved {
             self.metrics.rank_changes.increment(1);
             self.reranked(&self.ranked.load().order, &ranking, &samples);
@@ -659,14 +716,36 @@ impl ListenerState {
         self.publish_endpoints(now);
     }
 
+    /// Sets the endpoint and group state gauges, and puts each change of an endpoint's or a
+    /// group's state on the timeline, both ways, with its cause.
     fn publish_endpoints(&self, now: Instant) {
-        for g in &self.groups {
-            for (state, metrics) in g.balancer.endpoints().iter().zip(&g.endpoints) {
-                metrics
-                    .healthy
-                    .set(if state.is_usable(now) { 1.0 } else { 0.0 });
+        let p = self.planned.load();
+        let one = |b: bool| if b { 1.0 } else { 0.0 };
+        for (gi, g) in self.groups.iter().enumerate() {
+            for (ei, (state, metrics)) in
+                g.balancer.endpoints().iter().zip(&g.endpoints).enumerate()
+            {
+                metrics.healthy.set(one(state.is_serving(now)));
+                metrics.drained.set(one(state.is_draining()));
+                metrics.checks_healthy.set(one(state.is_active_healthy()));
+                self.endpoint_state(gi, ei, now);
             }
+            let healthy = p.facts.get(gi).is_some_and(|f| f.healthy);
+            let drained = !healthy && self.drained_only(gi, now);
+            g.drained.set(one(drained));
+            self.group_state(gi, healthy, drained, now);
         }
+    }
+
+    /// Group `gi` is unhealthy only because of drains: counting its drained endpoints that
+    /// are fine, it has `min_healthy`.
+    pub(crate) fn drained_only(&self, gi: usize, now: Instant) -> bool {
+        let endpoints = self.groups[gi]
+            .balancer
+            .endpoints()
+            .iter()
+            .map(AsRef::as_ref);
+        gtd_core::balance::drained_only(endpoints, self.cfg.groups[gi].min_healthy, now)
     }
 
     /// Where the `[geoip]` database puts `client`: looked up once per connection or flow

@@ -177,6 +177,13 @@ pub const UDP_FLOWS_EVICTED_TOTAL: Def = Def {
     labels: &["listener"],
     help: "UDP flows evicted (least recently active first) because the table was full (udp_max_flows, or the listener's share of the open files limit) or the node out of open files",
 };
+/// UDP flows opened while the node drained.
+pub const UDP_FLOWS_DRAINING_TOTAL: Def = Def {
+    name: "gtd_udp_flows_draining_total",
+    kind: Kind::Counter,
+    labels: &["listener"],
+    help: "UDP flows opened for new clients while the node drained (after SIGTERM): served like any flow until they go idle or drain_timeout ends, since the listener's socket stays open for the flows there were and the kernel cannot refuse one client on it",
+};
 /// Datagrams dropped before gtd read them.
 pub const UDP_DATAGRAMS_DROPPED_TOTAL: Def = Def {
     name: "gtd_udp_datagrams_dropped_total",
@@ -205,12 +212,33 @@ pub const GROUP_RTT_SECONDS: Def = Def {
     labels: &["listener", "group"],
     help: "Round-trip time from this node used to rank the group: measured by its health checks or light probes (the average of its best usable endpoint), else the catalogue's (its `[rtt]` entry or the estimate)",
 };
-/// Endpoint usability.
+/// Groups taken below min_healthy by drains.
+pub const GROUP_DRAINED: Def = Def {
+    name: "gtd_group_drained",
+    kind: Kind::Gauge,
+    labels: &["listener", "group"],
+    help: "1 when the group is not healthy only because endpoints of it are drained (gtd drain, drain = true, the admin API): counting them, it would have min_healthy; a planned drain, not a failure",
+};
+/// Endpoint health, drains aside.
 pub const ENDPOINT_HEALTHY: Def = Def {
     name: "gtd_endpoint_healthy",
     kind: Kind::Gauge,
     labels: &["listener", "group", "endpoint"],
-    help: "1 when the endpoint is usable (enabled, not down or draining, checks allow it)",
+    help: "1 when the endpoint may serve but for a drain: enabled, not down, and its checks, passive marking and outlier detection allow it (a drained endpoint that is fine reads 1, with gtd_endpoint_drained 1)",
+};
+/// Endpoint drains.
+pub const ENDPOINT_DRAINED: Def = Def {
+    name: "gtd_endpoint_drained",
+    kind: Kind::Gauge,
+    labels: &["listener", "group", "endpoint"],
+    help: "1 while the endpoint is drained (gtd drain, drain = true, or the admin API): no new traffic, what it has finishes; it takes traffic when gtd_endpoint_healthy is 1 and this is 0",
+};
+/// Endpoint active checks' verdict.
+pub const ENDPOINT_CHECKS_HEALTHY: Def = Def {
+    name: "gtd_endpoint_checks_healthy",
+    kind: Kind::Gauge,
+    labels: &["listener", "group", "endpoint"],
+    help: "The verdict of the endpoint's active health checks, 1 healthy, 0 out (only endpoints of groups with health checks)",
 };
 /// Active health checks, by result.
 pub const HEALTH_CHECKS_TOTAL: Def = Def {
@@ -239,6 +267,13 @@ pub const RANK_CHANGES_TOTAL: Def = Def {
     kind: Kind::Counter,
     labels: &["listener"],
     help: "Times the listener adopted a new priority order of its groups from measured round trips (past the margin and rank_dwell); the split follows the new order",
+};
+/// How long a reorder has waited.
+pub const RANK_PENDING_SECONDS: Def = Def {
+    name: "gtd_rank_pending_seconds",
+    kind: Kind::Gauge,
+    labels: &["listener"],
+    help: "Seconds the order the listener's measured round trips call for has differed from the order in use at every round (0 when they agree); above rank_dwell, the reorder is held back by groups within each other's margin that keep trading places",
 };
 /// HTTP requests answered, by who answered and the status class.
 pub const REQUESTS_TOTAL: Def = Def {
@@ -302,15 +337,20 @@ pub const ALL: &[Def] = &[
     CLIENT_REQUESTS_TOTAL,
     UDP_FLOWS_ACTIVE,
     UDP_FLOWS_EVICTED_TOTAL,
+    UDP_FLOWS_DRAINING_TOTAL,
     UDP_DATAGRAMS_DROPPED_TOTAL,
     GROUP_SHARE,
     GROUP_HEALTHY,
     GROUP_RTT_SECONDS,
+    GROUP_DRAINED,
     ENDPOINT_HEALTHY,
+    ENDPOINT_DRAINED,
+    ENDPOINT_CHECKS_HEALTHY,
     HEALTH_CHECKS_TOTAL,
     LISTENER_MODE,
     FAILOVERS_TOTAL,
     RANK_CHANGES_TOTAL,
+    RANK_PENDING_SECONDS,
     REQUESTS_TOTAL,
     UPSTREAM_RESPONSE_SECONDS,
     STICKY_HITS_TOTAL,

@@ -615,6 +615,12 @@ impl GroupBalancer {
         )
     }
 
+    /// Unhealthy only because endpoints of it are drained ([`drained_only`]).
+    pub fn is_drained_only(&self, min_healthy: u32, now: Instant) -> bool {
+        !self.is_healthy(min_healthy, now)
+            && drained_only(self.endpoints.iter().map(AsRef::as_ref), min_healthy, now)
+    }
+
     /// The group's health (docs/design.md §3.3): at least `min_healthy` usable endpoints, whether or not
     /// health checks are configured. The node and the simulator both ask this.
     pub fn is_healthy(&self, min_healthy: u32, now: Instant) -> bool {
@@ -780,3 +786,19 @@ pub(crate) mod testutil;
 
 #[cfg(test)]
 mod tests;
+
+/// Whether drains alone keep a group of `endpoints` below `min_healthy`: some of them drain, and
+/// counting those that are fine otherwise (enabled, not `down`, allowed by the health verdicts),
+/// it has `min_healthy`. A planned drain, not a failure: `/status`, `gtd fleet` and
+/// `gtd_group_drained` tell it from one (docs/design.md §3.3).
+pub fn drained_only<'a>(
+    endpoints: impl IntoIterator<Item = &'a EndpointState> + Clone,
+    min_healthy: u32,
+    now: Instant,
+) -> bool {
+    endpoints
+        .clone()
+        .into_iter()
+        .any(EndpointState::is_draining)
+        && endpoints.into_iter().filter(|e| e.is_serving(now)).count() >= min_healthy as usize
+}

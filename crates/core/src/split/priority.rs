@@ -8,11 +8,18 @@
 //! Measured times move a group only past a group ranked above it in the base order that it beats
 //! by more than `rank_margin` (default max(5 ms, 20 %) of that group's time): [`target_order`].
 //! The order is a function of the averages now, never of the order reached so far, so a reorder
-//! whose cause is gone (a blip) reverts, and a reload cannot leave one standing. A node adopts a
-//! new target only when it has been the target at every round for `rank_dwell` (default 120 s)
-//! and at least [`OVERTAKE_SAMPLES`] rounds in a row: that keeps jitter from flipping traffic
-//! between regions, and spaces two changes at least `rank_dwell` apart. [`warmed_order`] is
-//! where that settles for steady measurements.
+//! whose cause is gone (a blip) reverts, and a reload cannot leave one standing.
+//!
+//! The dwell holds each pair of groups, not the whole order: a node puts group x before group y
+//! once the target has put x before y at every round for `rank_dwell` (default 120 s) and at
+//! least [`OVERTAKE_SAMPLES`] rounds in a row; pairs the target keeps swapping stay as they are.
+//! That keeps jitter from flipping traffic between regions and spaces two changes of a pair at
+//! least `rank_dwell` apart, while a justified move (a far group falling behind two near ones)
+//! is not held back by the two near ones trading places at every round: when the whole order
+//! had to be the same for the dwell, each such trade restarted it, and the far group kept the
+//! top for good. A reorder the target has called for without a break for longer than the dwell
+//! is *held* ([`Hysteresis::held`]): `/status`, `gtd_rank_pending_seconds` and the timeline say
+//! so. [`warmed_order`] is where that settles for steady measurements.
 
 use std::time::{Duration, Instant};
 
@@ -99,6 +106,22 @@ pub struct Pending {
     pub rounds: u8,
     /// The first of those rounds.
     pub since: Instant,
+    /// The first round of the streak in which the target (whichever order it was) differed
+    /// from the order in use; a round where they agree, or a change adopted, ends the streak.
+    pub differs_since: Instant,
+    /// Rounds in that streak.
+    pub differs_rounds: u32,
+}
+
+/// How long the target has put one group of a pair before the other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PairStreak {
+    /// The lower-indexed group of the pair goes first.
+    first: bool,
+    /// Consecutive rounds.
+    rounds: u8,
+    /// The first of them.
+    since: Instant,
 }
 
 /// An adopted change of order, and the RTTs behind it.
@@ -124,6 +147,8 @@ pub struct Hysteresis {
     dwell: Duration,
     pending: Option<Pending>,
     last: Option<Change>,
+    /// Each pair's streak (pair (i, j), i < j, at `i * n + j`); `None` before the first round.
+    pairs: Vec<Option<PairStreak>>,
 }
 
 impl Hysteresis {
@@ -131,6 +156,7 @@ impl Hysteresis {
     /// listener's `rank_margin` and `rank_dwell`.
     pub fn new(initial_rtt_ms: &[f64], margin: RankMargin, dwell: Duration) -> Hysteresis {
         let base = order_by(initial_rtt_ms);
+        let n = base.len();
         Hysteresis {
             order: base.clone(),
             base,
@@ -138,6 +164,7 @@ impl Hysteresis {
             dwell,
             pending: None,
             last: None,
+            pairs: vec![None; n * n],
         }
     }
 
@@ -149,6 +176,17 @@ impl Hysteresis {
     /// The order waiting to be adopted, if any.
     pub fn pending(&self) -> Option<&Pending> {
         self.pending.as_ref()
+    }
+
+    /// The reorder held back at `now`: the pending one, when the target has differed from the
+    /// order in use at every round for longer than the dwell (and [`OVERTAKE_SAMPLES`] rounds):
+    /// what a steady target would have had adopted by then. Its part that holds (a pair that
+    /// kept its place in the target) was adopted; what is left keeps changing.
+    pub fn held(&self, now: Instant) -> Option<&Pending> {
+        self.pending.as_ref().filter(|p| {
+            p.differs_rounds > u32::from(OVERTAKE_SAMPLES)
+                && now.saturating_duration_since(p.differs_since) > self.dwell
+        })
     }
 
     /// The last change adopted, if any.
@@ -187,33 +225,104 @@ impl Hysteresis {
     ) -> bool {
         assert_eq!(rtt_ms.len(), self.order.len(), "one RTT per group");
         let target = target_order(&self.base, rtt_ms, measured, self.margin);
+        self.follow_pairs(&target, now);
         if target == self.order {
             self.pending = None;
             return false;
         }
-        let p = match self.pending.take() {
+        let mut p = match self.pending.take() {
             Some(mut p) if p.order == target => {
                 p.rounds = p.rounds.saturating_add(1);
                 p
             }
-            _ => Pending {
+            Some(p) => Pending {
                 order: target,
                 rounds: 1,
                 since: now,
+                ..p
+            },
+            None => Pending {
+                order: target,
+                rounds: 1,
+                since: now,
+                differs_since: now,
+                differs_rounds: 0,
             },
         };
-        if p.rounds >= OVERTAKE_SAMPLES && now.saturating_duration_since(p.since) >= self.dwell {
-            let from = std::mem::replace(&mut self.order, p.order);
+        p.differs_rounds = p.differs_rounds.saturating_add(1);
+        let next = self.settled_order(now);
+        if next != self.order {
+            let from = std::mem::replace(&mut self.order, next);
             self.last = Some(Change {
                 at: now,
                 from,
                 to: self.order.clone(),
                 rtt_ms: rtt_ms.to_vec(),
             });
+            // What is left of the target (pairs it keeps swapping) starts a new streak.
+            self.pending = (p.order != self.order).then_some(Pending {
+                differs_since: now,
+                differs_rounds: 0,
+                ..p
+            });
             return true;
         }
         self.pending = Some(p);
         false
+    }
+
+    /// Extends or restarts each pair's streak with `target`'s order of the pair.
+    fn follow_pairs(&mut self, target: &[usize], now: Instant) {
+        let n = target.len();
+        for (p, &i) in target.iter().enumerate() {
+            for &j in &target[p + 1..] {
+                // i goes before j.
+                let (lo, hi, first) = if i < j { (i, j, true) } else { (j, i, false) };
+                let streak = &mut self.pairs[lo * n + hi];
+                *streak = Some(match *streak {
+                    Some(s) if s.first == first => PairStreak {
+                        rounds: s.rounds.saturating_add(1),
+                        ..s
+                    },
+                    _ => PairStreak {
+                        first,
+                        rounds: 1,
+                        since: now,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Whether the target has put `x` before `y` long enough to be adopted.
+    fn settled_before(&self, x: usize, y: usize, now: Instant) -> bool {
+        let n = self.order.len();
+        let (lo, hi) = (x.min(y), x.max(y));
+        self.pairs[lo * n + hi].is_some_and(|s| {
+            s.first == (x < y)
+                && s.rounds >= OVERTAKE_SAMPLES
+                && now.saturating_duration_since(s.since) >= self.dwell
+        })
+    }
+
+    /// The order in use with every settled pair in the target's order: of the groups left, the
+    /// first in the order in use that no group left must precede. Settled pairs all agree with
+    /// the latest target (a total order), so there is always one; when the order in use breaks
+    /// no settled pair, it is the order in use.
+    fn settled_order(&self, now: Instant) -> Vec<usize> {
+        let mut left = self.order.clone();
+        let mut out = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let k = (0..left.len())
+                .find(|&k| {
+                    !left
+                        .iter()
+                        .any(|&h| h != left[k] && self.settled_before(h, left[k], now))
+                })
+                .unwrap_or(0);
+            out.push(left.remove(k));
+        }
+        out
     }
 }
 
@@ -276,6 +385,47 @@ mod tests {
             h.observe_measured(&[40.0, 0.15, 0.1], |_| true, at());
         }
         assert_eq!(h.order(), [1, 2, 0]);
+    }
+
+    /// Four groups, the order in use 0 1 2 3 (3 the local, far one, first by the catalogue at
+    /// 0, here put last). The target alternates between `0 1 2 3`'s neighbours `1 0 2 3` and
+    /// `0 2 1 3` (group 1 jitters across both its neighbours' margins) and, meanwhile, 3 is
+    /// justified last: 3's move is adopted after the dwell, the pairs that keep swapping never
+    /// move, and that leftover reorder is held, visibly.
+    #[test]
+    fn each_pair_dwells_on_its_own_and_a_reorder_that_never_settles_is_held() {
+        let dwell = Duration::from_secs(30);
+        // Catalogue: 3 first (local), then 0, 1, 2.
+        let mut h = Hysteresis::new(&[10.0, 20.0, 30.0, 1.0], RankMargin::DEFAULT, dwell);
+        assert_eq!(h.order(), [3, 0, 1, 2]);
+        let t0 = Instant::now();
+        let mut moved_at = Vec::new();
+        for round in 1..=120_u64 {
+            let now = t0 + Duration::from_secs(round);
+            // 0 = 100, 2 = 100, 3 = 300; 1 fast (to pass 0) or slow (to fall behind 2).
+            let one = if round % 2 == 0 { 70.0 } else { 130.0 };
+            if h.observe(&[100.0, one, 100.0, 300.0], now) {
+                moved_at.push((round, h.order().to_vec()));
+            }
+            if round == 20 {
+                assert_eq!(h.order(), [3, 0, 1, 2], "within the dwell nothing moves");
+                assert!(h.held(now).is_none(), "not held within the dwell");
+            }
+        }
+        // 3 behind everyone after 30 s, once; 0, 1 and 2 keep their order in use.
+        assert_eq!(moved_at, [(31, vec![0, 1, 2, 3])]);
+        let now = t0 + Duration::from_secs(120);
+        let held = h.held(now).expect("the rest of the reorder is held back");
+        assert_eq!(held.differs_since, t0 + Duration::from_secs(31));
+        // A target that settles ends it: 1 clearly first from now on.
+        for round in 121..=200_u64 {
+            h.observe(
+                &[100.0, 20.0, 100.0, 300.0],
+                t0 + Duration::from_secs(round),
+            );
+        }
+        assert_eq!(h.order(), [1, 0, 2, 3]);
+        assert!(h.pending().is_none());
     }
 
     #[test]

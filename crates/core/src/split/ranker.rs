@@ -68,6 +68,12 @@ pub struct PendingRank {
     pub held_s: f64,
     /// ... of `rank_dwell`.
     pub dwell_s: f64,
+    /// Seconds the order in use has differed from the target at every round, whichever order
+    /// the target was: past `rank_dwell`, the reorder is held back by a pair the target keeps
+    /// swapping (`gtd_rank_pending_seconds`).
+    pub differs_s: f64,
+    /// It is held back ([`Ranker::held`]).
+    pub held: bool,
 }
 
 /// The last change of order, as one group sees it.
@@ -181,6 +187,19 @@ impl Ranker {
         &self.now
     }
 
+    /// Seconds the order in use has differed from the order the RTTs call for, at every round
+    /// (0 when they agree), and whether that reorder is held back: the target kept changing for
+    /// longer than `rank_dwell` ([`Hysteresis::held`]); its target order, when it is.
+    pub fn held(&self, now: Instant) -> (f64, Option<&[usize]>) {
+        let Some(h) = &self.hysteresis else {
+            return (0.0, None);
+        };
+        let differs = h.pending().map_or(0.0, |p| {
+            now.saturating_duration_since(p.differs_since).as_secs_f64()
+        });
+        (differs, h.held(now).map(|p| p.order.as_slice()))
+    }
+
     /// Why group `group` (config index) has its rank at `now`.
     pub fn why(&self, group: usize, now: Instant) -> GroupRank {
         let r = &self.now;
@@ -191,6 +210,8 @@ impl Ranker {
             of: OVERTAKE_SAMPLES,
             held_s: rounded(now.saturating_duration_since(p.since).as_secs_f64()),
             dwell_s: h.map_or(0.0, |h| h.settings().1.as_secs_f64()),
+            differs_s: rounded(now.saturating_duration_since(p.differs_since).as_secs_f64()),
+            held: h.is_some_and(|h| h.held(now).is_some()),
         });
         let last_change = h.and_then(Hysteresis::last_change).map(|c| LastChange {
             ago_s: rounded(now.saturating_duration_since(c.at).as_secs_f64()),
@@ -484,6 +505,75 @@ address = "127.0.0.1:9002"
             }
         }
         changes
+    }
+
+    const THREE: &str = r#"
+[[listener]]
+name = "web"
+protocol = "tcp"
+port = 8080
+regions = ["cn-shenzhen"]
+rtt_from = "check"
+
+[[listener.group]]
+name = "a"
+region = "cn-beijing"
+
+[[listener.group.endpoint]]
+address = "127.0.0.1:9001"
+
+[[listener.group]]
+name = "b"
+region = "cn-shanghai"
+
+[[listener.group.endpoint]]
+address = "127.0.0.1:9002"
+
+[[listener.group]]
+name = "c"
+region = "cn-shenzhen"
+
+[[listener.group.endpoint]]
+address = "127.0.0.1:9003"
+"#;
+
+    /// The node in c's region (c first by the catalogue) measures a = 100 ± 50 ms,
+    /// b = 105 ± 50 ms and c = 300 ms, a probe every 2 s, through the node's averages. The
+    /// target order flips between `a b c` and `b a c` as a and b cross each other's margin,
+    /// yet c is last in both: c must leave the top within a dwell (and a few rounds) of the
+    /// measurements, whatever a and b do. (Each flip restarted the dwell of the whole order:
+    /// c stayed first for the whole 10 minutes.)
+    #[test]
+    fn jitter_between_two_groups_does_not_starve_a_third_groups_justified_move() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let catalog = config::load_catalog(&root.join("regions/catalog.toml")).unwrap();
+        let cfg = config::parse(THREE, Path::new("config.toml"), &catalog).unwrap();
+        let mut worst = Duration::ZERO;
+        for seed in 0..50 {
+            let mut r = Ranker::new(&cfg.listeners[0], &cfg.catalog, "cn-shenzhen");
+            assert_eq!(r.ranking().order[0], 2, "c, the local group, starts first");
+            let mut rng = Rng(seed);
+            let mut avg = [Ewma::default(), Ewma::default(), Ewma::default()];
+            let t0 = Instant::now();
+            let step = Duration::from_secs(2);
+            let mut left = None;
+            for round in 1..=300_u32 {
+                let now = t0 + step * round;
+                avg[0].observe(100.0 + rng.uniform(-50.0, 50.0));
+                avg[1].observe(105.0 + rng.uniform(-50.0, 50.0));
+                avg[2].observe(300.0);
+                let ms = avg.each_ref().map(|e| e.value());
+                let n = u64::from(round);
+                r.observe(&ms, &[n, n, n], now);
+                if r.ranking().order[2] == 2 && left.is_none() {
+                    left = Some(step * round);
+                }
+            }
+            let left = left.unwrap_or_else(|| panic!("seed {seed}: c kept its place for 600 s"));
+            worst = worst.max(left);
+        }
+        // The default dwell (120 s), plus the rounds the averages take to cross the margin.
+        assert!(worst <= Duration::from_secs(140), "{worst:?}");
     }
 
     #[test]

@@ -117,6 +117,12 @@ impl ListenerView {
                     region: cfg.region.clone(),
                     ratio: fact.ratio,
                     healthy: fact.healthy,
+                    drained: !fact.healthy
+                        && crate::balance::drained_only(
+                            live.endpoints.iter().map(|e| e.state),
+                            cfg.min_healthy,
+                            now,
+                        ),
                     first_pass: share.first_pass,
                     leftover: share.leftover,
                     share: share.total,

@@ -94,6 +94,11 @@ pub struct GroupView<E = EndpointView> {
     pub ratio: f64,
     /// It has at least `min_healthy` usable endpoints.
     pub healthy: bool,
+    /// Not healthy only because endpoints of it are drained (`gtd drain`, `drain = true`, the
+    /// admin API): a planned drain, not a failure (`/status`, the registry; `sim` leaves it
+    /// out).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
     /// The share it took in the cascade's walk, percent.
     pub first_pass: f64,
     /// Its part of what the walk left over, percent.

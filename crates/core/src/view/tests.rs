@@ -69,6 +69,7 @@ fn group<E>(endpoints: Vec<E>) -> GroupView<E> {
         region: "cn-beijing".to_owned(),
         ratio: 50.0,
         healthy: true,
+        drained: false,
         first_pass: 50.0,
         leftover: 12.5,
         share: 62.5,

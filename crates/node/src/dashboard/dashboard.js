@@ -128,6 +128,8 @@
         return "ratios apply: each group takes its ratio of what the ones above left; the leftover is split equally";
       case "failover": {
         const who = top && top.healthy === false ? top.name : "the top group";
+        if (top && top.healthy === false && top.drained)
+          return who + " is drained (planned, not a failure); the groups below take its traffic";
         if (l.failover === "recompute") return who + " is unhealthy; the cascade runs over the healthy groups (recompute)";
         if (l.failover === "next-priority" && taker)
           return who + " is unhealthy; " + taker.name + " takes all traffic, ratios ignored (next-priority)";
@@ -259,7 +261,7 @@
       h("div", { class: "ghead" },
         h("span", { class: "rank", text: "#" + (g.priority ?? "") }),
         h("span", { class: "gname", text: g.name }),
-        h("span", { class: "badge " + (ghealthy ? "up" : "down"), text: ghealthy ? "healthy" : "unhealthy" }),
+        h("span", { class: "badge " + (ghealthy ? "up" : g.drained ? "off" : "down"), text: ghealthy ? "healthy" : g.drained ? "drained" : "unhealthy" }),
         h("span", { class: "facts", text: [g.region, "rtt " + rtt + (g.rtt_source ? " " + g.rtt_source : ""),
           "ratio " + (num(g.ratio) ?? "—"), g.method].filter(Boolean).join(" · ") })),
       h("div", { class: "bars" },
@@ -427,7 +429,8 @@
       const refused = n.refused ? "refused revision " + n.refused.revision + ": " + (n.refused.reason || "") : "";
       const listeners = arr(n.listeners).map((l) => l.name + " " + (l.mode || "") +
         (l.reason ? " (" + l.reason + ")" : "") + ": " +
-        arr(l.groups).map((g) => g.name + " " + pct(g.share) + (g.healthy === false ? " unhealthy" : "")).join(", "));
+        arr(l.groups).map((g) => g.name + " " + pct(g.share) +
+          (g.healthy === false ? (g.drained ? " drained" : " unhealthy") : "")).join(", "));
       return h("tr", { "data-node": n.id },
         h("td", {}, h("div", { text: n.id }), h("small", { text: [n.region, n.admin].filter(Boolean).join(" · ") })),
         h("td", { text: n.version || "" }),
@@ -435,7 +438,10 @@
         h("td", { class: "refused", text: refused }),
         // The entry is rewritten when it changes, not as time passes: up since it started.
         h("td", { text: uptime(num(n.started_at_ms) ? Math.max(0, Math.round((Date.now() - n.started_at_ms) / 1000)) : n.uptime_s) }),
-        h("td", {}, listeners.map((t) => h("div", { text: t }))),
+        h("td", {}, listeners.map((t) => h("div", { text: t })),
+          // Endpoints out of rotation for a failure (checks, ejection, passive marks).
+          arr(n.unhealthy).map((u) => h("div", { class: "refused", "data-unhealthy": [u.listener, u.group, u.endpoint].join("/"),
+            text: "out: " + [u.listener, u.group, u.endpoint].join("/") + " (" + u.cause + ")" }))),
         // The entry's errors summary: endpoints with errors in the last minute, each count
         // rounded down to a power of ten.
         h("td", { class: arr(n.errors).length ? "refused" : "", "data-errors": String(arr(n.errors).length) },

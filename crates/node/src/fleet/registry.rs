@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use super::{Fleet, Inner};
 use gtd_core::view::ListenerView;
 use gtd_fleet::Store;
-use gtd_fleet::registry::{Entry, ErrorSummary, Toggle, error_summary};
+use gtd_fleet::registry::{Entry, ErrorSummary, Toggle, error_summary, out_of_rotation};
 
 /// How often the node looks whether its entry changed (between the revisions and reloads that
 /// wake it at once): group health and shares move without either.
@@ -230,6 +230,7 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry 
         listeners: views.iter().map(ListenerView::for_registry).collect(),
         errors: errors.offer(error_summary(&views), now).to_vec(),
         toggles: toggles(inner),
+        unhealthy: out_of_rotation(&views),
     }
 }
 

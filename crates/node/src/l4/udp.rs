@@ -9,9 +9,14 @@
 //! and the local address it wrote to (known on a wildcard listener, see [`Listen`]), which its
 //! replies come from.
 //!
-//! Stopping (SIGTERM, or a reload that removes the port) drains, as TCP and HTTP do: no new
-//! flow is opened, and the flows there are carry on until they go idle or the listener's
-//! `drain_timeout` ends (docs/design.md §6).
+//! Stopping (SIGTERM) drains: the flows there are carry on until they go idle or the listener's
+//! `drain_timeout` ends (docs/design.md §6). Unlike a TCP listener, which closes so that the
+//! kernel refuses new connections at once, the UDP socket must stay open for those flows, and
+//! the kernel refuses a datagram (ICMP port unreachable) only when no socket has the port: it
+//! cannot refuse one client on a shared socket. Dropping a new client's datagrams was a black
+//! hole for the whole drain, so a new client is served as any other, and counted
+//! (`gtd_udp_flows_draining_total`); once the last flow has gone idle the socket closes and the
+//! kernel refuses what comes after.
 //!
 //! With the access log on, a flow's line is sent when it is dropped, with the cause its remover
 //! set ([`Tracked::ending`]); a datagram for which no flow could be opened has its own line.
@@ -278,10 +283,6 @@ pub(crate) async fn udp_loop(
                 continue;
             }
         };
-        // Draining: only the flows there are carry on.
-        if draining.is_some() && !flows.map.contains_key(&peer) {
-            continue;
-        }
         let snapshot = node.snapshot.load();
         let Some(l) = snapshot.listener_on(port, true) else {
             continue;
@@ -329,6 +330,9 @@ pub(crate) async fn udp_loop(
                     flow.log = log.cloned();
                     flow.place = place;
                     flows.insert(peer, flow, ms_since(origin));
+                    if draining.is_some() {
+                        l.metrics.udp_draining.increment(1);
+                    }
                 }
                 Err(failed) => {
                     if failed.why == NoFlow::NoRoute {

@@ -121,6 +121,7 @@ fn group_view(g: &GroupRow, compare: bool) -> GroupView<EndpointShare> {
         region: g.group_region.clone(),
         ratio: g.ratio,
         healthy: g.healthy,
+        drained: false,
         first_pass: g.first_pass,
         leftover: g.leftover,
         share: g.share,
