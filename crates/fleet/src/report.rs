@@ -5,12 +5,13 @@
 
 use serde_json::{Value, json};
 
+use super::compare::{text_diff, validated};
 use super::drain::Drain;
 use super::expected::{Missing, missing};
 use super::predict::predicted;
-use super::push::{text_diff, validated};
 use super::registry::{EndpointErrors, Entry, Toggle, disagreements};
 use super::stale::Stale;
+use super::words::{plural, utc};
 use super::{Access, Revision, Store};
 
 /// Why `gtd fleet diff` could not compare two revisions.
@@ -375,10 +376,6 @@ fn errors_line(errors: &[EndpointErrors]) -> String {
     )
 }
 
-pub(super) fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
 /// A share without trailing zeros: 62.5, 100, 33.33.
 fn trim(x: f64) -> String {
     let s = format!("{x:.2}");
@@ -392,19 +389,6 @@ fn duration(s: u64) -> String {
         3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
-}
-
-/// `2026-12-01 18:40:02 UTC`.
-pub(crate) fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let rem = secs % 86_400;
-    let (year, month, day) = gtd_core::calendar::civil(secs / 86_400);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use gtd_core::split::Mode;
 use serde_json::{Value, json};
 
 use super::capacity::{self, Status, Total};
-use super::engine::{self, Asks};
+use super::engine;
+use super::report::Asks;
 use super::scenario::RawWhatIf;
 
 /// Which failures to replay.

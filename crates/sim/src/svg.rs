@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 
 use gtd_core::split::Mode;
 
-use super::engine::{ListenerReport, RegionReport};
 use super::render::Output;
+use super::report::{ListenerReport, RegionReport};
 
 /// Width of a full (100 %) bar, px.
 const BAR_W: f64 = 520.0;

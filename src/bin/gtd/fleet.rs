@@ -52,7 +52,7 @@ impl Fleet {
         let (prefix, access) = self.etcd.checked()?;
         let (json, what) = (self.json, self.what);
         crate::etcd::command(|| async {
-            let outcome = |out: String, code: u8| gtd::fleet::push::Outcome {
+            let outcome = |out: String, code: u8| gtd::fleet::outcome::Outcome {
                 out,
                 err: String::new(),
                 code,

@@ -4,7 +4,7 @@ use gtd_core::split::rules::Match;
 use serde_json::{Value, json};
 
 use crate::capacity::Status;
-use crate::engine::{GroupRow, RegionReport};
+use crate::report::{GroupRow, RegionReport};
 use gtd_core::view::{EndpointShare, GroupView, RouteShare, RouteView};
 
 use super::Output;

@@ -6,7 +6,7 @@ use gtd_core::split::rules::Match;
 use gtd_core::split::{Mode, RttSource};
 
 use crate::capacity;
-use crate::engine::{ClientGroup, GroupRow, RegionReport, Route};
+use crate::report::{ClientGroup, GroupRow, RegionReport, Route};
 
 use super::Output;
 
