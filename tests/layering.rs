@@ -1,13 +1,15 @@
 //! Inside each crate, modules import each other in no circle larger than two files and in none
 //! across folders (issue 37): a helper several modules share lives in a room of its own below
 //! them, not in one of its users. The crate graph itself is the compiler's to check
-//! (docs/design.md §2, "The crates"); this reads the modules' `use` lines and paths.
+//! (docs/design.md §2, "The crates"); this reads the modules' `use` lines and paths. And no
+//! function outside tests runs over 150 lines: a long one is split by concern.
 //!
 //! An import is any path a file names that resolves to another module file of its crate:
 //! `use crate::a::b`, `use super::{a, b}`, `super::a::f()`, `child::f()`. A module naming the
 //! modules below it (a `mod.rs` or `lib.rs` declaring, re-exporting or calling them) is their
 //! front, not a circle. `crates/node` is not checked yet: its events/admin/telemetry circle is
-//! being cut apart with the timeline's own change.
+//! being cut apart with the timeline's own change, and its two long functions
+//! (`ListenerState::build`, `proxy`) with the data planes' typed state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -357,4 +359,126 @@ fn the_reader_sees_a_circle() {
     let a = vec!["a".to_owned()];
     let c = vec!["c".to_owned()];
     assert!(!edges[&a].contains(&c), "a comment is not an import");
+}
+
+/// The longest a function outside tests may be, signature to closing brace.
+const MAX_LINES: usize = 150;
+
+/// The index of the brace closing the one at `open`.
+fn closing(code: &[u8], open: usize) -> usize {
+    let mut depth = 0;
+    for (i, &c) in code.iter().enumerate().skip(open) {
+        match c {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Every function of `src` over [`MAX_LINES`] outside `#[cfg(test)]` modules and `tests.rs`
+/// files, as `FILE:LINE NAME (N lines)`.
+fn long_functions(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in modules(&root().join(src)).into_values() {
+        if file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = code(&std::fs::read_to_string(&file).expect("source"));
+        let b = text.as_bytes();
+        let mut tests = Vec::new();
+        let mut from = 0;
+        while let Some(at) = text[from..].find("#[cfg(test)]") {
+            let at = from + at;
+            let rest = &text[at..];
+            if let Some(open) = rest.find('{')
+                && rest[..open].contains("mod ")
+            {
+                tests.push((at, closing(b, at + open)));
+            }
+            from = at + 1;
+        }
+        let mut from = 0;
+        while let Some(at) = text[from..].find("fn ") {
+            let at = from + at;
+            from = at + 3;
+            if at > 0 && is_word(b[at - 1]) || tests.iter().any(|&(a, z)| a <= at && at <= z) {
+                continue;
+            }
+            // The body: the first `{` after the signature outside parentheses and brackets,
+            // unless a `;` ends a declaration first.
+            let mut depth = 0_i32;
+            let mut body = None;
+            for (i, &c) in b.iter().enumerate().skip(at) {
+                match c {
+                    b'(' | b'[' => depth += 1,
+                    b')' | b']' => depth -= 1,
+                    b'{' if depth == 0 => {
+                        body = Some(i);
+                        break;
+                    }
+                    b';' if depth == 0 => break,
+                    _ => {}
+                }
+            }
+            let Some(open) = body else { continue };
+            let end = closing(b, open);
+            let lines = text[at..=end.min(b.len() - 1)].lines().count();
+            if lines > MAX_LINES {
+                let line = text[..at].lines().count() + 1;
+                let name: String = text[at + 3..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push(format!(
+                    "{}:{line} {name} ({lines} lines)",
+                    file.strip_prefix(root()).unwrap_or(&file).display()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_over_150_lines_outside_tests() {
+    let found: Vec<String> = [
+        "crates/core/src",
+        "crates/sim/src",
+        "crates/fleet/src",
+        "crates/demo/src",
+        "src",
+        "sim",
+    ]
+    .into_iter()
+    .flat_map(long_functions)
+    .collect();
+    assert!(
+        found.is_empty(),
+        "functions over {MAX_LINES} lines (split them by concern):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_measure_finds_a_long_function() {
+    // 160 lines between the signature and the closing brace, and a shorter one in a test
+    // module that does not count.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let body = "    let _x = 1;\n".repeat(158);
+    let text = format!(
+        "fn long() {{\n{body}}}\n\nfn short() -> &'static str {{ \"}}\" }}\n\n\
+         #[cfg(test)]\nmod tests {{\n    fn also_long() {{\n{body}    }}\n}}\n"
+    );
+    std::fs::write(dir.path().join("lib.rs"), text).expect("write");
+    // An absolute path: `root().join` keeps it as it is.
+    let found = long_functions(&dir.path().display().to_string());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("long (160 lines)"), "{found:?}");
 }
