@@ -83,7 +83,10 @@ impl Fleet {
                     let f = gtd::fleet::report::Fleet::read_or_stale(&access, &prefix).await?;
                     let code = if f.missing.is_empty() { 0 } else { MISSING };
                     if json {
-                        outcome(format!("{:#}\n", f.json()), code)
+                        outcome(
+                            format!("{}\n", serde_json::to_string_pretty(&f.json())?),
+                            code,
+                        )
                     } else {
                         outcome(f.table(), code)
                     }
