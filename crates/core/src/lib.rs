@@ -26,8 +26,10 @@
 //!   `explain`, `gtd explain`), one builder over the plan and the balancers' own walks
 //!   (docs/explain.md).
 //! - Leaves every layer may use: [`files`] (reading files an operator names), [`geoip`]
-//!   (`.mmdb` look-ups), [`pem`] (certificates and keys, checked with rustls's ring provider:
-//!   `gtd check` proves a key matches its certificate before any node starts), [`calendar`].
+//!   (`.mmdb` look-ups), [`hash`] (the fixed placement hash: source-ip affinity, sticky
+//!   cookies, the check spread), [`pem`] (certificates and keys, checked with rustls's ring
+//!   provider: `gtd check` proves a key matches its certificate before any node starts),
+//!   [`calendar`].
 //!
 //! The node (`gtd-node`) and the simulator (`gtd-sim`) both build their plans with
 //! [`split::plan`] and call [`split`] and [`balance`] for every decision; there is no second
@@ -38,6 +40,7 @@ pub mod calendar;
 pub mod config;
 pub mod files;
 pub mod geoip;
+pub mod hash;
 pub mod health;
 pub mod pem;
 pub mod regions;

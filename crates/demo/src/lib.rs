@@ -275,6 +275,71 @@ async fn drive(
     mut events: Vec<Event>,
     geo: Arc<Geography>,
 ) -> Result<String> {
+    let stop = CancellationToken::new();
+    let (mut panes, feeds) = start_load(opts, config, regions, nodes, &stop).await?;
+    let names: BTreeMap<String, Vec<String>> = config
+        .listeners
+        .iter()
+        .map(|l| {
+            (
+                l.name.clone(),
+                l.groups.iter().map(|g| g.name.clone()).collect(),
+            )
+        })
+        .collect();
+    let tty = std::io::stdout().is_terminal() && !opts.json;
+    let started = Instant::now();
+    let mut sample = tokio::time::interval(Duration::from_millis(200));
+    let mut second = 0_u64;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => { interrupted = true; break; }
+            _ = sample.tick() => {}
+        }
+        let elapsed = started.elapsed();
+        // The nodes' plans, for the generators' expected shares and the view.
+        for (pane, (ri, shares, _)) in panes.iter_mut().zip(&feeds) {
+            let status = nodes[*ri].status();
+            let (mode, groups) = view::read_status(&status, &pane.listener, &names[&pane.listener]);
+            shares.store(Arc::new(view::shares(&groups, names[&pane.listener].len())));
+            pane.mode = mode;
+            pane.groups = groups;
+        }
+        let say = !tty && !opts.json;
+        run_events(&mut events, elapsed, running, plan, &geo, say).await?;
+        if elapsed.as_secs() > second || elapsed >= opts.duration {
+            second = elapsed.as_secs();
+            for (pane, (_, _, tally)) in panes.iter_mut().zip(&feeds) {
+                let t = tally.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                pane.history.push_back(t);
+                while pane.history.len() > view::WINDOW + 1 {
+                    pane.history.pop_front();
+                }
+            }
+            if !opts.json {
+                show(opts, &panes, &events, second, tty);
+            }
+        }
+        if elapsed >= opts.duration {
+            break;
+        }
+    }
+    stop.cancel();
+    report(opts, &mut panes, &feeds, &names, interrupted)
+}
+
+/// One pane per listener and node region serving it, each with its load generator started
+/// against that node's listener (until `stop`).
+async fn start_load(
+    opts: &Options,
+    config: &Config,
+    regions: &[String],
+    nodes: &[Node],
+    stop: &CancellationToken,
+) -> Result<(Vec<Pane>, Vec<Feed>)> {
     let tls = if config
         .listeners
         .iter()
@@ -284,7 +349,6 @@ async fn drive(
     } else {
         None
     };
-    let stop = CancellationToken::new();
     let mut panes: Vec<Pane> = Vec::new();
     // Per pane: its node (region index), and what its generator and the view share.
     let mut feeds: Vec<Feed> = Vec::new();
@@ -328,98 +392,78 @@ async fn drive(
             });
         }
     }
-    let names: BTreeMap<String, Vec<String>> = config
-        .listeners
-        .iter()
-        .map(|l| {
-            (
-                l.name.clone(),
-                l.groups.iter().map(|g| g.name.clone()).collect(),
-            )
-        })
-        .collect();
-    let tty = std::io::stdout().is_terminal() && !opts.json;
-    let started = Instant::now();
-    let mut sample = tokio::time::interval(Duration::from_millis(200));
-    let mut second = 0_u64;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut interrupted = false;
-    loop {
-        tokio::select! {
-            _ = &mut ctrl_c => { interrupted = true; break; }
-            _ = sample.tick() => {}
+    Ok((panes, feeds))
+}
+
+/// The events due by `elapsed`: their backends stopped or started again; each said on a line
+/// when `say` (no screen to show it).
+async fn run_events(
+    events: &mut Vec<Event>,
+    elapsed: Duration,
+    running: &mut [Option<Backend>],
+    plan: &[Spec],
+    geo: &Arc<Geography>,
+    say: bool,
+) -> Result<()> {
+    while events.first().is_some_and(|e| e.at <= elapsed) {
+        let e = events.remove(0);
+        for &i in &e.backends {
+            running[i] = None;
+            if e.start {
+                running[i] = Some(backends::start(&plan[i], geo.clone()).await?);
+            }
         }
-        let elapsed = started.elapsed();
-        // The nodes' plans, for the generators' expected shares and the view.
-        for (pane, (ri, shares, _)) in panes.iter_mut().zip(&feeds) {
-            let status = nodes[*ri].status();
-            let (mode, groups) = view::read_status(&status, &pane.listener, &names[&pane.listener]);
-            shares.store(Arc::new(view::shares(&groups, names[&pane.listener].len())));
-            pane.mode = mode;
-            pane.groups = groups;
-        }
-        while events.first().is_some_and(|e| e.at <= elapsed) {
-            let e = events.remove(0);
-            for &i in &e.backends {
-                running[i] = None;
+        if say {
+            println!(
+                "{:>4}s {} {}: its endpoints {}",
+                elapsed.as_secs(),
+                if e.start { "start" } else { "stop" },
+                e.name,
                 if e.start {
-                    running[i] = Some(backends::start(&plan[i], geo.clone()).await?);
-                }
-            }
-            if !tty && !opts.json {
-                println!(
-                    "{:>4}s {} {}: its endpoints {}",
-                    elapsed.as_secs(),
-                    if e.start { "start" } else { "stop" },
-                    e.name,
-                    if e.start {
-                        "answer again"
-                    } else {
-                        "stop answering"
-                    }
-                );
-            }
-        }
-        if elapsed.as_secs() > second || elapsed >= opts.duration {
-            second = elapsed.as_secs();
-            for (pane, (_, _, tally)) in panes.iter_mut().zip(&feeds) {
-                let t = tally.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                pane.history.push_back(t);
-                while pane.history.len() > view::WINDOW + 1 {
-                    pane.history.pop_front();
-                }
-            }
-            if !opts.json {
-                let next = events.first().map_or_else(String::new, |e| {
-                    format!(
-                        " · next: {} {} at {}",
-                        if e.start { "start" } else { "stop" },
-                        e.name,
-                        config::format_duration(e.at)
-                    )
-                });
-                if tty {
-                    let header = format!(
-                        "gtd demo — {}s of {}{next} · observed over the last {}s · Ctrl-C stops",
-                        second,
-                        config::format_duration(opts.duration),
-                        view::WINDOW
-                    );
-                    print!("{}", view::screen(&panes, &header));
+                    "answer again"
                 } else {
-                    print!("{}", view::lines(&panes, second));
+                    "stop answering"
                 }
-                let _ = std::io::stdout().flush();
-            }
-        }
-        if elapsed >= opts.duration {
-            break;
+            );
         }
     }
-    stop.cancel();
+    Ok(())
+}
+
+/// The view after `second` seconds: the screen on a terminal, else a line per pane.
+fn show(opts: &Options, panes: &[Pane], events: &[Event], second: u64, tty: bool) {
+    let next = events.first().map_or_else(String::new, |e| {
+        format!(
+            " · next: {} {} at {}",
+            if e.start { "start" } else { "stop" },
+            e.name,
+            config::format_duration(e.at)
+        )
+    });
+    if tty {
+        let header = format!(
+            "gtd demo — {}s of {}{next} · observed over the last {}s · Ctrl-C stops",
+            second,
+            config::format_duration(opts.duration),
+            view::WINDOW
+        );
+        print!("{}", view::screen(panes, &header));
+    } else {
+        print!("{}", view::lines(panes, second));
+    }
+    let _ = std::io::stdout().flush();
+}
+
+/// The final report: each pane over the whole run, as a table or JSON.
+fn report(
+    opts: &Options,
+    panes: &mut [Pane],
+    feeds: &[Feed],
+    names: &BTreeMap<String, Vec<String>>,
+    interrupted: bool,
+) -> Result<String> {
     // The whole run, for the final report.
-    for (pane, (_, _, tally)) in panes.iter_mut().zip(&feeds) {
+    for (pane, (_, _, tally)) in panes.iter_mut().zip(feeds) {
         let t = tally.lock().unwrap_or_else(PoisonError::into_inner).clone();
         pane.history.push_back(t.clone());
         pane.history = VecDeque::from([t]);
@@ -428,13 +472,13 @@ async fn drive(
     let mut report = if opts.json {
         format!(
             "{}\n",
-            serde_json::to_string_pretty(&view::json(&panes, group_names))?
+            serde_json::to_string_pretty(&view::json(panes, group_names))?
         )
     } else {
         format!(
             "\n{}observed over the whole run; expected is the node's share at each decision\n\n{}",
             if interrupted { "interrupted · " } else { "" },
-            view::table(&panes, group_names)
+            view::table(panes, group_names)
         )
     };
     if interrupted && opts.json {

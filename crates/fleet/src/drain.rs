@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::outcome::Outcome;
+use super::words::utc;
 use super::{Store, etcd_error, range};
 use crate::etcd::pb::etcdserverpb as rpc;
 use gtd_core::config::{Config, Endpoint};
@@ -325,7 +327,7 @@ pub struct Options {
 /// `gtd drain` or `gtd undrain`: the target checked against the current revision's config,
 /// then its key written or deleted. A target that names nothing is refused (status 1),
 /// nothing written; undraining what is not drained says so and succeeds.
-pub async fn run(opts: &Options) -> Result<super::push::Outcome, super::Error> {
+pub async fn run(opts: &Options) -> Result<Outcome, super::Error> {
     let mut store = Store::connect(&opts.etcd, &opts.prefix).await?;
     let target = &opts.target;
     if !opts.drain {
@@ -333,11 +335,11 @@ pub async fn run(opts: &Options) -> Result<super::push::Outcome, super::Error> {
             Some(d) => format!(
                 "{target}: undrained (drained by {} at {})\n",
                 d.by,
-                super::report::utc(d.at_ms)
+                utc(d.at_ms)
             ),
             None => format!("{target}: was not drained under {}\n", store.prefix()),
         };
-        return Ok(super::push::Outcome {
+        return Ok(Outcome {
             out,
             err: String::new(),
             code: 0,
@@ -373,7 +375,7 @@ pub async fn run(opts: &Options) -> Result<super::push::Outcome, super::Error> {
             message: opts.message.clone(),
         })
         .await?;
-    Ok(super::push::Outcome {
+    Ok(Outcome {
         out: format!(
             "{target}: drained across the fleet by {} (no new traffic; what it has finishes; \
              `gtd undrain {target}` to end it)\n",
@@ -385,8 +387,8 @@ pub async fn run(opts: &Options) -> Result<super::push::Outcome, super::Error> {
 }
 
 /// A refusal: on stderr, nothing written, status 1.
-fn refused(why: String) -> super::push::Outcome {
-    super::push::Outcome {
+fn refused(why: String) -> Outcome {
+    Outcome {
         out: String::new(),
         err: format!("gtd: {why}; nothing was written\n"),
         code: 1,

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::etcd::pb::etcdserverpb as rpc;
-use super::push::Outcome;
+use super::outcome::Outcome;
 use super::registry::Entry;
 use super::{Error, Result, Store, etcd_error, range};
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::push::{text_diff, validated};
-use super::report::utc;
+use super::compare::{text_diff, validated};
+use super::words::utc;
 use super::{Revision, Store};
 use gtd_core::config::Config;
 
@@ -310,7 +310,7 @@ impl History {
             "fleet {} · {} kept revision{}, newest first\n",
             self.prefix,
             self.revisions.len(),
-            super::report::plural(self.revisions.len())
+            super::words::plural(self.revisions.len())
         );
         for r in &self.revisions {
             out.push_str(&format!(

@@ -20,15 +20,18 @@
 
 pub mod access;
 pub mod compact;
+mod compare;
 pub mod drain;
 pub mod etcd;
 pub mod expected;
 pub mod history;
+pub mod outcome;
 mod predict;
 pub mod push;
 pub mod registry;
 pub mod report;
 pub mod stale;
+mod words;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

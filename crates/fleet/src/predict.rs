@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 
 use super::Revision;
+use super::compare::shares;
 use super::drain::{self, Drain};
-use super::push::shares;
 use super::registry::Entry;
 use gtd_core::config::{self, Config};
 use gtd_sim as sim;
@@ -149,7 +149,7 @@ fn request(
     let inputs = format!(
         "measured order from node {}'s entry of {}; health: {health}",
         node.id,
-        super::report::utc(node.updated_at_ms)
+        super::words::utc(node.updated_at_ms)
     );
     (request, inputs)
 }

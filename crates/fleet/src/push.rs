@@ -3,8 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::compare::{text_diff, validated};
+use super::outcome::Outcome;
 use super::{Revision, Store};
-use gtd_core::config::{self, Config};
+use gtd_core::config;
 use gtd_sim as sim;
 
 /// Why `gtd push` could not do what it was asked (a config that fails validation is not an
@@ -81,35 +83,6 @@ pub struct Options {
     pub rollback: Option<Option<u64>>,
     /// What the pusher says of the revision (`-m`), stored with it; empty: nothing.
     pub message: String,
-}
-
-/// What a command prints and its exit status.
-#[derive(Debug)]
-pub struct Outcome {
-    /// For stdout.
-    pub out: String,
-    /// For stderr.
-    pub err: String,
-    /// Exit status.
-    pub code: u8,
-}
-
-impl Outcome {
-    fn ok(out: String) -> Outcome {
-        Outcome {
-            out,
-            err: String::new(),
-            code: 0,
-        }
-    }
-
-    fn refused(err: String) -> Outcome {
-        Outcome {
-            out: String::new(),
-            err,
-            code: 1,
-        }
-    }
 }
 
 /// Runs `gtd push`.
@@ -301,70 +274,4 @@ fn numbers(kept: &[u64]) -> String {
 /// Every error, one per line, and the count: `gtd check`'s words.
 fn refusal(errors: &config::ConfigErrors, file: &Path) -> String {
     format!("{}; nothing was published\n", errors.report(file))
-}
-
-/// A unified diff of two revisions' config and catalogue texts (empty parts left out).
-pub(super) fn text_diff(old: &Revision, new: &Revision, new_name: &str) -> String {
-    let mut out = String::new();
-    let mut part = |a: &str, b: &str, from: String, to: String| {
-        if a == b {
-            return;
-        }
-        let diff = similar::TextDiff::from_lines(a, b);
-        out.push_str(
-            &diff
-                .unified_diff()
-                .context_radius(3)
-                .header(&from, &to)
-                .to_string(),
-        );
-    };
-    part(
-        &old.config,
-        &new.config,
-        format!("revision {} {}", old.revision, old.config_name),
-        new_name.to_owned(),
-    );
-    part(
-        &old.catalog,
-        &new.catalog,
-        format!("revision {} {}", old.revision, old.catalog_name),
-        format!("{new_name} catalogue"),
-    );
-    if out.is_empty() {
-        out.push_str("(no change in the text)\n");
-    }
-    out
-}
-
-/// The shares before and after, as `sim --config NEW --compare OLD` prints them, from the
-/// simulator in this process: `old`'s text validated with `new`'s catalogue, relative paths in
-/// it against the working directory (as a node reads a revision), and nothing written.
-pub(super) fn shares(
-    mut new: Config,
-    new_name: String,
-    old: &Revision,
-    drains: &[super::drain::Drain],
-) -> Result<String, sim::Error> {
-    let file = old.config_file();
-    let mut before = config::parse(&old.config, &file, &new.catalog).map_err(|errors| {
-        sim::Error::Compare(Box::new(sim::Error::Config(errors.report(&file))))
-    })?;
-    super::drain::apply(&mut new, drains);
-    super::drain::apply(&mut before, drains);
-    let mut request = sim::Request::new(sim::Source::Loaded {
-        config: Box::new(new),
-        name: new_name,
-    });
-    request.compare = Some(sim::Source::Loaded {
-        config: Box::new(before),
-        name: file.display().to_string(),
-    });
-    Ok(sim::run(&request, &mut Vec::new())?.text)
-}
-
-/// A kept revision's config validated as a node loads it, for the simulator.
-pub(super) fn validated(r: &Revision) -> Result<Config, sim::Error> {
-    r.validate()
-        .map_err(|errors| sim::Error::Config(errors.report(&r.config_file())))
 }

@@ -3,14 +3,15 @@
 //! marked stale, when etcd has no quorum (a table, or JSON: the document `GET /fleet` serves);
 //! `gtd fleet diff A B`.
 
-use serde_json::{Value, json};
+use serde::Serialize;
 
+use super::compare::{text_diff, validated};
 use super::drain::Drain;
 use super::expected::{Missing, missing};
 use super::predict::predicted;
-use super::push::{text_diff, validated};
-use super::registry::{EndpointErrors, Entry, Toggle, disagreements};
+use super::registry::{Disagreement, EndpointErrors, Entry, Toggle, disagreements};
 use super::stale::Stale;
+use super::words::{plural, utc};
 use super::{Access, Revision, Store};
 
 /// Why `gtd fleet diff` could not compare two revisions.
@@ -59,6 +60,45 @@ pub struct Fleet {
     pub stale: Option<Stale>,
     /// The fleet-wide drains (`gtd drain`), in key order.
     pub drains: Vec<Drain>,
+}
+
+/// The fleet as JSON (`gtd fleet --json`, `GET /fleet`; docs/operations.md), fields in the
+/// order they are written.
+#[derive(Debug, Serialize)]
+pub struct Document<'a> {
+    /// Key prefix.
+    pub prefix: &'a str,
+    /// The current revision (`null` before the first push).
+    pub latest: Option<Latest<'a>>,
+    /// Every node serves the latest revision.
+    pub all_latest: bool,
+    /// Live nodes: their registry entries.
+    pub nodes: &'a [Entry],
+    /// Where the nodes' views of a group's health differ.
+    pub disagreements: Vec<Disagreement>,
+    /// No expected node is missing.
+    pub all_present: bool,
+    /// Expected nodes without an entry now.
+    pub missing: &'a [Missing],
+    /// The answer is one member's own store, not a quorum read.
+    pub stale: bool,
+    /// That member and how far it had come (`null` for a quorum read).
+    pub stale_from: Option<&'a Stale>,
+    /// The fleet-wide drains.
+    pub drains: &'a [Drain],
+}
+
+/// The latest revision in [`Document`]: which, when and by whom.
+#[derive(Debug, Serialize)]
+pub struct Latest<'a> {
+    /// Its number.
+    pub revision: u64,
+    /// When it was pushed, ms since the epoch.
+    pub pushed_at_ms: u64,
+    /// Who pushed it.
+    pub pushed_by: &'a str,
+    /// The revision it republished (`gtd push --rollback`).
+    pub rollback_of: Option<u64>,
 }
 
 impl Fleet {
@@ -112,23 +152,25 @@ impl Fleet {
         self.nodes.iter().all(|n| n.applied == latest)
     }
 
-    /// The JSON document (`gtd fleet --json`, `GET /fleet`).
-    pub fn json(&self) -> Value {
-        json!({
-            "prefix": self.prefix,
-            "latest": self.latest.as_ref().map(|r| json!({
-                "revision": r.revision, "pushed_at_ms": r.pushed_at_ms, "pushed_by": r.pushed_by,
-                "rollback_of": r.rollback_of,
-            })),
-            "all_latest": self.all_latest(),
-            "nodes": self.nodes,
-            "disagreements": disagreements(&self.nodes),
-            "all_present": self.missing.is_empty(),
-            "missing": self.missing,
-            "stale": self.stale.is_some(),
-            "stale_from": self.stale,
-            "drains": self.drains,
-        })
+    /// The JSON document (`gtd fleet --json`, `GET /fleet`): a [`Document`] over this read.
+    pub fn json(&self) -> Document<'_> {
+        Document {
+            prefix: &self.prefix,
+            latest: self.latest.as_ref().map(|r| Latest {
+                revision: r.revision,
+                pushed_at_ms: r.pushed_at_ms,
+                pushed_by: &r.pushed_by,
+                rollback_of: r.rollback_of,
+            }),
+            all_latest: self.all_latest(),
+            nodes: &self.nodes,
+            disagreements: disagreements(&self.nodes),
+            all_present: self.missing.is_empty(),
+            missing: &self.missing,
+            stale: self.stale.is_some(),
+            stale_from: self.stale.as_ref(),
+            drains: &self.drains,
+        }
     }
 
     /// The table an operator reads.
@@ -391,10 +433,6 @@ fn errors_line(errors: &[EndpointErrors]) -> String {
     )
 }
 
-pub(super) fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
 /// A share without trailing zeros: 62.5, 100, 33.33.
 fn trim(x: f64) -> String {
     let s = format!("{x:.2}");
@@ -408,19 +446,6 @@ fn duration(s: u64) -> String {
         3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
-}
-
-/// `2026-12-01 18:40:02 UTC`.
-pub(crate) fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let rem = secs % 86_400;
-    let (year, month, day) = gtd_core::calendar::civil(secs / 86_400);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]
@@ -490,7 +515,10 @@ mod tests {
              \x20 web/shanghai/127.0.0.1:9102: drained on cn-beijing@h:9100\n"
         );
         assert!(f.table().contains("2 fleet-wide drains"));
-        assert_eq!(f.json()["drains"][1]["message"], "disk");
+        assert_eq!(
+            serde_json::to_value(f.json()).unwrap()["drains"][1]["message"],
+            "disk"
+        );
         f.drains.clear();
         f.nodes[0].toggles.clear();
         assert_eq!(f.set_apart(), "");
@@ -530,7 +558,90 @@ mod tests {
             table.contains("endpoints out: web/b/127.0.0.1:9002 (checks)"),
             "{table}"
         );
-        assert_eq!(f.json()["nodes"][0]["unhealthy"][0]["cause"], "checks");
+        let doc = serde_json::to_value(f.json()).unwrap();
+        assert_eq!(doc["nodes"][0]["unhealthy"][0]["cause"], "checks");
+    }
+
+    #[test]
+    fn the_document_is_the_one_written_by_hand_before() {
+        // `gtd fleet --json` and `GET /fleet` were a `json!` value; the typed document writes
+        // the same bytes (fields in the same order, `null` for what is absent).
+        let node = |id: &str, applied: u64| -> Entry {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "region": "cn-beijing", "admin": "127.0.0.1:9100",
+                "bind": "127.0.0.1", "version": "0.1.0", "applied": applied, "source": "etcd",
+                "refused": null, "uptime_s": 1, "updated_at_ms": 0, "listeners": [],
+                "toggles": [{"listener": "web", "group": "shanghai",
+                             "endpoint": "127.0.0.1:9101", "enabled": false}],
+            }))
+            .unwrap()
+        };
+        let latest: Revision = serde_json::from_value(serde_json::json!({
+            "revision": 3, "pushed_at_ms": 1_796_149_202_000_u64, "pushed_by": "ops@vm",
+            "config_name": "config.toml", "config": "", "catalog_name": "catalog.toml",
+            "catalog": "", "rollback_of": 1,
+        }))
+        .unwrap();
+        let fleets = [
+            Fleet {
+                prefix: "/gtd".to_owned(),
+                latest: Some(latest),
+                nodes: vec![node("a", 3), node("b", 2)],
+                missing: vec![Missing {
+                    id: "c".to_owned(),
+                    region: "cn-shanghai".to_owned(),
+                    admin: "127.0.0.1:9101".to_owned(),
+                    registered_at_ms: 5,
+                    since_ms: Some(7),
+                    last_applied: Some(2),
+                    etcd_revision: Some(42),
+                }],
+                stale: Some(Stale {
+                    member: "http://127.0.0.1:2379".to_owned(),
+                    raft_index: 9,
+                    revision: 8,
+                    leader: false,
+                    why: "no leader".to_owned(),
+                }),
+                drains: vec![Drain {
+                    listener: "web".to_owned(),
+                    group: "beijing".to_owned(),
+                    endpoint: None,
+                    by: "ops@vm".to_owned(),
+                    at_ms: 1,
+                    message: Some("disk".to_owned()),
+                }],
+            },
+            Fleet {
+                prefix: "/gtd".to_owned(),
+                latest: None,
+                nodes: Vec::new(),
+                missing: Vec::new(),
+                stale: None,
+                drains: Vec::new(),
+            },
+        ];
+        for f in &fleets {
+            let by_hand = serde_json::json!({
+                "prefix": f.prefix,
+                "latest": f.latest.as_ref().map(|r| serde_json::json!({
+                    "revision": r.revision, "pushed_at_ms": r.pushed_at_ms, "pushed_by": r.pushed_by,
+                    "rollback_of": r.rollback_of,
+                })),
+                "all_latest": f.all_latest(),
+                "nodes": f.nodes,
+                "disagreements": disagreements(&f.nodes),
+                "all_present": f.missing.is_empty(),
+                "missing": f.missing,
+                "stale": f.stale.is_some(),
+                "stale_from": f.stale,
+                "drains": f.drains,
+            });
+            assert_eq!(
+                serde_json::to_string_pretty(&f.json()).unwrap(),
+                serde_json::to_string_pretty(&by_hand).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use gtd_core::config::Config;
 
-use super::engine::{GroupRow, ListenerReport};
+use super::report::{GroupRow, ListenerReport};
 
 /// Demand-weighted load of a group (endpoint `None`) or an endpoint, summed over regions.
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::engine::*;
+use super::node::{SimRequest, node_state};
+use super::report::{Asks, ClientGroup, Route};
 use super::scenario::WhatIf;
 use gtd_core::config::{Affinity, Balance, Config, Listener, PriorityBy};
 use gtd_core::split::rules::{Match, Parts, Rules};

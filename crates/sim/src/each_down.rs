@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 use super::Error;
 use gtd_core::config::Config;
 use gtd_core::split::Mode;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::capacity::{self, Status, Total};
-use super::engine::{self, Asks};
+use super::engine;
+use super::report::Asks;
 use super::scenario::RawWhatIf;
 
 /// Which failures to replay.
@@ -21,6 +22,16 @@ pub enum Failures {
     Groups(usize),
     /// Every group in one endpoint-group region at once, every listener together.
     Region,
+}
+
+/// In JSON as on the command line: the count, or `"region"`.
+impl Serialize for Failures {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Failures::Groups(n) => s.serialize_u64(*n as u64),
+            Failures::Region => s.serialize_str("region"),
+        }
+    }
 }
 
 impl Failures {
@@ -45,17 +56,10 @@ impl Failures {
             Failures::Region => "every endpoint-group region failing at once".to_owned(),
         }
     }
-
-    fn as_json(self) -> Value {
-        match self {
-            Failures::Groups(n) => json!(n),
-            Failures::Region => json!("region"),
-        }
-    }
 }
 
 /// Demand a listener's node in one region could not route (every eligible group down).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct Unserved {
     pub(crate) listener: String,
     pub(crate) region: String,
@@ -405,42 +409,94 @@ fn details(c: &Case) -> Vec<String> {
     out
 }
 
-fn total_json(t: &Total) -> Value {
-    json!({"listener": t.listener, "group": t.group, "endpoint": t.endpoint, "load": t.load,
-           "capacity": t.capacity, "utilisation": t.utilisation(),
-           "status": t.status().map(Status::as_str), "over_by": t.over_by()})
-}
-
-fn case_json(c: &Case) -> Value {
-    let with = |s: Status| -> Vec<Value> {
-        c.totals
-            .iter()
-            .filter(|t| t.status() == Some(s))
-            .map(total_json)
-            .collect()
-    };
-    json!({
-        "down": c.down,
-        "region": c.region,
-        "overflows": c.overflows(),
-        "worst": c.worst().map(total_json),
-        "over": with(Status::Over),
-        "above_headroom": with(Status::AboveHeadroom),
-        "unserved": c.unserved.iter().map(|u| json!({"listener": u.listener, "region": u.region, "demand": u.demand})).collect::<Vec<_>>(),
-        "totals": c.totals.iter().map(total_json).collect::<Vec<_>>(),
-    })
-}
-
 /// `{"each_down": {failures, baseline, cases: [...]}}`, cases worst first.
 pub(crate) fn json(r: &Report) -> String {
-    let doc = json!({"each_down": {
-        "failures": r.failures.as_json(),
-        "baseline": case_json(&r.baseline),
-        "cases": r.cases.iter().map(case_json).collect::<Vec<_>>(),
-    }});
+    let doc = Document {
+        each_down: EachDown {
+            failures: r.failures,
+            baseline: CaseJson::of(&r.baseline),
+            cases: r.cases.iter().map(CaseJson::of).collect(),
+        },
+    };
     let mut s = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
     s.push('\n');
     s
+}
+
+/// The `--each-down` JSON document.
+#[derive(Serialize)]
+struct Document<'a> {
+    each_down: EachDown<'a>,
+}
+
+#[derive(Serialize)]
+struct EachDown<'a> {
+    failures: Failures,
+    baseline: CaseJson<'a>,
+    cases: Vec<CaseJson<'a>>,
+}
+
+/// One case: what failed, whether anything overflows, and every load against its capacity.
+#[derive(Serialize)]
+struct CaseJson<'a> {
+    down: &'a [String],
+    region: Option<&'a str>,
+    overflows: bool,
+    worst: Option<TotalJson<'a>>,
+    over: Vec<TotalJson<'a>>,
+    above_headroom: Vec<TotalJson<'a>>,
+    unserved: &'a [Unserved],
+    totals: Vec<TotalJson<'a>>,
+}
+
+impl<'a> CaseJson<'a> {
+    fn of(c: &'a Case) -> CaseJson<'a> {
+        let with = |s: Status| -> Vec<TotalJson<'a>> {
+            c.totals
+                .iter()
+                .filter(|t| t.status() == Some(s))
+                .map(TotalJson::of)
+                .collect()
+        };
+        CaseJson {
+            down: &c.down,
+            region: c.region.as_deref(),
+            overflows: c.overflows(),
+            worst: c.worst().map(TotalJson::of),
+            over: with(Status::Over),
+            above_headroom: with(Status::AboveHeadroom),
+            unserved: &c.unserved,
+            totals: c.totals.iter().map(TotalJson::of).collect(),
+        }
+    }
+}
+
+/// A group's or endpoint's load against its capacity, and by how much it is over.
+#[derive(Serialize)]
+struct TotalJson<'a> {
+    listener: &'a str,
+    group: &'a str,
+    endpoint: Option<&'a str>,
+    load: Option<f64>,
+    capacity: Option<f64>,
+    utilisation: Option<f64>,
+    status: Option<&'static str>,
+    over_by: Option<f64>,
+}
+
+impl<'a> TotalJson<'a> {
+    fn of(t: &'a Total) -> TotalJson<'a> {
+        TotalJson {
+            listener: &t.listener,
+            group: &t.group,
+            endpoint: t.endpoint.as_deref(),
+            load: t.load,
+            capacity: t.capacity,
+            utilisation: t.utilisation(),
+            status: t.status().map(Status::as_str),
+            over_by: t.over_by(),
+        }
+    }
 }
 
 /// One row per case and group or endpoint with a known utilisation, and per region with no

@@ -8,8 +8,9 @@
 //! `gtd push --dry-run` and `gtd fleet diff` all call it.
 //!
 //! - `scenario`: what-ifs from a scenario file and flags, resolved against the config;
+//! - `node`: the ranking, balancers and plan a fresh node of one region would run;
 //! - `engine`: one report per listener and node region (shares, endpoints, `--verify`'s
-//!   observed shares, `--compare`'s before);
+//!   observed shares, `--compare`'s before), as the data `report` defines;
 //! - `client`: `--client`'s route and explanation from each region;
 //! - `capacity`: demand against `capacity` per group and endpoint;
 //! - `each_down`: the N+1 check (`--each-down`);
@@ -19,7 +20,9 @@ mod capacity;
 mod client;
 mod each_down;
 mod engine;
+mod node;
 mod render;
+mod report;
 mod scenario;
 mod svg;
 
@@ -30,8 +33,8 @@ use std::path::PathBuf;
 pub use each_down::Failures;
 pub use scenario::{parse_assignment, parse_checks};
 
-use engine::Asks;
 use gtd_core::config::Config;
+use report::Asks;
 use scenario::RawWhatIf;
 
 /// Why the simulator could not answer (each message is what `sim` prints after `sim: `).

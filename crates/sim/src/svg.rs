@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 
 use gtd_core::split::Mode;
 
-use super::engine::{ListenerReport, RegionReport};
 use super::render::Output;
+use super::report::{ListenerReport, RegionReport};
 
 /// Width of a full (100 %) bar, px.
 const BAR_W: f64 = 520.0;
@@ -33,6 +33,13 @@ const COLOURS: [&str; 8] = [
     "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000",
 ];
 
+/// The picture being drawn: its elements, the fill patterns they use, and the height so far.
+struct Canvas {
+    body: String,
+    patterns: String,
+    y: f64,
+}
+
 /// The picture of `o`, drawn from `config`; `before` is `--compare`'s old config (its path as
 /// given) and its reports.
 pub(crate) fn svg(
@@ -43,9 +50,11 @@ pub(crate) fn svg(
     let (old_config, before) = before.unzip();
     let columns = if before.is_some() { 2.0 } else { 1.0 };
     let width = MARGIN * 2.0 + COL_W * columns;
-    let mut body = String::new();
-    let mut y = MARGIN;
-    let mut patterns = String::new();
+    let mut canvas = Canvas {
+        body: String::new(),
+        patterns: String::new(),
+        y: MARGIN,
+    };
     let verify = o
         .reports
         .iter()
@@ -55,137 +64,168 @@ pub(crate) fn svg(
             .iter()
             .any(|r| r.groups.iter().any(|g| g.graded.is_some()))
     });
-
+    // Under --compare, the heads of the two columns: the old config and the new.
+    let heads = before.map(|_| (old_config.unwrap_or_default(), config));
     for (li, l) in o.reports.iter().enumerate() {
         let old = before.and_then(|b| b.iter().find(|x| x.name == l.name));
         let names = group_names(l, old);
-        for (gi, _) in names.iter().enumerate() {
-            let c = colour(gi);
+        group_patterns(&mut canvas.patterns, li, names.len(), graded);
+        draw_listener(&mut canvas, li, l, old, &names, heads, verify);
+    }
+    draw_key(&mut canvas, graded, verify);
+    document(width, &canvas)
+}
+
+/// The fill patterns of listener `li`'s groups: the leftover's hatching and (graceful) the
+/// spill's dots, in each group's colour.
+fn group_patterns(patterns: &mut String, li: usize, groups: usize, graded: bool) {
+    for gi in 0..groups {
+        let c = colour(gi);
+        let _ = write!(
+            patterns,
+            r#"<pattern id="leftover-{li}-{gi}" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="6" height="6" fill="{c}" fill-opacity="0.3"/><rect width="3" height="6" fill="{c}"/></pattern>"#
+        );
+        if graded {
             let _ = write!(
                 patterns,
-                r#"<pattern id="leftover-{li}-{gi}" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="6" height="6" fill="{c}" fill-opacity="0.3"/><rect width="3" height="6" fill="{c}"/></pattern>"#
+                r#"<pattern id="spill-{li}-{gi}" patternUnits="userSpaceOnUse" width="5" height="5"><rect width="5" height="5" fill="{c}" fill-opacity="0.3"/><circle cx="2.5" cy="2.5" r="1.4" fill="{c}"/></pattern>"#
             );
-            if graded {
-                let _ = write!(
-                    patterns,
-                    r#"<pattern id="spill-{li}-{gi}" patternUnits="userSpaceOnUse" width="5" height="5"><rect width="5" height="5" fill="{c}" fill-opacity="0.3"/><circle cx="2.5" cy="2.5" r="1.4" fill="{c}"/></pattern>"#
-                );
-            }
         }
-        y += 18.0;
-        let _ = writeln!(
-            body,
-            r#"<text x="{MARGIN}" y="{y}" class="title">listener {} — {} :{} · failover {} · fail_open {} · affinity {}</text>"#,
-            esc(&l.name),
-            l.protocol,
-            l.port,
-            l.failover,
-            if l.fail_open { "on" } else { "off" },
-            l.affinity
-        );
-        y += 8.0;
-        if before.is_some() {
-            y += LINE_H;
-            let heads = [
-                (0.0, format!("before: {}", old_config.unwrap_or_default())),
-                (1.0, format!("after: {config}")),
-            ];
-            for (col, head) in heads {
-                let x = MARGIN + col * COL_W + LABEL_W;
-                let _ = writeln!(
-                    body,
-                    r#"<text x="{x}" y="{y}" class="head">{}</text>"#,
-                    esc(&head)
-                );
-            }
-        }
-        for r in &l.regions {
-            y += 10.0;
-            let mut lines = 0;
-            let mut columns: Vec<(f64, &'static str, Option<&RegionReport>)> = Vec::new();
-            if let Some(old) = old {
-                columns.push((
-                    MARGIN,
-                    "before",
-                    old.regions.iter().find(|x| x.region == r.region),
-                ));
-                columns.push((MARGIN + COL_W, "after", Some(r)));
-            } else {
-                columns.push((MARGIN, "after", Some(r)));
-            }
-            for (x, view, region) in columns {
-                let n = match region {
-                    Some(region) => {
-                        draw_region(&mut body, x, y, li, l, region, &names, view, verify)
-                    }
-                    None => {
-                        let _ = writeln!(
-                            body,
-                            r#"<text x="{}" y="{}" class="note">{} does not serve {} in OLD</text>"#,
-                            x + LABEL_W,
-                            y + BAR_H * 0.7,
-                            esc(&r.region),
-                            esc(&l.name)
-                        );
-                        1
-                    }
-                };
-                lines = lines.max(n);
-            }
-            y += BAR_H + if verify { OBSERVED_H + 2.0 } else { 0.0 };
-            y += LINE_H * lines as f64 + 4.0;
-        }
-        y += 12.0;
     }
+}
 
-    // The key.
-    y += 4.0;
+/// One listener: its title, the columns' heads under --compare, and each region's bars
+/// (before and after when `old` is the listener under the old config).
+fn draw_listener(
+    canvas: &mut Canvas,
+    li: usize,
+    l: &ListenerReport,
+    old: Option<&ListenerReport>,
+    names: &[String],
+    heads: Option<(&str, &str)>,
+    verify: bool,
+) {
+    let body = &mut canvas.body;
+    let mut y = canvas.y;
+    y += 18.0;
+    let _ = writeln!(
+        body,
+        r#"<text x="{MARGIN}" y="{y}" class="title">listener {} — {} :{} · failover {} · fail_open {} · affinity {}</text>"#,
+        esc(&l.name),
+        l.protocol,
+        l.port,
+        l.failover,
+        if l.fail_open { "on" } else { "off" },
+        l.affinity
+    );
+    y += 8.0;
+    if let Some((old_config, config)) = heads {
+        y += LINE_H;
+        let heads = [
+            (0.0, format!("before: {old_config}")),
+            (1.0, format!("after: {config}")),
+        ];
+        for (col, head) in heads {
+            let x = MARGIN + col * COL_W + LABEL_W;
+            let _ = writeln!(
+                body,
+                r#"<text x="{x}" y="{y}" class="head">{}</text>"#,
+                esc(&head)
+            );
+        }
+    }
+    for r in &l.regions {
+        y += 10.0;
+        let mut lines = 0;
+        let mut columns: Vec<(f64, &'static str, Option<&RegionReport>)> = Vec::new();
+        if let Some(old) = old {
+            columns.push((
+                MARGIN,
+                "before",
+                old.regions.iter().find(|x| x.region == r.region),
+            ));
+            columns.push((MARGIN + COL_W, "after", Some(r)));
+        } else {
+            columns.push((MARGIN, "after", Some(r)));
+        }
+        for (x, view, region) in columns {
+            let n = match region {
+                Some(region) => draw_region(body, x, y, li, l, region, names, view, verify),
+                None => {
+                    let _ = writeln!(
+                        body,
+                        r#"<text x="{}" y="{}" class="note">{} does not serve {} in OLD</text>"#,
+                        x + LABEL_W,
+                        y + BAR_H * 0.7,
+                        esc(&r.region),
+                        esc(&l.name)
+                    );
+                    1
+                }
+            };
+            lines = lines.max(n);
+        }
+        y += BAR_H + if verify { OBSERVED_H + 2.0 } else { 0.0 };
+        y += LINE_H * lines as f64 + 4.0;
+    }
+    y += 12.0;
+    canvas.y = y;
+}
+
+/// The key under the bars: what solid, hatched, dotted and thin bars stand for.
+fn draw_key(canvas: &mut Canvas, graded: bool, verify: bool) {
+    let Canvas { body, patterns, y } = canvas;
+    *y += 4.0;
     let k = MARGIN;
     let _ = writeln!(
         body,
         r##"<rect x="{k}" y="{}" width="14" height="10" fill="#555"/><text x="{}" y="{}" class="note">first pass (each group's ratio of what the groups above it left)</text>"##,
         y,
         k + 20.0,
-        y + 9.0
+        *y + 9.0
     );
-    y += LINE_H;
+    *y += LINE_H;
     let _ = writeln!(
         body,
         r##"<rect x="{k}" y="{}" width="14" height="10" fill="url(#leftover-key)"/><text x="{}" y="{}" class="note">leftover (what the cascade left, split equally among the eligible groups)</text>"##,
         y,
         k + 20.0,
-        y + 9.0
+        *y + 9.0
     );
     patterns.push_str(r##"<pattern id="leftover-key" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="6" height="6" fill="#555" fill-opacity="0.3"/><rect width="3" height="6" fill="#555"/></pattern>"##);
     if graded {
-        y += LINE_H;
+        *y += LINE_H;
         let _ = writeln!(
             body,
             r##"<rect x="{k}" y="{}" width="14" height="10" fill="url(#spill-key)"/><text x="{}" y="{}" class="note">spill (failover = "graceful": what the groups above did not keep; every part × the group's keep, §3.3)</text>"##,
             y,
             k + 20.0,
-            y + 9.0
+            *y + 9.0
         );
         patterns.push_str(r##"<pattern id="spill-key" patternUnits="userSpaceOnUse" width="5" height="5"><rect width="5" height="5" fill="#555" fill-opacity="0.3"/><circle cx="2.5" cy="2.5" r="1.4" fill="#555"/></pattern>"##);
     }
     if verify {
-        y += LINE_H;
+        *y += LINE_H;
         let _ = writeln!(
             body,
             r##"<rect x="{k}" y="{}" width="14" height="5" fill="#555"/><text x="{}" y="{}" class="note">observed (--verify: decisions through the real selectors)</text>"##,
-            y + 3.0,
+            *y + 3.0,
             k + 20.0,
-            y + 9.0
+            *y + 9.0
         );
     }
-    y += LINE_H;
+    *y += LINE_H;
     let _ = writeln!(
         body,
         r#"<text x="{k}" y="{}" class="note">percent of the traffic entering each node (docs/design.md §3.2)</text>"#,
-        y + 9.0
+        *y + 9.0
     );
-    y += LINE_H + MARGIN;
+    *y += LINE_H + MARGIN;
+}
 
+/// The SVG document around what `canvas` holds.
+fn document(width: f64, canvas: &Canvas) -> String {
+    let Canvas { body, patterns, y } = canvas;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -197,7 +237,7 @@ pub(crate) fn svg(
         out,
         r##"<rect width="{width}" height="{y}" fill="#ffffff"/>"##
     );
-    out.push_str(&body);
+    out.push_str(body);
     out.push_str("</svg>\n");
     out
 }

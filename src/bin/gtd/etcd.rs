@@ -9,16 +9,23 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-/// `--etcd`, its credentials and `--prefix` (`gtd push`, `gtd fleet`).
+/// The environment variable the fleet commands read their etcd endpoints from when no
+/// `--etcd` gives them (as etcdctl reads `ETCDCTL_ENDPOINTS`).
+pub(crate) const ENDPOINTS_ENV: &str = "GTD_ETCD";
+
+/// `--etcd`, its credentials and `--prefix` (`gtd push`, `gtd fleet`, `gtd drain`): global, so
+/// that they are taken after a subcommand too (`gtd fleet history --etcd URL`); the endpoints
+/// from [`ENDPOINTS_ENV`] when no `--etcd` is given.
 #[derive(clap::Args)]
 pub(crate) struct Etcd {
     /// etcd endpoints: host:port, http://host:port or https://host:port, comma separated.
-    #[arg(long, value_name = "URL,...", value_parser = endpoints, required = true)]
+    // Not `required`: clap refuses a global argument that is (checked in `checked`).
+    #[arg(long, value_name = "URL,...", value_parser = endpoints, env = ENDPOINTS_ENV, global = true)]
     etcd: Vec<Endpoints>,
     #[command(flatten)]
     credentials: Credentials,
     /// The key prefix the fleet lives under.
-    #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX, value_parser = prefix)]
+    #[arg(long, default_value = gtd::fleet::DEFAULT_PREFIX, value_parser = prefix, global = true)]
     prefix: String,
 }
 
@@ -26,6 +33,12 @@ impl Etcd {
     /// The prefix and the access, with every credentials file read now (`gtd push`, `gtd
     /// fleet`: a mistake is reported before anything connects).
     pub(crate) fn checked(self) -> anyhow::Result<(String, gtd::fleet::Access)> {
+        if self.etcd.is_empty() {
+            anyhow::bail!(
+                "no etcd endpoints: give --etcd URL,... or set {ENDPOINTS_ENV} (host:port, \
+                 http://host:port or https://host:port, comma separated)"
+            );
+        }
         let access = self.credentials.access(&urls(self.etcd))?;
         access.check_files()?;
         Ok((self.prefix, access))
@@ -66,25 +79,26 @@ fn lease_ttl(s: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
-/// How to show etcd who is asking: TLS (with a client certificate) and a user.
+/// How to show etcd who is asking: TLS (with a client certificate) and a user. Global, as
+/// [`Etcd`]'s options (`gtd run` has no subcommand, so it makes no difference there).
 #[derive(clap::Args)]
 pub(crate) struct Credentials {
     /// TLS to etcd: the CA certificates (PEM) its certificate is checked against.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     etcd_cacert: Option<PathBuf>,
     /// A client certificate (PEM chain) to show etcd (its --client-cert-auth); with
     /// --etcd-key.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     etcd_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     etcd_key: Option<PathBuf>,
     /// An etcd user (a cluster with `etcdctl auth enable`); its password from
     /// --etcd-password-file or the GTD_ETCD_PASSWORD environment variable.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", global = true)]
     etcd_user: Option<String>,
     /// A file whose first line is --etcd-user's password.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     etcd_password_file: Option<PathBuf>,
 }
 
@@ -186,7 +200,7 @@ impl NodeFleet {
 pub(crate) fn command<F, Fut, E>(work: F) -> anyhow::Result<ExitCode>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<gtd::fleet::push::Outcome, E>>,
+    Fut: std::future::Future<Output = Result<gtd::fleet::outcome::Outcome, E>>,
     E: AsRef<dyn std::error::Error + Send + Sync + 'static>,
 {
     // Warnings (users off on the cluster) to stderr, as one line each.

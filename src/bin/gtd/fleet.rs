@@ -14,8 +14,8 @@ const MISSING: u8 = 3;
 pub(crate) struct Fleet {
     #[command(flatten)]
     etcd: Etcd,
-    /// Print JSON (the document `GET /fleet` serves).
-    #[arg(long)]
+    /// Print JSON: the document `GET /fleet` serves, or (`history`) the kept revisions.
+    #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
     what: Option<FleetCommand>,
@@ -32,9 +32,6 @@ enum FleetCommand {
     },
     /// The kept revisions, newest first: when, who pushed, the message, what changed.
     History {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         /// The newest N revisions only.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
@@ -52,7 +49,7 @@ impl Fleet {
         let (prefix, access) = self.etcd.checked()?;
         let (json, what) = (self.json, self.what);
         crate::etcd::command(|| async {
-            let outcome = |out: String, code: u8| gtd::fleet::push::Outcome {
+            let outcome = |out: String, code: u8| gtd::fleet::outcome::Outcome {
                 out,
                 err: String::new(),
                 code,
@@ -65,11 +62,11 @@ impl Fleet {
                         .map_err(|e| e.into_store())?;
                     outcome(out, 0)
                 }
-                Some(FleetCommand::History { json: j, limit }) => {
+                Some(FleetCommand::History { limit }) => {
                     let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
                     let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
                     let h = gtd::fleet::history::read(&mut store, limit).await?;
-                    if *j || json {
+                    if json {
                         outcome(format!("{:#}\n", serde_json::to_value(&h)?), 0)
                     } else {
                         outcome(h.table(), 0)
@@ -83,7 +80,10 @@ impl Fleet {
                     let f = gtd::fleet::report::Fleet::read_or_stale(&access, &prefix).await?;
                     let code = if f.missing.is_empty() { 0 } else { MISSING };
                     if json {
-                        outcome(format!("{:#}\n", f.json()), code)
+                        outcome(
+                            format!("{}\n", serde_json::to_string_pretty(&f.json())?),
+                            code,
+                        )
                     } else {
                         outcome(f.table(), code)
                     }

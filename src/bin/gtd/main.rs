@@ -11,6 +11,8 @@
 //!   (docs/operations.md).
 //! - `gtd explain LISTENER CLIENT [--host H] [--path P] [--admin ADDR] [--json]` asks a
 //!   running node why that client goes where it goes (docs/explain.md).
+//! - `gtd completions SHELL` and `gtd man [--dir DIR]` print the shell completions and the
+//!   manual pages, written from the same clap definitions.
 //!
 //! # Layout
 //!
@@ -21,18 +23,20 @@
 //! that the library holds no code only the binary uses.
 
 mod check;
+mod completions;
 mod demo;
 mod drain;
 mod etcd;
 mod explain;
 mod fleet;
 mod logs;
+mod man;
 mod push;
 mod run;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// gtd — a global traffic director.
 #[derive(Parser)]
@@ -64,6 +68,16 @@ enum Command {
     Check(check::Check),
     /// Ask a running node why a client's connection or request goes where it goes.
     Explain(explain::Explain),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Completions),
+    /// Print the manual page (roff), or write every command's page into a directory.
+    Man(man::Man),
+}
+
+/// The command line's definition: what parses it, and what completions and manual pages are
+/// written from.
+fn command() -> clap::Command {
+    Cli::command()
 }
 
 fn main() -> ExitCode {
@@ -76,6 +90,8 @@ fn main() -> ExitCode {
         Command::Demo(c) => c.apply(),
         Command::Check(c) => c.apply(),
         Command::Explain(c) => c.apply(),
+        Command::Completions(c) => c.apply(),
+        Command::Man(c) => c.apply(),
     };
     // A refusal of gtd's own (`--etcd https://...` without `--etcd-cacert`) in one line, as
     // clap prints its own, rather than anyhow's debug form with a backtrace.

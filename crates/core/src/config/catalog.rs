@@ -20,7 +20,23 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
     let root = Table::root(&doc);
     root.check_keys(&mut ctx, &["region", "route_factor", "rtt"]);
 
-    let route_factor = match root.number(&mut ctx, "route_factor") {
+    let route_factor = route_factor(&mut ctx, &root);
+    let (regions, first_at) = regions(&mut ctx, &root);
+    let rtt = rtt(&mut ctx, &root, &first_at);
+
+    if ctx.has_errors() {
+        return Err(ConfigErrors(ctx.into_errors()));
+    }
+    Ok(Catalog {
+        regions,
+        route_factor,
+        rtt,
+    })
+}
+
+/// `route_factor`: a number above 0.
+fn route_factor(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> f64 {
+    match root.number(ctx, "route_factor") {
         Some(n) if n.v.0.is_finite() && n.v.0 > 0.0 => n.v.0,
         Some(n) => {
             ctx.error(
@@ -31,11 +47,15 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
             DEFAULT_ROUTE_FACTOR
         }
         None => DEFAULT_ROUTE_FACTOR,
-    };
+    }
+}
 
+/// The `[[region]]` tables: the regions complete enough to use, and where each id (valid,
+/// once) is first written, for the `[rtt]` keys and the duplicates.
+fn regions(ctx: &mut Ctx<'_>, root: &Table<'_, '_>) -> (Vec<Region>, HashMap<String, usize>) {
     let mut regions: Vec<Region> = Vec::new();
     let mut first_at: HashMap<String, usize> = HashMap::new();
-    let tables = root.tables(&mut ctx, "region");
+    let tables = root.tables(ctx, "region");
     if tables.is_empty() && !ctx.has_errors() {
         ctx.error(
             0,
@@ -53,11 +73,11 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
             Some(id) => format!("region {}", quote(id)),
             None => format!("region {}", i + 1),
         };
-        let Some(t) = Table::of(&mut ctx, v, "region", "", path) else {
+        let Some(t) = Table::of(ctx, v, "region", "", path) else {
             continue;
         };
-        t.check_keys(&mut ctx, &["id", "name", "lat", "lon"]);
-        let id = t.req_str(&mut ctx, "id").filter(|id| {
+        t.check_keys(ctx, &["id", "name", "lat", "lon"]);
+        let id = t.req_str(ctx, "id").filter(|id| {
             let ok = is_name(id.v);
             if !ok {
                 let msg = format!(
@@ -69,14 +89,14 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
             ok
         });
         if !t.has("name") {
-            t.missing(&mut ctx, "name");
+            t.missing(ctx, "name");
         }
-        let human = t.nonempty_str(&mut ctx, "name");
-        let lat = degrees(&mut ctx, &t, "lat", 90.0);
-        let lon = degrees(&mut ctx, &t, "lon", 180.0);
+        let human = t.nonempty_str(ctx, "name");
+        let lat = degrees(ctx, &t, "lat", 90.0);
+        let lon = degrees(ctx, &t, "lon", 180.0);
         let Some(id) = id else { continue };
         if let Some(first) = first_at.get(id.v) {
-            let line = position(text, *first).0;
+            let line = position(ctx.text(), *first).0;
             ctx.error(
                 id.at,
                 &t.path,
@@ -98,8 +118,17 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
         }
     }
 
+    (regions, first_at)
+}
+
+/// The `[rtt]` table: measured round trips by pair of known regions, one entry per pair.
+fn rtt(
+    ctx: &mut Ctx<'_>,
+    root: &Table<'_, '_>,
+    first_at: &HashMap<String, usize>,
+) -> HashMap<(String, String), f64> {
     let mut rtt = HashMap::new();
-    if let Some(t) = root.table(&mut ctx, "rtt", "rtt".to_owned()) {
+    if let Some(t) = root.table(ctx, "rtt", "rtt".to_owned()) {
         // Pair → the key that first gave it, to catch "b/a" after "a/b".
         let mut given: HashMap<(String, String), String> = HashMap::new();
         // In file order, so a repeated pair is reported at the later key.
@@ -132,7 +161,7 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
                 );
                 continue;
             }
-            let Some(ms) = t.number(&mut ctx, key.v) else {
+            let Some(ms) = t.number(ctx, key.v) else {
                 continue;
             };
             let (x, written) = ms.v;
@@ -161,14 +190,7 @@ pub(crate) fn parse(text: &str, file: &Path) -> Result<Catalog, ConfigErrors> {
         }
     }
 
-    if ctx.has_errors() {
-        return Err(ConfigErrors(ctx.into_errors()));
-    }
-    Ok(Catalog {
-        regions,
-        route_factor,
-        rtt,
-    })
+    rtt
 }
 
 /// `lat` / `lon`: a required number in `-limit..=limit`.

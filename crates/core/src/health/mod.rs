@@ -24,7 +24,7 @@ use std::time::Duration;
 /// and every restart spreads them the same way.
 pub fn spread(listener: &str, group: &str, address: &str, interval: Duration) -> Duration {
     let key = format!("{listener}\0{group}\0{address}");
-    let h = crate::split::rendezvous::mix(crate::split::rendezvous::fnv1a(key.as_bytes()));
+    let h = crate::hash::mix(crate::hash::fnv1a(key.as_bytes()));
     let nanos = u64::try_from(interval.as_nanos())
         .unwrap_or(u64::MAX)
         .max(1);

@@ -23,7 +23,7 @@
 //! digit for digit. Shares are monotone in health: raising `f_i` never lowers group i's share and
 //! never raises another's. Computed once per plan, never per decision.
 
-use super::cascade::{GroupFacts, Share};
+use super::share::{GroupFacts, Share};
 
 /// The part of what reaches a healthy group that it keeps: `min(1, overprovisioning ×
 /// fraction)`.

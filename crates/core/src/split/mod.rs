@@ -3,7 +3,9 @@
 //! - [`priority`]: the order a node ranks a listener's groups in (static, measured, catalogue;
 //!   hysteresis for measured RTTs);
 //! - [`ranker`]: a node's live ranking, fed measured RTTs through that hysteresis;
-//! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share;
+//! - [`cascade`]: the ratio cascade with failover and fail-open → each group's share
+//!   ([`share`]: the facts it reads and the share it writes per group; [`graceful`]: the
+//!   grading of partly healthy groups on top of it);
 //! - [`rotation`] and [`rendezvous`]: the per-decision group choice over those shares;
 //! - [`rules`]: the custom forwarding rules of HTTP listeners — which route (and so which
 //!   groups) a request takes;
@@ -19,14 +21,16 @@ pub mod ranker;
 pub mod rendezvous;
 pub mod rotation;
 pub mod rules;
+pub mod share;
 
 use std::net::IpAddr;
 
-pub use cascade::{GroupFacts, Mode, Policy, Share, split, split_into};
+pub use cascade::{Mode, Policy, split, split_into};
 pub use plan::{ListenerPlan, StickyTable};
 pub use priority::{Hysteresis, RttSource};
 pub use ranker::Ranker;
 pub use rotation::Rotation;
+pub use share::{GroupFacts, Share};
 
 use crate::balance::Admit;
 use crate::config::{Affinity, Listener};

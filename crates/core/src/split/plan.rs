@@ -17,7 +17,6 @@ use std::time::Instant;
 use crate::balance::GroupBalancer;
 use crate::config::{Affinity, FailoverMode, Listener};
 
-use super::rendezvous;
 use super::{GroupFacts, Plan, Ranking};
 
 /// Each group's facts (config order): its ratio (`ratio(i)`, the config's or a what-if's),
@@ -143,7 +142,7 @@ pub fn sticky_value(listener: &str, group: &str, address: &str) -> String {
     bytes.extend_from_slice(group.as_bytes());
     bytes.push(0);
     bytes.extend_from_slice(address.as_bytes());
-    format!("{:016x}", rendezvous::mix(rendezvous::fnv1a(&bytes)))
+    format!("{:016x}", crate::hash::mix(crate::hash::fnv1a(&bytes)))
 }
 
 impl StickyTable {

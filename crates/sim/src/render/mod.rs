@@ -9,7 +9,7 @@ pub(crate) use json::json;
 pub(crate) use table::table;
 
 use crate::capacity::Total;
-use crate::engine::ListenerReport;
+use crate::report::ListenerReport;
 
 /// Everything one run prints.
 pub(crate) struct Output<'a> {

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use gtd_core::split::rules::Match;
 use gtd_core::split::{Mode, RttSource};
 
-use crate::capacity;
-use crate::engine::{ClientGroup, GroupRow, RegionReport, Route};
+use crate::capacity::{self, Total};
+use crate::report::{ClientGroup, EndpointRow, GroupRow, ListenerReport, RegionReport, Route};
 
 use super::Output;
 
@@ -113,7 +113,7 @@ fn mode_line(r: &RegionReport, failover: &str) -> String {
     }
 }
 
-/// The human table.
+/// The human table: each listener on each node, then the demand tables and the footnotes.
 pub(crate) fn table(o: &Output<'_>) -> String {
     let mut out = String::new();
     let verify = o
@@ -124,227 +124,263 @@ pub(crate) fn table(o: &Output<'_>) -> String {
         if li > 0 {
             out.push('\n');
         }
-        let _ = writeln!(
-            out,
-            "listener {} — {} :{} · failover {} · fail_open {} · affinity {}",
-            l.name,
-            l.protocol,
-            l.port,
-            l.failover,
-            if l.fail_open { "on" } else { "off" },
-            l.affinity
-        );
-        if l.priority_by == "client-location" {
-            let _ = writeln!(
-                out,
-                "  priority_by client-location: a located client's groups go by its distance to \
-                 them (see --client); the tables below are the node's ranking, for the others"
-            );
-        }
+        listener_heading(&mut out, l);
         for r in &l.regions {
-            let _ = writeln!(out, "\n  node {} · {}", r.region, mode_line(r, l.failover));
-            let graded = l.failover == "graceful";
-            let mut header = vec![
-                ("#", Align::Right),
-                ("group", Align::Left),
-                ("region", Align::Left),
-                ("rtt ms", Align::Right),
-                ("ratio", Align::Right),
-                ("health", Align::Left),
-                ("first pass", Align::Right),
-                ("", Align::Left),
-                ("leftover", Align::Right),
-                ("", Align::Left),
-                ("share %", Align::Right),
-            ];
-            if graded {
-                header.splice(6..6, [("usable", Align::Right)]);
-                header.splice(
-                    11..11,
-                    [
-                        ("spill", Align::Right),
-                        ("", Align::Left),
-                        ("keeps", Align::Right),
-                        ("", Align::Left),
-                    ],
-                );
-            }
-            if verify {
-                header.push(("observed", Align::Right));
-            }
-            if o.compare {
-                header.push(("before", Align::Right));
-                header.push(("delta", Align::Right));
-            }
-            header.push(("method", Align::Left));
-            let mut t = Table::new(&header);
-            for g in &r.groups {
-                t.push(group_cells(g, verify, o.compare));
-                for e in &g.endpoints {
-                    let blank = if graded { 5 } else { 0 };
-                    let mut row = vec![
-                        String::new(),
-                        format!("  {}", e.address),
-                        format!("w{} {}", e.weight, e.state),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                    ];
-                    row.extend(std::iter::repeat_n(String::new(), blank));
-                    row.push(e.share.map_or_else(|| "load-dependent".to_owned(), pct));
-                    if verify {
-                        row.push(e.observed.map(pct).unwrap_or_default());
-                    }
-                    if o.compare {
-                        row.push(String::new());
-                        row.push(String::new());
-                    }
-                    row.push(String::new());
-                    t.push(row);
-                }
-            }
-            t.render("  ", &mut out);
-            if graded {
-                let _ = writeln!(
-                    out,
-                    "  graceful: share = (first pass + leftover + spill) × keeps, keeps = min(1, {} × usable); \
-                     what passes the last group is shared back in proportion (docs/design.md §3.3)",
-                    capacity::number(l.overprovisioning)
-                );
-            }
-            if let Some((n, max)) = r.verify {
-                let _ = writeln!(
-                    out,
-                    "  verify: {n} decisions through the real selectors; largest deviation {max:.2} points"
-                );
-            }
-            if !r.routes.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "\n  forwarding rules · each runs the cascade over its own groups"
-                );
-                let mut t = Table::new(&[
-                    ("rule", Align::Right),
-                    ("matches", Align::Left),
-                    ("mode", Align::Left),
-                    ("group", Align::Left),
-                    ("share %", Align::Right),
-                ]);
-                for route in &r.routes {
-                    for (i, (group, share)) in route.groups.iter().enumerate() {
-                        let first = i == 0;
-                        t.push(vec![
-                            if first {
-                                route.index.to_string()
-                            } else {
-                                String::new()
-                            },
-                            if first {
-                                route.rule.clone()
-                            } else {
-                                String::new()
-                            },
-                            if first {
-                                route.mode.as_str().to_owned()
-                            } else {
-                                String::new()
-                            },
-                            group.clone(),
-                            pct(*share),
-                        ]);
-                    }
-                }
-                t.render("  ", &mut out);
-            }
-            if let (Some(route), Some((ip, key))) = (&r.route, &o.client) {
-                let who = match key {
-                    Some(k) => format!("client {ip} key {k:?}"),
-                    None => format!("client {ip}"),
-                };
-                let who = match route.rule {
-                    None => who,
-                    Some(Match::Default) => format!("{who} · no rule matches: all groups"),
-                    Some(Match::Route(i)) => format!(
-                        "{who} · rule {} ({})",
-                        i + 1,
-                        r.routes.get(i).map_or("", |x| x.rule.as_str())
-                    ),
-                    Some(Match::NotFound) => {
-                        let _ = writeln!(
-                            out,
-                            "  {who} → 404: a rule claims this host but none covers the path"
-                        );
-                        continue;
-                    }
-                };
-                if let Some(place) = &route.place {
-                    let how = if route.priority_by == "client-location" {
-                        "groups ranked by distance from the client (priority_by = \"client-location\")"
-                    } else if l.priority_by == "client-location" {
-                        "no coordinates: the node's own ranking"
-                    } else {
-                        "the node's own ranking"
-                    };
-                    let _ = writeln!(out, "  client {ip} {} · {how}", place_text(place.as_ref()));
-                }
-                client_lines(&mut out, &who, l.protocol, route);
-            }
+            node_section(&mut out, o, l, r, verify);
         }
     }
     if !o.demand_clients.is_empty() {
-        out.push_str(
-            "\nclient demand, placed by the [geoip] database at its nearest acceleration region\n",
-        );
-        let mut t = Table::new(&[
-            ("clients", Align::Left),
-            ("region", Align::Left),
-            ("amount", Align::Right),
-        ]);
-        for (clients, region, amount) in o.demand_clients {
-            t.push(vec![clients.clone(), region.clone(), pct(*amount)]);
-        }
-        t.render("  ", &mut out);
+        demand_clients(&mut out, o.demand_clients);
     }
     if let Some(totals) = o.totals {
-        out.push_str("\ndemand-weighted load, summed over regions (scenario [demand])\n");
-        let planned = totals.iter().any(|t| t.capacity.is_some());
-        let mut header = vec![
-            ("listener", Align::Left),
-            ("group", Align::Left),
-            ("endpoint", Align::Left),
-            ("load", Align::Right),
-        ];
-        if planned {
-            header.extend([
-                ("capacity", Align::Right),
-                ("use %", Align::Right),
+        demand_totals(&mut out, totals);
+    }
+    notes(&mut out, o);
+    out
+}
+
+/// The listener's line (and, under client-location priority, what its tables stand for).
+fn listener_heading(out: &mut String, l: &ListenerReport) {
+    let _ = writeln!(
+        out,
+        "listener {} — {} :{} · failover {} · fail_open {} · affinity {}",
+        l.name,
+        l.protocol,
+        l.port,
+        l.failover,
+        if l.fail_open { "on" } else { "off" },
+        l.affinity
+    );
+    if l.priority_by == "client-location" {
+        let _ = writeln!(
+            out,
+            "  priority_by client-location: a located client's groups go by its distance to \
+             them (see --client); the tables below are the node's ranking, for the others"
+        );
+    }
+}
+
+/// One listener on one node: its mode, groups and endpoints with their notes, its forwarding
+/// rules, and `--client`'s answer there.
+fn node_section(
+    out: &mut String,
+    o: &Output<'_>,
+    l: &ListenerReport,
+    r: &RegionReport,
+    verify: bool,
+) {
+    let _ = writeln!(out, "\n  node {} · {}", r.region, mode_line(r, l.failover));
+    let graded = l.failover == "graceful";
+    shares(out, r, graded, verify, o.compare);
+    if graded {
+        let _ = writeln!(
+            out,
+            "  graceful: share = (first pass + leftover + spill) × keeps, keeps = min(1, {} × usable); \
+             what passes the last group is shared back in proportion (docs/design.md §3.3)",
+            capacity::number(l.overprovisioning)
+        );
+    }
+    if let Some((n, max)) = r.verify {
+        let _ = writeln!(
+            out,
+            "  verify: {n} decisions through the real selectors; largest deviation {max:.2} points"
+        );
+    }
+    if !r.routes.is_empty() {
+        rules(out, r);
+    }
+    if let (Some(route), Some((ip, key))) = (&r.route, &o.client) {
+        client(out, l, r, route, ip, key.as_deref());
+    }
+}
+
+/// The groups in priority order, each with its endpoints: the split's table.
+fn shares(out: &mut String, r: &RegionReport, graded: bool, verify: bool, compare: bool) {
+    let mut header = vec![
+        ("#", Align::Right),
+        ("group", Align::Left),
+        ("region", Align::Left),
+        ("rtt ms", Align::Right),
+        ("ratio", Align::Right),
+        ("health", Align::Left),
+        ("first pass", Align::Right),
+        ("", Align::Left),
+        ("leftover", Align::Right),
+        ("", Align::Left),
+        ("share %", Align::Right),
+    ];
+    if graded {
+        header.splice(6..6, [("usable", Align::Right)]);
+        header.splice(
+            11..11,
+            [
+                ("spill", Align::Right),
                 ("", Align::Left),
-            ]);
-        }
-        let mut t = Table::new(&header);
-        for row in totals {
-            let mut cells = vec![
-                row.listener.clone(),
-                row.group.clone(),
-                row.endpoint.clone().unwrap_or_default(),
-                row.load.map_or_else(|| "load-dependent".to_owned(), pct),
-            ];
-            if planned {
-                cells.push(row.capacity.map(pct).unwrap_or_default());
-                cells.push(row.utilisation().map(pct).unwrap_or_default());
-                cells.push(capacity::flag(row));
-            }
-            t.push(cells);
-        }
-        t.render("  ", &mut out);
-        if planned {
-            out.push_str("  use % = load / capacity; flagged above each listener's headroom and above 100 %\n");
+                ("keeps", Align::Right),
+                ("", Align::Left),
+            ],
+        );
+    }
+    if verify {
+        header.push(("observed", Align::Right));
+    }
+    if compare {
+        header.push(("before", Align::Right));
+        header.push(("delta", Align::Right));
+    }
+    header.push(("method", Align::Left));
+    let mut t = Table::new(&header);
+    for g in &r.groups {
+        t.push(group_cells(g, verify, compare));
+        for e in &g.endpoints {
+            t.push(endpoint_cells(e, graded, verify, compare));
         }
     }
+    t.render("  ", out);
+}
+
+/// Each forwarding rule's split: the cascade over its own groups.
+fn rules(out: &mut String, r: &RegionReport) {
+    let _ = writeln!(
+        out,
+        "\n  forwarding rules · each runs the cascade over its own groups"
+    );
+    let mut t = Table::new(&[
+        ("rule", Align::Right),
+        ("matches", Align::Left),
+        ("mode", Align::Left),
+        ("group", Align::Left),
+        ("share %", Align::Right),
+    ]);
+    for route in &r.routes {
+        for (i, (group, share)) in route.groups.iter().enumerate() {
+            let first = i == 0;
+            t.push(vec![
+                if first {
+                    route.index.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    route.rule.clone()
+                } else {
+                    String::new()
+                },
+                if first {
+                    route.mode.as_str().to_owned()
+                } else {
+                    String::new()
+                },
+                group.clone(),
+                pct(*share),
+            ]);
+        }
+    }
+    t.render("  ", out);
+}
+
+/// `--client`'s answer on one node: the rule it matched, where the `[geoip]` database puts
+/// it, and its group and endpoint.
+fn client(
+    out: &mut String,
+    l: &ListenerReport,
+    r: &RegionReport,
+    route: &Route,
+    ip: &str,
+    key: Option<&str>,
+) {
+    let who = match key {
+        Some(k) => format!("client {ip} key {k:?}"),
+        None => format!("client {ip}"),
+    };
+    let who = match route.rule {
+        None => who,
+        Some(Match::Default) => format!("{who} · no rule matches: all groups"),
+        Some(Match::Route(i)) => format!(
+            "{who} · rule {} ({})",
+            i + 1,
+            r.routes.get(i).map_or("", |x| x.rule.as_str())
+        ),
+        Some(Match::NotFound) => {
+            let _ = writeln!(
+                out,
+                "  {who} → 404: a rule claims this host but none covers the path"
+            );
+            return;
+        }
+    };
+    if let Some(place) = &route.place {
+        let how = if route.priority_by == "client-location" {
+            "groups ranked by distance from the client (priority_by = \"client-location\")"
+        } else if l.priority_by == "client-location" {
+            "no coordinates: the node's own ranking"
+        } else {
+            "the node's own ranking"
+        };
+        let _ = writeln!(out, "  client {ip} {} · {how}", place_text(place.as_ref()));
+    }
+    client_lines(out, &who, l.protocol, route);
+}
+
+/// `[demand]` entries naming clients, with the region the `[geoip]` database placed them at.
+fn demand_clients(out: &mut String, demand_clients: &[(String, String, f64)]) {
+    out.push_str(
+        "\nclient demand, placed by the [geoip] database at its nearest acceleration region\n",
+    );
+    let mut t = Table::new(&[
+        ("clients", Align::Left),
+        ("region", Align::Left),
+        ("amount", Align::Right),
+    ]);
+    for (clients, region, amount) in demand_clients {
+        t.push(vec![clients.clone(), region.clone(), pct(*amount)]);
+    }
+    t.render("  ", out);
+}
+
+/// The scenario's demand as load per group and endpoint, against their capacity.
+fn demand_totals(out: &mut String, totals: &[Total]) {
+    out.push_str("\ndemand-weighted load, summed over regions (scenario [demand])\n");
+    let planned = totals.iter().any(|t| t.capacity.is_some());
+    let mut header = vec![
+        ("listener", Align::Left),
+        ("group", Align::Left),
+        ("endpoint", Align::Left),
+        ("load", Align::Right),
+    ];
+    if planned {
+        header.extend([
+            ("capacity", Align::Right),
+            ("use %", Align::Right),
+            ("", Align::Left),
+        ]);
+    }
+    let mut t = Table::new(&header);
+    for row in totals {
+        let mut cells = vec![
+            row.listener.clone(),
+            row.group.clone(),
+            row.endpoint.clone().unwrap_or_default(),
+            row.load.map_or_else(|| "load-dependent".to_owned(), pct),
+        ];
+        if planned {
+            cells.push(row.capacity.map(pct).unwrap_or_default());
+            cells.push(row.utilisation().map(pct).unwrap_or_default());
+            cells.push(capacity::flag(row));
+        }
+        t.push(cells);
+    }
+    t.render("  ", out);
+    if planned {
+        out.push_str(
+            "  use % = load / capacity; flagged above each listener's headroom and above 100 %\n",
+        );
+    }
+}
+
+/// The footnotes: request options that changed nothing, the RTT sources shown, and what the
+/// shares are.
+fn notes(out: &mut String, o: &Output<'_>) {
     if o.request
         && o.reports
             .iter()
@@ -371,7 +407,6 @@ pub(crate) fn table(o: &Output<'_>) -> String {
         out.push_str("; graceful listeners grade it as their note says");
     }
     out.push('\n');
-    out
 }
 
 /// What one decision is on a listener of `protocol`.
@@ -536,5 +571,33 @@ fn group_cells(g: &GroupRow, verify: bool, compare: bool) -> Vec<String> {
         row.push(format!("{:+.2}", g.share - before));
     }
     row.push(g.method.to_owned());
+    row
+}
+
+/// An endpoint's line under its group: its address, weight and state, and its share.
+fn endpoint_cells(e: &EndpointRow, graded: bool, verify: bool, compare: bool) -> Vec<String> {
+    let blank = if graded { 5 } else { 0 };
+    let mut row = vec![
+        String::new(),
+        format!("  {}", e.address),
+        format!("w{} {}", e.weight, e.state),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+    ];
+    row.extend(std::iter::repeat_n(String::new(), blank));
+    row.push(e.share.map_or_else(|| "load-dependent".to_owned(), pct));
+    if verify {
+        row.push(e.observed.map(pct).unwrap_or_default());
+    }
+    if compare {
+        row.push(String::new());
+        row.push(String::new());
+    }
+    row.push(String::new());
     row
 }

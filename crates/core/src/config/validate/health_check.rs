@@ -95,18 +95,7 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     let read = |key: &str| allowed.contains(&key);
 
     let port = t.port(ctx, "port").map(|p| p.v);
-    let interval = match t.positive_duration(ctx, "interval") {
-        Some(d) if d.v < Duration::from_secs(1) => {
-            let msg = format!(
-                "interval {} is below the minimum of 1s",
-                format_duration(d.v)
-            );
-            ctx.error(d.at, &t.path, msg);
-            HealthCheck::DEFAULT_INTERVAL
-        }
-        Some(d) => d.v,
-        None => HealthCheck::DEFAULT_INTERVAL,
-    };
+    let interval = interval(ctx, t);
     let (connect_timeout, read_timeout, timeout) = if connect_timeout_ok {
         check_timeouts(ctx, t, interval, reads && read_timeout_ok)
     } else {
@@ -120,7 +109,65 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     let unhealthy_threshold = t
         .u32(ctx, "unhealthy_threshold", 1, None)
         .map_or(HealthCheck::DEFAULT_UNHEALTHY_THRESHOLD, |n| n.v);
+    let request = http_request(ctx, t, &allowed);
+    let expected = http_expected(ctx, t, &allowed);
+    let id_header = read("id_header") && t.bool(ctx, "id_header").unwrap_or(false);
+    let essential = t.bool(ctx, "essential").unwrap_or(false);
+    let explicit = read("explicit") && t.bool(ctx, "explicit").unwrap_or(false);
 
+    Some(HealthCheck {
+        protocol: protocol.map_or(CheckProtocol::default(), |p| p.v),
+        port,
+        interval,
+        timeout,
+        connect_timeout,
+        read_timeout,
+        healthy_threshold,
+        unhealthy_threshold,
+        method: request.method,
+        path: request.path,
+        host: request.host,
+        headers: request.headers,
+        body: request.body,
+        expect_status: expected.status,
+        expect_headers: expected.headers,
+        expect_body: expected.body,
+        id_header,
+        essential,
+        explicit,
+        send,
+        expect,
+    })
+}
+
+/// `interval`: at least 1s.
+fn interval(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Duration {
+    match t.positive_duration(ctx, "interval") {
+        Some(d) if d.v < Duration::from_secs(1) => {
+            let msg = format!(
+                "interval {} is below the minimum of 1s",
+                format_duration(d.v)
+            );
+            ctx.error(d.at, &t.path, msg);
+            HealthCheck::DEFAULT_INTERVAL
+        }
+        Some(d) => d.v,
+        None => HealthCheck::DEFAULT_INTERVAL,
+    }
+}
+
+/// What an HTTP check sends.
+struct HttpRequest {
+    method: CheckMethod,
+    path: String,
+    host: Option<String>,
+    headers: BTreeMap<String, String>,
+    body: Option<String>,
+}
+
+/// `method`, `path`, `host`, `headers` and `body`, those of them `allowed` (an HTTP check's).
+fn http_request(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, allowed: &[&str]) -> HttpRequest {
+    let read = |key: &str| allowed.contains(&key);
     let mut method = CheckMethod::default();
     if read("method") {
         let methods = [
@@ -162,8 +209,27 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
     } else {
         None
     };
+    HttpRequest {
+        method,
+        path,
+        host,
+        headers,
+        body,
+    }
+}
+
+/// What an HTTP check expects back.
+struct HttpExpected {
+    status: StatusSet,
+    headers: BTreeMap<String, String>,
+    body: Option<String>,
+}
+
+/// `expect_status` (not empty), `expect_headers` and `expect_body`, those of them `allowed`.
+fn http_expected(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, allowed: &[&str]) -> HttpExpected {
+    let read = |key: &str| allowed.contains(&key);
     let ok = HealthCheck::DEFAULT_EXPECT_STATUS;
-    let mut expect_status = StatusSet(vec![ok..=ok]);
+    let mut status = StatusSet(vec![ok..=ok]);
     if read("expect_status")
         && let Some(set) = status_set(ctx, t, "expect_status")
     {
@@ -180,46 +246,24 @@ pub(super) fn health_check(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Healt
                 "\"expect_status\" must list at least one status, like [200]",
             );
         } else if !set.is_empty() {
-            expect_status = set;
+            status = set;
         }
     }
-    let expect_headers = if read("expect_headers") {
+    let headers = if read("expect_headers") {
         header_map(ctx, t, "expect_headers", false)
     } else {
         BTreeMap::new()
     };
-    let expect_body = if read("expect_body") {
+    let body = if read("expect_body") {
         t.str(ctx, "expect_body").map(|b| b.v.to_owned())
     } else {
         None
     };
-    let id_header = read("id_header") && t.bool(ctx, "id_header").unwrap_or(false);
-    let essential = t.bool(ctx, "essential").unwrap_or(false);
-    let explicit = read("explicit") && t.bool(ctx, "explicit").unwrap_or(false);
-
-    Some(HealthCheck {
-        protocol: protocol.map_or(CheckProtocol::default(), |p| p.v),
-        port,
-        interval,
-        timeout,
-        connect_timeout,
-        read_timeout,
-        healthy_threshold,
-        unhealthy_threshold,
-        method,
-        path,
-        host,
+    HttpExpected {
+        status,
         headers,
         body,
-        expect_status,
-        expect_headers,
-        expect_body,
-        id_header,
-        essential,
-        explicit,
-        send,
-        expect,
-    })
+    }
 }
 
 /// `send` and `expect` of tcp and udp checks (`allowed`), escapes decoded; a udp check

@@ -3,10 +3,11 @@
 //! their own modules.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::Env;
 use super::fields::{HTTP, check_name, choice, item_path, only_for, peek_str, status_set};
-use super::group::groups;
+use super::group::{GroupRead, groups};
 use super::route::routes;
 use super::tls::server_tls;
 use crate::config::document::{At, Ctx, Table, as_str, quote};
@@ -104,17 +105,107 @@ pub(super) fn listeners(ctx: &mut Ctx<'_>, env: &Env<'_>, root: &Table<'_, '_>) 
     out
 }
 
-/// One listener; `None` when its protocol or port is unusable (other checks still ran).
+/// One listener; `None` when its protocol or port is unusable (other checks still ran). Its
+/// keys are read by concern, in this order: what it is, how it splits, its connections, its
+/// retries, the keys of one protocol, its groups and rules, and how it ranks them.
 fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Listener> {
     t.check_keys(ctx, LISTENER_KEYS);
     let name = t.req_str(ctx, "name");
     if let Some(n) = name {
         check_name(ctx, n, &t.path, "listener");
     }
+    let protocol = protocol(ctx, t);
+    if !t.has("port") {
+        t.missing(ctx, "port");
+    }
+    let port = t.port(ctx, "port").map(|p| p.v);
+    let regions = listener_regions(ctx, env, t);
+    let split = split_keys(ctx, env, t);
+    let connections = connection_keys(ctx, t, protocol);
+    let retries = retry_keys(ctx, t, protocol);
+
+    // Keys that belong to some protocols only. Without a valid protocol they are not judged.
+    let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
+    let http = is(Protocol::is_http);
+    let mut sticky = None;
+    if only_for(ctx, t, "sticky", http, HTTP) {
+        sticky = sticky_cookie(ctx, t);
+    }
+    let mut udp_max_flows = Listener::DEFAULT_UDP_MAX_FLOWS;
+    if only_for(
+        ctx,
+        t,
+        "udp_max_flows",
+        is(|p| p == Protocol::Udp),
+        "udp listeners",
+    ) {
+        udp_max_flows = t
+            .int(ctx, "udp_max_flows", 1, None)
+            .map_or(udp_max_flows, |n| n.v as usize);
+    }
+    let tls = listener_tls(ctx, env, t, protocol);
+
+    let groups = groups(ctx, env, t, protocol, &regions);
+    check_groups(ctx, t, &groups, &split);
+    let mut routes = Vec::new();
+    if only_for(ctx, t, "route", http, HTTP) {
+        routes = self::routes(ctx, t, &groups);
+    }
+    let statics = groups.iter().any(|g| g.group.priority.is_some());
+    let (rtt_from, rank_margin, rank_dwell) = ranking_keys(ctx, t, statics);
+    let mut first_byte_timeout = None;
+    if only_for(
+        ctx,
+        t,
+        "first_byte_timeout",
+        is(|p| p == Protocol::Tcp),
+        "tcp listeners",
+    ) {
+        first_byte_timeout = t.positive_duration(ctx, "first_byte_timeout").map(|d| d.v);
+    }
+
+    Some(Listener {
+        name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
+        protocol: protocol?,
+        port: port?,
+        regions: regions.iter().map(|r| r.v.to_owned()).collect(),
+        failover: split.failover,
+        overprovisioning: split.overprovisioning,
+        headroom: split.headroom,
+        fail_open: split.fail_open,
+        affinity: split.affinity,
+        priority_by: split.priority_by,
+        connect_timeout: connections.connect_timeout,
+        idle_timeout: connections.idle_timeout,
+        drain_timeout: connections.drain_timeout,
+        max_connections: connections.max_connections,
+        backlog: connections.backlog,
+        proxy_protocol: connections.proxy_protocol,
+        header_timeout: connections.header_timeout,
+        upstream_timeout: connections.upstream_timeout,
+        retry: retries.retry,
+        tries: retries.tries,
+        retry_timeout: retries.retry_timeout,
+        retry_non_idempotent: retries.retry_non_idempotent,
+        unhealthy_status: retries.unhealthy_status,
+        sticky,
+        udp_max_flows,
+        tls,
+        routes,
+        groups: groups.into_iter().map(|g| g.group).collect(),
+        rtt_from,
+        rank_margin,
+        rank_dwell,
+        first_byte_timeout,
+    })
+}
+
+/// `protocol`, required.
+fn protocol(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> Option<Protocol> {
     if !t.has("protocol") {
         t.missing(ctx, "protocol");
     }
-    let protocol = choice(
+    choice(
         ctx,
         t,
         "protocol",
@@ -125,13 +216,24 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
             ("https", Protocol::Https),
         ],
     )
-    .map(|p| p.v);
-    if !t.has("port") {
-        t.missing(ctx, "port");
-    }
-    let port = t.port(ctx, "port").map(|p| p.v);
-    let regions = listener_regions(ctx, env, t);
+    .map(|p| p.v)
+}
 
+/// How a listener splits its traffic between its groups (docs/design.md §3).
+struct SplitKeys {
+    failover: FailoverMode,
+    overprovisioning: f64,
+    headroom: f64,
+    fail_open: bool,
+    affinity: Affinity,
+    priority_by: PriorityBy,
+    /// Where `priority_by` is written, when it is.
+    priority_by_at: Option<usize>,
+}
+
+/// `failover` (and graceful's `overprovisioning`), `headroom`, `fail_open`, `affinity` and
+/// `priority_by`, which needs a `[geoip]` database to place clients.
+fn split_keys(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> SplitKeys {
     let failover = choice(
         ctx,
         t,
@@ -170,8 +272,38 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
                    [geoip] database = \"GeoLite2-City.mmdb\"";
         ctx.error(p.at, &t.path, msg);
     }
-    let priority_by_at = priority_by.map(|p| p.at);
-    let priority_by = priority_by.map_or(PriorityBy::default(), |p| p.v);
+    SplitKeys {
+        failover,
+        overprovisioning,
+        headroom,
+        fail_open,
+        affinity,
+        priority_by: priority_by.map_or(PriorityBy::default(), |p| p.v),
+        priority_by_at: priority_by.map(|p| p.at),
+    }
+}
+
+/// A listener's connections: how long and how many, and what the protocol adds before the
+/// first byte.
+struct ConnectionKeys {
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    drain_timeout: Duration,
+    max_connections: u32,
+    backlog: u32,
+    proxy_protocol: Option<ProxyProtocol>,
+    header_timeout: Duration,
+    upstream_timeout: Duration,
+}
+
+/// `connect_timeout`, `idle_timeout` (its default the protocol's), `drain_timeout` and
+/// `max_connections`; then those of some protocols only: `backlog` (TCP ports),
+/// `proxy_protocol` (tcp), `header_timeout` and `upstream_timeout` (HTTP).
+fn connection_keys(
+    ctx: &mut Ctx<'_>,
+    t: &Table<'_, '_>,
+    protocol: Option<Protocol>,
+) -> ConnectionKeys {
     let connect_timeout = t
         .positive_duration(ctx, "connect_timeout")
         .map_or(Listener::DEFAULT_CONNECT_TIMEOUT, |d| d.v);
@@ -186,7 +318,6 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         .u32(ctx, "max_connections", 1, None)
         .map_or(Listener::DEFAULT_MAX_CONNECTIONS, |n| n.v);
 
-    // Keys that belong to some protocols only. Without a valid protocol they are not judged.
     let is = |f: fn(Protocol) -> bool| protocol.is_none_or(f);
     let http = is(Protocol::is_http);
     let mut backlog = Listener::DEFAULT_BACKLOG;
@@ -232,7 +363,31 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
             .positive_duration(ctx, "upstream_timeout")
             .map_or(upstream_timeout, |d| d.v);
     }
-    // Every protocol: a UDP flow's set-up is retried as a TCP connect is.
+    ConnectionKeys {
+        connect_timeout,
+        idle_timeout,
+        drain_timeout,
+        max_connections,
+        backlog,
+        proxy_protocol,
+        header_timeout,
+        upstream_timeout,
+    }
+}
+
+/// When a listener tries another endpoint, and (HTTP) which answers count as failures.
+struct RetryKeys {
+    retry: bool,
+    tries: u32,
+    retry_timeout: Duration,
+    retry_non_idempotent: bool,
+    unhealthy_status: StatusSet,
+}
+
+/// `retry`, `tries` and `retry_timeout` (every protocol: a UDP flow's set-up is retried as a
+/// TCP connect is); `retry_non_idempotent` and `unhealthy_status` (HTTP).
+fn retry_keys(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, protocol: Option<Protocol>) -> RetryKeys {
+    let http = protocol.is_none_or(Protocol::is_http);
     let retry = t.bool(ctx, "retry").unwrap_or(Listener::DEFAULT_RETRY);
     let tries = t
         .u32(ctx, "tries", 1, Some(10))
@@ -248,38 +403,38 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     if only_for(ctx, t, "unhealthy_status", http, HTTP) {
         unhealthy_status = status_set(ctx, t, "unhealthy_status").unwrap_or_default();
     }
-    let mut sticky = None;
-    if only_for(ctx, t, "sticky", http, HTTP) {
-        sticky = sticky_cookie(ctx, t);
+    RetryKeys {
+        retry,
+        tries,
+        retry_timeout,
+        retry_non_idempotent,
+        unhealthy_status,
     }
-    let mut udp_max_flows = Listener::DEFAULT_UDP_MAX_FLOWS;
-    if only_for(
-        ctx,
-        t,
-        "udp_max_flows",
-        is(|p| p == Protocol::Udp),
-        "udp listeners",
-    ) {
-        udp_max_flows = t
-            .int(ctx, "udp_max_flows", 1, None)
-            .map_or(udp_max_flows, |n| n.v as usize);
-    }
-    let mut tls = None;
-    if only_for(
-        ctx,
-        t,
-        "tls",
-        is(|p| p == Protocol::Https),
-        "https listeners",
-    ) {
-        tls = server_tls(ctx, env, t);
-        if protocol == Some(Protocol::Https) && !t.has("tls") {
-            let msg = "https listeners need tls = { certs = [{ cert = \"site.pem\", key = \"site.key\" }] }";
-            ctx.error(t.at, &t.path, msg);
-        }
-    }
+}
 
-    let groups = groups(ctx, env, t, protocol, &regions);
+/// `tls`: https listeners only, and required there.
+fn listener_tls(
+    ctx: &mut Ctx<'_>,
+    env: &Env<'_>,
+    t: &Table<'_, '_>,
+    protocol: Option<Protocol>,
+) -> Option<ServerTls> {
+    let https = protocol.is_none_or(|p| p == Protocol::Https);
+    if !only_for(ctx, t, "tls", https, "https listeners") {
+        return None;
+    }
+    let tls = server_tls(ctx, env, t);
+    if protocol == Some(Protocol::Https) && !t.has("tls") {
+        let msg =
+            "https listeners need tls = { certs = [{ cert = \"site.pem\", key = \"site.key\" }] }";
+        ctx.error(t.at, &t.path, msg);
+    }
+    tls
+}
+
+/// What the groups as a whole must agree with: at most [`MAX_GROUPS`], no static priority
+/// under `priority_by = "client-location"`, and a capacity somewhere when `headroom` is set.
+fn check_groups(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'_>], split: &SplitKeys) {
     if groups.len() > MAX_GROUPS {
         let msg = format!(
             "{} groups; a listener holds at most {MAX_GROUPS}",
@@ -287,8 +442,8 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         );
         ctx.error(t.at, &t.path, &msg);
     }
-    if priority_by == PriorityBy::ClientLocation
-        && let Some(at) = priority_by_at
+    if split.priority_by == PriorityBy::ClientLocation
+        && let Some(at) = split.priority_by_at
         && groups.iter().any(|g| g.group.priority.is_some())
     {
         let msg = "priority_by = \"client-location\" ranks the groups by the client's distance \
@@ -302,57 +457,6 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
                    capacity on its groups or on all of a group's endpoints)";
         ctx.warn(at, &t.path, msg);
     }
-    let mut routes = Vec::new();
-    if only_for(ctx, t, "route", http, HTTP) {
-        routes = self::routes(ctx, t, &groups);
-    }
-    let statics = groups.iter().any(|g| g.group.priority.is_some());
-    let (rtt_from, rank_margin, rank_dwell) = ranking_keys(ctx, t, statics);
-    let mut first_byte_timeout = None;
-    if only_for(
-        ctx,
-        t,
-        "first_byte_timeout",
-        is(|p| p == Protocol::Tcp),
-        "tcp listeners",
-    ) {
-        first_byte_timeout = t.positive_duration(ctx, "first_byte_timeout").map(|d| d.v);
-    }
-
-    Some(Listener {
-        name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
-        protocol: protocol?,
-        port: port?,
-        regions: regions.iter().map(|r| r.v.to_owned()).collect(),
-        failover,
-        overprovisioning,
-        headroom,
-        fail_open,
-        affinity,
-        priority_by,
-        connect_timeout,
-        idle_timeout,
-        drain_timeout,
-        max_connections,
-        backlog,
-        proxy_protocol,
-        header_timeout,
-        upstream_timeout,
-        retry,
-        tries,
-        retry_timeout,
-        retry_non_idempotent,
-        unhealthy_status,
-        sticky,
-        udp_max_flows,
-        tls,
-        routes,
-        groups: groups.into_iter().map(|g| g.group).collect(),
-        rtt_from,
-        rank_margin,
-        rank_dwell,
-        first_byte_timeout,
-    })
 }
 
 /// `rtt_from`, `rank_margin` and `rank_dwell` (docs/design.md §3.1); a warning when static
@@ -361,7 +465,7 @@ fn ranking_keys(
     ctx: &mut Ctx<'_>,
     t: &Table<'_, '_>,
     statics: bool,
-) -> (RttFrom, RankMargin, std::time::Duration) {
+) -> (RttFrom, RankMargin, Duration) {
     let rtt_from = choice(
         ctx,
         t,

@@ -72,189 +72,23 @@ pub(super) fn pct(v: f64) -> String {
 }
 
 impl Explain {
-    /// The explanation for `ask` on the listener of `facts`, reading endpoint states at `now`.
+    /// The explanation for `ask` on the listener of `facts`, reading endpoint states at `now`:
+    /// the plan the request follows, each group's rank, share and pick, the group the decision
+    /// goes to (or each group's chance), and the summary.
     pub fn build(facts: &ExplainFacts<'_>, ask: &Ask<'_>, now: Instant) -> Explain {
         let l = facts.listener;
-        let planned = facts.planned;
-        let http = l.protocol.is_http();
-        // An HTTP listener's forwarding rules decide first which plan the request follows.
-        let matched = (http && !l.routes.is_empty()).then(|| {
-            Rules::new(&l.routes).find(&Parts {
-                host: ask.host,
-                path: ask.path.unwrap_or("/"),
-                headers: ask.headers,
-            })
-        });
-        let route = match matched {
-            Some(Match::Route(r)) => Some(r),
-            _ => None,
-        };
-        let plan = planned.for_route(route);
-        let in_rule =
-            |gi: usize| route.is_none_or(|r| l.routes[r].groups.contains(&l.groups[gi].name));
-        let routed = !matches!(matched, Some(Match::NotFound));
-        let reachable = |gi: usize| routed && plan.shares[gi].total > 0.0;
-
-        // The group the decision goes to, when one does.
-        let scores = plan.scores(ask.client);
-        let chosen_group = match l.affinity {
-            Affinity::SourceIp => routed.then(|| plan.choose(ask.client)).flatten(),
-            Affinity::None => {
-                let mut with_share = plan.order.iter().filter(|&&gi| reachable(gi));
-                match (with_share.next(), with_share.next()) {
-                    (Some(&gi), None) => Some(gi),
-                    _ => None,
-                }
-            }
-        };
-
-        let top = plan
-            .order
-            .iter()
-            .copied()
-            .find(|&gi| in_rule(gi) && planned.facts[gi].ratio > 0.0);
-        let eligible_count = plan.order.iter().filter(|&&gi| plan.eligible[gi]).count();
-        let mut remaining = 100.0_f64;
-        let mut groups = Vec::with_capacity(plan.order.len());
-        for (pos, &gi) in plan.order.iter().enumerate() {
-            let g = &l.groups[gi];
-            let b = facts.balancers[gi];
-            let fact = planned.facts[gi];
-            let ratio = if in_rule(gi) { fact.ratio } else { 0.0 };
-            let share = plan.shares[gi];
-            let usable = b.usable_count(now);
-            let (step, share_reason) = share_words(
-                l,
-                plan,
-                ShareFacts {
-                    in_rule: in_rule(gi),
-                    ratio,
-                    healthy: fact.healthy,
-                    is_top: top == Some(gi),
-                    remaining,
-                    eligible: eligible_count,
-                },
-                share,
-            );
-            if plan.mode != Mode::Failover || l.failover != FailoverMode::NextPriority {
-                remaining = (remaining - share.first_pass).max(0.0);
-            }
-            let failover = (plan.mode == Mode::Failover && share.total > 0.0)
-                .then(|| top.filter(|&t| t != gi))
-                .flatten()
-                .map(|t| {
-                    let from = &l.groups[t];
-                    let down = facts.balancers[t].usable_count(now);
-                    Takeover {
-                        from: from.name.clone(),
-                        to: g.name.clone(),
-                        policy: l.failover.as_str().to_owned(),
-                        reason: format!(
-                            "{} ranks first with a ratio but is unhealthy ({down} of {} endpoints \
-                             usable, min_healthy {}); {}",
-                            from.name,
-                            from.endpoints.len(),
-                            from.min_healthy,
-                            match l.failover {
-                                FailoverMode::NextPriority => format!(
-                                    "failover = \"next-priority\" sends all traffic to the \
-                                     highest-priority healthy group, {}, ratios ignored",
-                                    g.name
-                                ),
-                                FailoverMode::Recompute => "failover = \"recompute\" runs the \
-                                                            cascade over the healthy groups"
-                                    .to_owned(),
-                                FailoverMode::Graceful => "failover = \"graceful\": it keeps \
-                                                           nothing and passes its share down"
-                                    .to_owned(),
-                            }
-                        ),
-                    }
-                });
-            let graceful = (l.failover == FailoverMode::Graceful).then_some(Graceful {
-                usable: fact.fraction,
-                keep: share.keep,
-                spill: share.spill,
-                overprovisioning: l.overprovisioning,
-            });
-            let pick = reachable(gi)
-                .then(|| {
-                    let under_rotation = l.affinity == Affinity::None;
-                    (under_rotation || chosen_group == Some(gi))
-                        .then(|| pick_explain(l, gi, b, ask, plan, now))
-                })
-                .flatten();
-            groups.push(GroupExplain {
-                name: g.name.clone(),
-                region: g.region.clone(),
-                rank: pos + 1,
-                rtt_ms: ms(facts.ranked.rtt_ms[gi]),
-                rtt_source: facts.ranked.source[gi].as_str().to_owned(),
-                rank_reason: rank_words(facts, plan, pos, gi),
-                ratio,
-                health: if fact.healthy { "healthy" } else { "unhealthy" }.to_owned(),
-                usable,
-                endpoints: g.endpoints.len(),
-                min_healthy: g.min_healthy,
-                share: share.total,
-                first_pass: share.first_pass,
-                leftover: share.leftover,
-                step: step.to_owned(),
-                share_reason,
-                failover,
-                graceful,
-                pick,
-            });
-        }
-
-        let name = |gi: usize| l.groups[gi].name.clone();
-        let (chosen, chances) = match l.affinity {
-            Affinity::SourceIp => {
-                let chosen = chosen_group.map(|gi| {
-                    let scores: Vec<Score> = plan
-                        .order
-                        .iter()
-                        .filter_map(|&g| {
-                            let s = scores.as_ref()?.iter().find(|(i, _)| *i == g)?.1;
-                            Some(Score {
-                                group: name(g),
-                                score: s,
-                            })
-                        })
-                        .collect();
-                    Chosen {
-                        group: name(gi),
-                        reason: format!(
-                            "affinity = \"source-ip\": the rendezvous hash of {} scores each group \
-                             with a share share / -ln(u); {} scores highest, so every decision \
-                             for this client goes there while the shares stay as they are",
-                            ask.client,
-                            name(gi)
-                        ),
-                        scores,
-                    }
-                });
-                (chosen, None)
-            }
-            Affinity::None => {
-                let chances = plan
-                    .order
-                    .iter()
-                    .filter(|&&gi| reachable(gi))
-                    .map(|&gi| Chance {
-                        group: name(gi),
-                        percent: plan.shares[gi].total,
-                    })
-                    .collect();
-                (None, Some(chances))
-            }
-        };
+        let followed = Followed::new(l, facts.planned, ask);
+        let plan = followed.plan;
+        let chosen_group = chosen_group(l, &followed, ask.client);
+        let groups = group_explains(facts, ask, &followed, chosen_group, now);
+        let (chosen, chances) = chosen_or_chances(l, &followed, ask.client, chosen_group);
         let pick = chosen_group.and_then(|gi| {
             groups
                 .iter()
                 .find(|g| g.name == l.groups[gi].name)
                 .and_then(|g| g.pick.clone())
         });
+        let matched = followed.matched;
         let rule = matched.map(|m| rule_words(l, m));
         let summary = summary(l, ask, plan, matched, chosen_group, &pick, &chances);
         let request =
@@ -295,6 +129,243 @@ impl Explain {
     /// The group named `name`.
     pub fn group(&self, name: &str) -> Option<&GroupExplain> {
         self.groups.iter().find(|g| g.name == name)
+    }
+}
+
+/// The plan a request follows: an HTTP listener's forwarding rules decide first which one.
+struct Followed<'p> {
+    /// The rule the request matched (HTTP listeners with rules only).
+    matched: Option<Match>,
+    /// The matched rule's index, when a rule (not the default) takes it.
+    route: Option<usize>,
+    /// That rule's plan, or the listener's.
+    plan: &'p Plan,
+    /// False when a rule claims the host but none covers the path: nothing takes it.
+    routed: bool,
+}
+
+impl<'p> Followed<'p> {
+    fn new(l: &Listener, planned: &'p ListenerPlan, ask: &Ask<'_>) -> Followed<'p> {
+        let matched = (l.protocol.is_http() && !l.routes.is_empty()).then(|| {
+            Rules::new(&l.routes).find(&Parts {
+                host: ask.host,
+                path: ask.path.unwrap_or("/"),
+                headers: ask.headers,
+            })
+        });
+        let route = match matched {
+            Some(Match::Route(r)) => Some(r),
+            _ => None,
+        };
+        Followed {
+            matched,
+            route,
+            plan: planned.for_route(route),
+            routed: !matches!(matched, Some(Match::NotFound)),
+        }
+    }
+
+    /// Group `gi` is one of the matched rule's (every group is, without a rule).
+    fn in_rule(&self, l: &Listener, gi: usize) -> bool {
+        self.route
+            .is_none_or(|r| l.routes[r].groups.contains(&l.groups[gi].name))
+    }
+
+    /// Some of the request's decisions can reach group `gi`.
+    fn reachable(&self, gi: usize) -> bool {
+        self.routed && self.plan.shares[gi].total > 0.0
+    }
+}
+
+/// The group every decision for `client` goes to, when one does: the rendezvous hash's under
+/// source-ip, else the only group with a share.
+fn chosen_group(l: &Listener, followed: &Followed<'_>, client: IpAddr) -> Option<usize> {
+    let plan = followed.plan;
+    match l.affinity {
+        Affinity::SourceIp => followed.routed.then(|| plan.choose(client)).flatten(),
+        Affinity::None => {
+            let mut with_share = plan.order.iter().filter(|&&gi| followed.reachable(gi));
+            match (with_share.next(), with_share.next()) {
+                (Some(&gi), None) => Some(gi),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Each group in priority order: its rank, its share and the cascade step that gave it, a
+/// takeover, graceful's grading, and the pick inside it where decisions reach it.
+fn group_explains(
+    facts: &ExplainFacts<'_>,
+    ask: &Ask<'_>,
+    followed: &Followed<'_>,
+    chosen_group: Option<usize>,
+    now: Instant,
+) -> Vec<GroupExplain> {
+    let l = facts.listener;
+    let planned = facts.planned;
+    let plan = followed.plan;
+    let top = plan
+        .order
+        .iter()
+        .copied()
+        .find(|&gi| followed.in_rule(l, gi) && planned.facts[gi].ratio > 0.0);
+    let eligible_count = plan.order.iter().filter(|&&gi| plan.eligible[gi]).count();
+    let mut remaining = 100.0_f64;
+    let mut groups = Vec::with_capacity(plan.order.len());
+    for (pos, &gi) in plan.order.iter().enumerate() {
+        let g = &l.groups[gi];
+        let b = facts.balancers[gi];
+        let fact = planned.facts[gi];
+        let in_rule = followed.in_rule(l, gi);
+        let ratio = if in_rule { fact.ratio } else { 0.0 };
+        let share = plan.shares[gi];
+        let usable = b.usable_count(now);
+        let (step, share_reason) = share_words(
+            l,
+            plan,
+            ShareFacts {
+                in_rule,
+                ratio,
+                healthy: fact.healthy,
+                is_top: top == Some(gi),
+                remaining,
+                eligible: eligible_count,
+            },
+            share,
+        );
+        if plan.mode != Mode::Failover || l.failover != FailoverMode::NextPriority {
+            remaining = (remaining - share.first_pass).max(0.0);
+        }
+        let failover = (plan.mode == Mode::Failover && share.total > 0.0)
+            .then(|| top.filter(|&t| t != gi))
+            .flatten()
+            .map(|t| takeover(facts, t, gi, now));
+        let graceful = (l.failover == FailoverMode::Graceful).then_some(Graceful {
+            usable: fact.fraction,
+            keep: share.keep,
+            spill: share.spill,
+            overprovisioning: l.overprovisioning,
+        });
+        let pick = followed
+            .reachable(gi)
+            .then(|| {
+                let under_rotation = l.affinity == Affinity::None;
+                (under_rotation || chosen_group == Some(gi))
+                    .then(|| pick_explain(l, gi, b, ask, plan, now))
+            })
+            .flatten();
+        groups.push(GroupExplain {
+            name: g.name.clone(),
+            region: g.region.clone(),
+            rank: pos + 1,
+            rtt_ms: ms(facts.ranked.rtt_ms[gi]),
+            rtt_source: facts.ranked.source[gi].as_str().to_owned(),
+            rank_reason: rank_words(facts, plan, pos, gi),
+            ratio,
+            health: if fact.healthy { "healthy" } else { "unhealthy" }.to_owned(),
+            usable,
+            endpoints: g.endpoints.len(),
+            min_healthy: g.min_healthy,
+            share: share.total,
+            first_pass: share.first_pass,
+            leftover: share.leftover,
+            step: step.to_owned(),
+            share_reason,
+            failover,
+            graceful,
+            pick,
+        });
+    }
+    groups
+}
+
+/// Group `to` took over from `from` (config indices), the top group with a ratio, which is
+/// unhealthy: why, under the listener's failover.
+fn takeover(facts: &ExplainFacts<'_>, from: usize, to: usize, now: Instant) -> Takeover {
+    let l = facts.listener;
+    let (from, down, to) = (
+        &l.groups[from],
+        facts.balancers[from].usable_count(now),
+        &l.groups[to],
+    );
+    Takeover {
+        from: from.name.clone(),
+        to: to.name.clone(),
+        policy: l.failover.as_str().to_owned(),
+        reason: format!(
+            "{} ranks first with a ratio but is unhealthy ({down} of {} endpoints \
+             usable, min_healthy {}); {}",
+            from.name,
+            from.endpoints.len(),
+            from.min_healthy,
+            match l.failover {
+                FailoverMode::NextPriority => format!(
+                    "failover = \"next-priority\" sends all traffic to the \
+                     highest-priority healthy group, {}, ratios ignored",
+                    to.name
+                ),
+                FailoverMode::Recompute => "failover = \"recompute\" runs the \
+                                            cascade over the healthy groups"
+                    .to_owned(),
+                FailoverMode::Graceful => "failover = \"graceful\": it keeps \
+                                           nothing and passes its share down"
+                    .to_owned(),
+            }
+        ),
+    }
+}
+
+/// Under source-ip, the group the rendezvous hash names and every group's score; under
+/// rotation, each reachable group's chance.
+fn chosen_or_chances(
+    l: &Listener,
+    followed: &Followed<'_>,
+    client: IpAddr,
+    chosen_group: Option<usize>,
+) -> (Option<Chosen>, Option<Vec<Chance>>) {
+    let plan = followed.plan;
+    let name = |gi: usize| l.groups[gi].name.clone();
+    match l.affinity {
+        Affinity::SourceIp => {
+            let scores = plan.scores(client);
+            let chosen = chosen_group.map(|gi| {
+                let scores: Vec<Score> = plan
+                    .order
+                    .iter()
+                    .filter_map(|&g| {
+                        let s = scores.as_ref()?.iter().find(|(i, _)| *i == g)?.1;
+                        Some(Score {
+                            group: name(g),
+                            score: s,
+                        })
+                    })
+                    .collect();
+                Chosen {
+                    group: name(gi),
+                    reason: format!(
+                        "affinity = \"source-ip\": the rendezvous hash of {client} scores each \
+                         group with a share share / -ln(u); {} scores highest, so every \
+                         decision for this client goes there while the shares stay as they are",
+                        name(gi)
+                    ),
+                    scores,
+                }
+            });
+            (chosen, None)
+        }
+        Affinity::None => {
+            let chances = plan
+                .order
+                .iter()
+                .filter(|&&gi| followed.reachable(gi))
+                .map(|&gi| Chance {
+                    group: name(gi),
+                    percent: plan.shares[gi].total,
+                })
+                .collect();
+            (None, Some(chances))
+        }
     }
 }
 

@@ -1,8 +1,11 @@
 //! The pick inside a group, in words ([`GroupBalancer::trace`]).
 
 use super::*;
+use crate::balance::HashWalk;
+use crate::config::Group;
 
-/// The pick inside group `gi`, from its balancer's trace.
+/// The pick inside group `gi`, from its balancer's trace: what decided it, in words, and
+/// each endpoint as the method saw it.
 pub(super) fn pick_explain(
     l: &Listener,
     gi: usize,
@@ -31,24 +34,27 @@ pub(super) fn pick_explain(
             feedback: state.feedback(),
         })
         .collect();
-    let none_usable = !t.candidates.iter().any(|&c| c);
-    let hash_of = |w: &crate::balance::HashWalk| HashExplain {
-        key: w.key.clone(),
-        hash: w.hash,
-        space: w.space,
-        steps: w
-            .steps
-            .iter()
-            .map(|s| HashStepExplain {
-                round: s.round,
-                hash: s.hash,
-                slot: s.slot,
-                endpoint: address(s.endpoint),
-                usable: s.usable,
-            })
-            .collect(),
+    let (by, reason, hash) = walk_words(g, &t);
+    let backup = if t.backup {
+        " (no primary can serve: backups)"
+    } else {
+        ""
     };
-    let (by, reason, hash) = match &t.walk {
+    PickExplain {
+        group: g.name.clone(),
+        method: g.balance.name().to_owned(),
+        endpoint: t.endpoint.map(address),
+        by: by.to_owned(),
+        reason: format!("{reason}{backup}"),
+        hash,
+        endpoints,
+    }
+}
+
+/// What decided the pick (`by`), why in words, and a hash walk's steps.
+fn walk_words<'t>(g: &Group, t: &'t PickTrace) -> (&'t str, String, Option<HashExplain>) {
+    let none_usable = !t.candidates.iter().any(|&c| c);
+    match &t.walk {
         _ if none_usable => (
             "none",
             "no endpoint can take it (none usable, or all at max_conns): the next eligible \
@@ -56,38 +62,7 @@ pub(super) fn pick_explain(
                 .to_owned(),
             None,
         ),
-        Walk::Hash(w) => {
-            let last = w
-                .steps
-                .last()
-                .expect("a walk that named an endpoint has a step");
-            let skipped = w.steps.len() - 1;
-            let how = match w.kind {
-                "ip_hash" => format!(
-                    "ip_hash of {} (the first three octets of IPv4, all of IPv6) is {}; {} mod \
-                     total weight {} = slot {}",
-                    w.key, last.hash, last.hash, w.space, last.slot
-                ),
-                "hash consistent" => format!(
-                    "crc32({:?}) = {}; the first ring point at or after it is point {} ({}) of {}",
-                    w.key, w.hash, last.slot, last.hash, w.space
-                ),
-                _ => format!(
-                    "crc32({:?}) = {}; slot {} of total weight {}",
-                    w.key, last.hash, last.slot, w.space
-                ),
-            };
-            let skipped = if skipped > 0 {
-                format!(" after {skipped} step(s) landing on endpoints that could not take it")
-            } else {
-                String::new()
-            };
-            (
-                w.kind,
-                format!("{how}: {}{skipped}", address(last.endpoint)),
-                Some(hash_of(w)),
-            )
-        }
+        Walk::Hash(w) => hash_words(g, w),
         Walk::HashThenRotation(w) => {
             let why = if w.key.is_empty() {
                 "the key is empty for this request".to_owned()
@@ -101,7 +76,7 @@ pub(super) fn pick_explain(
                      part)",
                     w.kind
                 ),
-                Some(hash_of(w)),
+                Some(hash_explain(g, w)),
             )
         }
         Walk::Rotation { because } => (
@@ -138,19 +113,63 @@ pub(super) fn pick_explain(
             ),
             None,
         ),
+    }
+}
+
+/// A hash walk that named an endpoint: the hash, the slot or ring point, and the steps that
+/// landed on endpoints that could not take it.
+fn hash_words(g: &Group, w: &HashWalk) -> (&'static str, String, Option<HashExplain>) {
+    let last = w
+        .steps
+        .last()
+        .expect("a walk that named an endpoint has a step");
+    let skipped = w.steps.len() - 1;
+    let how = match w.kind {
+        "ip_hash" => format!(
+            "ip_hash of {} (the first three octets of IPv4, all of IPv6) is {}; {} mod \
+             total weight {} = slot {}",
+            w.key, last.hash, last.hash, w.space, last.slot
+        ),
+        "hash consistent" => format!(
+            "crc32({:?}) = {}; the first ring point at or after it is point {} ({}) of {}",
+            w.key, w.hash, last.slot, last.hash, w.space
+        ),
+        _ => format!(
+            "crc32({:?}) = {}; slot {} of total weight {}",
+            w.key, last.hash, last.slot, w.space
+        ),
     };
-    let backup = if t.backup {
-        " (no primary can serve: backups)"
+    let skipped = if skipped > 0 {
+        format!(" after {skipped} step(s) landing on endpoints that could not take it")
     } else {
-        ""
+        String::new()
     };
-    PickExplain {
-        group: g.name.clone(),
-        method: g.balance.name().to_owned(),
-        endpoint: t.endpoint.map(address),
-        by: by.to_owned(),
-        reason: format!("{reason}{backup}"),
-        hash,
-        endpoints,
+    (
+        w.kind,
+        format!(
+            "{how}: {}{skipped}",
+            g.endpoints[last.endpoint].address.text
+        ),
+        Some(hash_explain(g, w)),
+    )
+}
+
+/// A hash walk's key, hash and steps, each step's endpoint by address.
+fn hash_explain(g: &Group, w: &HashWalk) -> HashExplain {
+    HashExplain {
+        key: w.key.clone(),
+        hash: w.hash,
+        space: w.space,
+        steps: w
+            .steps
+            .iter()
+            .map(|s| HashStepExplain {
+                round: s.round,
+                hash: s.hash,
+                slot: s.slot,
+                endpoint: g.endpoints[s.endpoint].address.text.clone(),
+                usable: s.usable,
+            })
+            .collect(),
     }
 }
