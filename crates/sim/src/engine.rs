@@ -3,7 +3,7 @@
 //! endpoints) that the `gtd` node runs. Nothing here re-implements a decision.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gtd_core::balance::{GroupBalancer, RequestKey};
 use gtd_core::config::{Affinity, Config, FailoverMode, Listener, PriorityBy};
@@ -14,7 +14,7 @@ use gtd_core::split::{self, ListenerPlan, Mode, Plan, RttSource};
 
 use super::client::{client_explain, client_route};
 use super::scenario::WhatIf;
-use gtd_core::view::Explain;
+use gtd_core::view::{Explain, RecoveringView};
 
 /// One listener seen from every region asked for.
 #[derive(Debug, Clone)]
@@ -136,6 +136,8 @@ pub(crate) struct GroupRow {
     pub(crate) method: &'static str,
     pub(crate) observed: Option<f64>,
     pub(crate) share_before: Option<f64>,
+    /// `--recovering`: taking its share back over `failback_ramp`; `share` is the share now.
+    pub(crate) recovering: Option<RecoveringView>,
     pub(crate) endpoints: Vec<EndpointRow>,
 }
 
@@ -318,8 +320,41 @@ pub(super) fn node_state(
         &balancers,
         now,
     );
-    let plan = ListenerPlan::build(listener, ranking.clone(), facts, affinity);
+    let recovered = recovered(listener, li, what_if, &facts, now);
+    let plan = ListenerPlan::build_ramped(listener, ranking.clone(), facts, affinity, recovered);
     (ranking, balancers, plan)
+}
+
+/// The moment `sim` pictures for listener `li`: `now` plus its longest `--recovering` time, so
+/// that every recovery instant (the moment less its seconds) falls at or after `now`.
+pub(super) fn moment(what_if: &WhatIf, li: usize, now: Instant) -> Instant {
+    let longest = what_if
+        .recovering
+        .iter()
+        .filter(|((l, _), _)| *l == li)
+        .map(|(_, &secs)| secs)
+        .fold(0.0, f64::max);
+    now + Duration::from_secs_f64(longest)
+}
+
+/// When each group turned healthy, for `--recovering` (healthy groups only: one that is down
+/// is not recovering).
+fn recovered(
+    listener: &Listener,
+    li: usize,
+    what_if: &WhatIf,
+    facts: &[split::GroupFacts],
+    now: Instant,
+) -> Vec<Option<Instant>> {
+    let at = moment(what_if, li, now);
+    (0..listener.groups.len())
+        .map(|gi| {
+            let secs = what_if.recovering.get(&(li, gi))?;
+            facts[gi]
+                .healthy
+                .then(|| at - Duration::from_secs_f64(*secs))
+        })
+        .collect()
 }
 
 fn evaluate_region(
@@ -340,13 +375,16 @@ fn evaluate_region(
         listener.affinity,
         now,
     );
+    // The split at the moment pictured (recovering groups part way back).
+    let at = moment(what_if, li, now);
+    let shares = plan.plan.shares_at(at);
     let mut groups: Vec<GroupRow> = ranking
         .order
         .iter()
         .enumerate()
         .map(|(pos, &gi)| {
             let g = &listener.groups[gi];
-            let share = plan.plan.shares[gi];
+            let share = shares[gi];
             let fractions = balancers[gi].expected_shares_admitting(now, plan.plan.admit());
             let endpoints = g
                 .endpoints
@@ -381,6 +419,7 @@ fn evaluate_region(
                 method: g.balance.name(),
                 observed: None,
                 share_before: None,
+                recovering: RecoveringView::of(&plan.plan, gi, at),
                 endpoints,
             }
         })
@@ -404,7 +443,7 @@ fn evaluate_region(
             &plan.plan,
             n,
             &mut groups,
-            now,
+            (now, at),
         );
         (n, max)
     });
@@ -426,7 +465,7 @@ fn evaluate_region(
             rule: describe(rule),
             mode: p.mode,
             groups: plan
-                .rule_split(listener, i)
+                .rule_split_at(listener, i, at)
                 .into_iter()
                 .map(|(gi, share)| (listener.groups[gi].name.clone(), share))
                 .collect(),
@@ -474,7 +513,7 @@ fn verify(
     plan: &Plan,
     n: u64,
     groups: &mut [GroupRow],
-    now: Instant,
+    (now, at): (Instant, Instant),
 ) -> f64 {
     let mut group_hits = vec![0_u64; listener.groups.len()];
     let mut endpoint_hits: Vec<Vec<u64>> = listener
@@ -484,7 +523,9 @@ fn verify(
         .collect();
     for serial in 0..n {
         let ip = synthetic_client(serial);
-        let Some(gi) = plan.choose(ip) else { continue };
+        let Some(gi) = plan.choose_at(ip, at) else {
+            continue;
+        };
         group_hits[gi] += 1;
         let request = SimRequest {
             ip,

@@ -93,12 +93,14 @@ impl Explain {
         let in_rule =
             |gi: usize| route.is_none_or(|r| l.routes[r].groups.contains(&l.groups[gi].name));
         let routed = !matches!(matched, Some(Match::NotFound));
-        let reachable = |gi: usize| routed && plan.shares[gi].total > 0.0;
+        // The split at this moment: recovering groups are part way back (`failback_ramp`).
+        let shares = plan.shares_at(now);
+        let reachable = |gi: usize| routed && shares[gi].total > 0.0;
 
         // The group the decision goes to, when one does.
         let scores = plan.scores(ask.client);
         let chosen_group = match l.affinity {
-            Affinity::SourceIp => routed.then(|| plan.choose(ask.client)).flatten(),
+            Affinity::SourceIp => routed.then(|| plan.choose_at(ask.client, now)).flatten(),
             Affinity::None => {
                 let mut with_share = plan.order.iter().filter(|&&gi| reachable(gi));
                 match (with_share.next(), with_share.next()) {
@@ -121,9 +123,9 @@ impl Explain {
             let b = facts.balancers[gi];
             let fact = planned.facts[gi];
             let ratio = if in_rule(gi) { fact.ratio } else { 0.0 };
-            let share = plan.shares[gi];
+            let share = shares[gi];
             let usable = b.usable_count(now);
-            let (step, share_reason) = share_words(
+            let (step, mut share_reason) = share_words(
                 l,
                 plan,
                 ShareFacts {
@@ -136,6 +138,17 @@ impl Explain {
                 },
                 share,
             );
+            if let Some(r) = crate::view::RecoveringView::of(plan, gi, now) {
+                share_reason.push_str(&format!(
+                    "; it recovered {:.0} s ago and takes its share back over failback_ramp \
+                     {:.0} s: {:.1} % of the way, {:.2} of its {:.2}",
+                    r.since_s,
+                    r.ramp_s,
+                    r.fraction * 100.0,
+                    share.total,
+                    r.full_share
+                ));
+            }
             if plan.mode != Mode::Failover || l.failover != FailoverMode::NextPriority {
                 remaining = (remaining - share.first_pass).max(0.0);
             }
@@ -243,7 +256,7 @@ impl Explain {
                     .filter(|&&gi| reachable(gi))
                     .map(|&gi| Chance {
                         group: name(gi),
-                        percent: plan.shares[gi].total,
+                        percent: shares[gi].total,
                     })
                     .collect();
                 (None, Some(chances))
