@@ -26,6 +26,7 @@ pub mod expected;
 pub mod history;
 mod predict;
 pub mod push;
+pub mod ramp;
 pub mod registry;
 pub mod report;
 pub mod stale;
