@@ -41,6 +41,11 @@ struct Args {
     /// Ratio override: GROUP=RATIO or LISTENER/GROUP=RATIO (repeatable).
     #[arg(long, value_name = "LISTENER/GROUP=RATIO", value_parser = parse_assignment)]
     set: Vec<(String, f64)>,
+    /// A group taking its share back after it recovered: GROUP=SECONDS or
+    /// LISTENER/GROUP=SECONDS since it turned healthy, under its listener's failback_ramp; the
+    /// split shown is the one at that moment (repeatable).
+    #[arg(long, value_name = "GROUP=SECONDS", value_parser = parse_assignment)]
+    recovering: Vec<(String, f64)>,
     /// Output format (svg: stacked bars of each region's split, docs/design.md §8).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -100,6 +105,7 @@ impl Args {
             checks: self.checks,
             latency: self.latency,
             set: self.set,
+            recovering: self.recovering,
             order: Vec::new(),
             format: match self.format {
                 Format::Table => gtd::sim::Format::Table,

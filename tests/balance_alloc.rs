@@ -127,3 +127,39 @@ fn picks_and_outcomes_allocate_nothing() {
         assert!(picked > 1_900, "{name}: only {picked} picks succeeded");
     }
 }
+
+/// A decision while groups take their share back over `failback_ramp` (rotation and source-ip
+/// affinity) allocates nothing either: the mixture is picked from precomputed plans.
+#[test]
+fn decisions_during_a_failback_ramp_allocate_nothing() {
+    use gtd::split::{GroupFacts, Plan};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let catalog = gtd::config::load_catalog(&root.join("regions/catalog.toml")).unwrap();
+    for affinity in ["none", "source-ip"] {
+        let text = format!(
+            "[[listener]]\nname = \"l\"\nprotocol = \"tcp\"\nport = 7000\nregions = [\"cn-beijing\"]\n\
+             failback_ramp = \"60s\"\naffinity = \"{affinity}\"\n\
+             [[listener.group]]\nname = \"a\"\nregion = \"cn-beijing\"\nratio = 50\n\
+             [[listener.group.endpoint]]\naddress = \"127.0.0.1:9001\"\n\
+             [[listener.group]]\nname = \"b\"\nregion = \"cn-shanghai\"\nratio = 50\n\
+             [[listener.group.endpoint]]\naddress = \"127.0.0.1:9002\"\n\
+             [[listener.group]]\nname = \"c\"\nregion = \"cn-hangzhou\"\nratio = 50\n\
+             [[listener.group.endpoint]]\naddress = \"127.0.0.1:9003\"\n"
+        );
+        let cfg = gtd::config::parse(&text, std::path::Path::new("c.toml"), &catalog).unwrap();
+        let l = &cfg.listeners[0];
+        let t0 = Instant::now();
+        let facts = [GroupFacts::new(50.0, true); 3];
+        let recovered = [None, Some(t0), Some(t0 + Duration::from_secs(10))];
+        let plan = Plan::for_listener_ramped(l, &[0, 1, 2], &facts, l.affinity, &recovered);
+        assert_eq!(plan.recovering().len(), 2);
+        let at = t0 + Duration::from_secs(20);
+        let info = allocation_counter::measure(|| {
+            for i in 0..10_000_u32 {
+                let client = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i as u16));
+                std::hint::black_box(plan.choose_at(client, at));
+            }
+        });
+        assert_eq!(info.count_total, 0, "{affinity}: {info:?}");
+    }
+}

@@ -201,3 +201,29 @@ fn keys_that_do_nothing_here_are_warned_about() {
         ]
     );
 }
+
+#[test]
+fn failback_ramp_reads_as_a_duration_up_to_an_hour() {
+    let c = valid(&one_group(GAME, "", ""));
+    assert_eq!(c.listeners[0].failback_ramp, Duration::ZERO);
+    let c = valid(&one_group(
+        &format!("{GAME}\nfailback_ramp = \"90s\""),
+        "",
+        "",
+    ));
+    assert_eq!(c.listeners[0].failback_ramp, Duration::from_secs(90));
+    assert_errors(&[
+        (
+            one_group(&format!("{GAME}\nfailback_ramp = \"2h\""), "", ""),
+            &[
+                r#"config.toml:6:17: listener "game": "failback_ramp" is at most "1h" (a recovered group gets its whole share back within it); "0s" returns it at once"#,
+            ],
+        ),
+        (
+            one_group(&format!("{GAME}\nfailback_ramp = 60"), "", ""),
+            &[
+                r#"config.toml:6:17: listener "game": invalid duration 60 for "failback_ramp": write it as a string with a unit, like "5s" or "250ms""#,
+            ],
+        ),
+    ]);
+}

@@ -46,6 +46,7 @@ mod fleet_tab;
 mod graceful;
 mod history;
 mod predictions;
+mod ramp;
 mod ranking;
 mod registry;
 mod reload;

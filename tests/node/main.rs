@@ -15,6 +15,7 @@ mod dns;
 mod errors;
 mod explain;
 mod fail_open;
+mod failback;
 mod geoip;
 mod lifecycle;
 mod stream_log;

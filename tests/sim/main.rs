@@ -48,6 +48,7 @@ pub(crate) fn request(args: &[&str]) -> Request {
             "--checks" => r.checks.push(gtd::sim::parse_checks(v).expect(flag)),
             "--latency" => r.latency.push(number(v)),
             "--set" => r.set.push(number(v)),
+            "--recovering" => r.recovering.push(number(v)),
             "--verify" => r.verify = Some(v.parse().expect(flag)),
             "--compare" => r.compare = Some(Source::File(v.into())),
             "--client" => r.client = Some(v.parse().expect(flag)),
@@ -157,6 +158,7 @@ pub(crate) fn s(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
 mod capacity;
 mod cli;
 mod clients;
+mod failback;
 mod geoip;
 mod pictures;
 mod shipped;

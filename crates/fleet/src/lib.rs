@@ -28,6 +28,7 @@ pub mod history;
 pub mod outcome;
 mod predict;
 pub mod push;
+pub mod ramp;
 pub mod registry;
 pub mod report;
 pub mod stale;

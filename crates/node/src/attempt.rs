@@ -195,7 +195,7 @@ impl<'a> Attempts<'a> {
                 Some(g) => g,
                 None if !self.started => {
                     self.started = true;
-                    self.plan().choose(self.client)?
+                    self.plan().choose_at(self.client, now)?
                 }
                 None => {
                     let tried = self.tried_groups;

@@ -590,7 +590,23 @@ impl ListenerState {
         let facts = facts(l, &groups, now);
         let by_location = (l.priority_by == PriorityBy::ClientLocation && config.geoip.is_some())
             .then(|| ByLocation::new(l, &config.catalog, ranking.clone(), facts.clone()));
-        let planned = ListenerPlan::build(l, ranking.clone(), facts, l.affinity);
+        // A reload keeps the failback ramps of the groups it keeps.
+        let recovered = old.map_or_else(
+            || vec![None; l.groups.len()],
+            |o| {
+                let was = o.planned.load();
+                l.groups
+                    .iter()
+                    .zip(&facts)
+                    .map(|(g, f)| {
+                        let oi = o.cfg.groups.iter().position(|x| x.name == g.name)?;
+                        let at = was.recovered.get(oi).copied().flatten()?;
+                        (f.healthy && now < at + l.failback_ramp).then_some(at)
+                    })
+                    .collect()
+            },
+        );
+        let planned = ListenerPlan::build_ramped(l, ranking.clone(), facts, l.affinity, recovered);
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
             cfg: Arc::new(l.clone()),
@@ -618,7 +634,14 @@ impl ListenerState {
         let current = self.planned.load();
         let facts = facts(&self.cfg, &self.groups, now);
         let ranked = self.ranked.load();
-        if facts == current.facts && ranked.order == current.ranking.order {
+        // A failback ramp that is over leaves the plan: the next is the plain one.
+        let ramping = current.ramp_ends();
+        let ramp_over = ramping.is_some_and(|end| now >= end);
+        if facts == current.facts && ranked.order == current.ranking.order && !ramp_over {
+            if ramping.is_some() {
+                // The share gauges follow the ramp.
+                self.publish_shares(&current, now);
+            }
             self.publish_endpoints(now);
             return false;
         }
@@ -626,7 +649,22 @@ impl ListenerState {
         if let Some(b) = &self.by_location {
             b.replan(&self.cfg, &ranked, &facts);
         }
-        let next = ListenerPlan::build(&self.cfg, (**ranked).clone(), facts, self.cfg.affinity);
+        // Groups that turned healthy take their share back over `failback_ramp`.
+        let recovered = split::failback::carry(
+            &current.facts,
+            &current.recovered,
+            &facts,
+            self.cfg.failback_ramp,
+            now,
+        );
+        let next = ListenerPlan::build_ramped(
+            &self.cfg,
+            (**ranked).clone(),
+            facts,
+            self.cfg.affinity,
+            recovered,
+        );
+        self.ramps_started(&current, &next);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);
         }
@@ -708,12 +746,51 @@ impl ListenerState {
         for (gauge, mode) in self.metrics.mode.iter().zip(MODES) {
             gauge.set(if p.plan.mode == mode { 1.0 } else { 0.0 });
         }
+        self.publish_shares(&p, now);
         for (i, g) in self.groups.iter().enumerate() {
-            g.share.set(p.plan.shares[i].total);
             g.healthy.set(if p.facts[i].healthy { 1.0 } else { 0.0 });
             g.rtt.set(ranked.rtt_ms[i] / 1000.0);
         }
         self.publish_endpoints(now);
+    }
+
+    /// Sets each group's share gauge to its share at `now` (a recovering group's moves).
+    fn publish_shares(&self, p: &ListenerPlan, now: Instant) {
+        for (g, s) in self.groups.iter().zip(p.plan.shares_at(now)) {
+            g.share.set(s.total);
+        }
+    }
+
+    /// Puts each group that started taking its share back on the timeline.
+    fn ramps_started(&self, was: &ListenerPlan, next: &ListenerPlan) {
+        for &(gi, _) in next.plan.recovering() {
+            if was.recovered.get(gi).is_some_and(Option::is_some) {
+                continue;
+            }
+            let name = self.groups[gi].name.as_str();
+            let ramp = self.cfg.failback_ramp.as_secs_f64();
+            let full = next.plan.shares[gi].total;
+            tracing::info!(
+                listener = %self.cfg.name,
+                group = name,
+                ramp_s = ramp,
+                share = full,
+                "failback ramp: the group is healthy again and takes its share back linearly"
+            );
+            self.events.record(
+                crate::events::Kind::Failback,
+                crate::events::Place {
+                    listener: Some(&self.cfg.name),
+                    group: Some(name),
+                    endpoint: None,
+                },
+                format!(
+                    "{name} healthy again: takes its share back linearly over failback_ramp \
+                     {ramp} s, from 0 % now to {} % at the end",
+                    (full * 100.0).round() / 100.0
+                ),
+            );
+        }
     }
 
     /// Sets the endpoint and group state gauges, and puts each change of an endpoint's or a
@@ -776,9 +853,9 @@ impl ListenerState {
         Some(self.by_location.as_ref()?.plan(&self.cfg, at))
     }
 
-    /// The client's group for a new connection/flow/request (config index), or `None`.
-    pub fn choose(&self, client: IpAddr) -> Option<usize> {
-        self.planned.load().plan.choose(client)
+    /// The client's group for a new connection/flow/request at `now` (config index), or `None`.
+    pub fn choose(&self, client: IpAddr, now: Instant) -> Option<usize> {
+        self.planned.load().plan.choose_at(client, now)
     }
 }
 

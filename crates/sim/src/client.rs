@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::node::{SimRequest, node_state};
+use super::node::{SimRequest, moment, node_state};
 use super::report::{Asks, ClientGroup, Route};
 use super::scenario::WhatIf;
 use gtd_core::config::{Affinity, Balance, Config, Listener, PriorityBy};
@@ -29,11 +29,12 @@ fn located(
     let coords = location::group_coords(listener, &config.catalog);
     let order = location::by_distance(at, &coords);
     let facts = plan.facts.clone();
-    *plan = ListenerPlan::build(
+    *plan = ListenerPlan::build_ramped(
         listener,
         location::ranking(ranking, &order),
         facts,
         listener.affinity,
+        plan.recovered.clone(),
     );
     true
 }
@@ -83,7 +84,7 @@ pub(super) fn client_explain(
         key: asks.key.as_deref(),
         headers: &asks.headers,
     };
-    Explain::build(&facts, &ask, now)
+    Explain::build(&facts, &ask, moment(what_if, li, now))
 }
 
 /// Where `--client` `ip` goes from a node in `region`: under `affinity = "none"` the node's
@@ -152,16 +153,23 @@ pub(super) fn client_route(
         Some(Match::Route(r)) => plan.for_route(Some(r)),
         _ => plan.for_route(None),
     };
+    // The split at the moment pictured (`--recovering` groups part way back).
+    let moment = moment(what_if, li, now);
+    let shares = plan.shares_at(moment);
     let targets: Vec<(usize, f64)> = match listener.affinity {
         // Every decision takes the next group of the rotation, whoever sends it: the chance of
         // each group is its share.
         Affinity::None => plan
             .order
             .iter()
-            .map(|&gi| (gi, plan.shares[gi].total))
+            .map(|&gi| (gi, shares[gi].total))
             .filter(|&(_, share)| share > 0.0)
             .collect(),
-        Affinity::SourceIp => plan.choose(ip).map(|gi| (gi, 100.0)).into_iter().collect(),
+        Affinity::SourceIp => plan
+            .choose_at(ip, moment)
+            .map(|gi| (gi, 100.0))
+            .into_iter()
+            .collect(),
     };
     for &(gi, percent) in &targets {
         let g = &listener.groups[gi];

@@ -9,9 +9,10 @@ use gtd_core::balance::GroupBalancer;
 use gtd_core::config::{Affinity, Config, FailoverMode, Listener, PriorityBy};
 use gtd_core::split::Plan;
 use gtd_core::split::rules::describe;
+use gtd_core::view::RecoveringView;
 
 use super::client::{client_explain, client_route};
-use super::node::{SimRequest, node_state, now, ratio_of};
+use super::node::{SimRequest, moment, node_state, now, ratio_of};
 use super::report::{
     Asks, EndpointRow, Graded, GroupRow, ListenerReport, RegionReport, RouteReport,
 };
@@ -90,13 +91,16 @@ fn evaluate_region(
         listener.affinity,
         now,
     );
+    // The split at the moment pictured (recovering groups part way back).
+    let at = moment(what_if, li, now);
+    let shares = plan.plan.shares_at(at);
     let mut groups: Vec<GroupRow> = ranking
         .order
         .iter()
         .enumerate()
         .map(|(pos, &gi)| {
             let g = &listener.groups[gi];
-            let share = plan.plan.shares[gi];
+            let share = shares[gi];
             let fractions = balancers[gi].expected_shares_admitting(now, plan.plan.admit());
             let endpoints = g
                 .endpoints
@@ -131,6 +135,7 @@ fn evaluate_region(
                 method: g.balance.name(),
                 observed: None,
                 share_before: None,
+                recovering: RecoveringView::of(&plan.plan, gi, at),
                 endpoints,
             }
         })
@@ -154,7 +159,7 @@ fn evaluate_region(
             &plan.plan,
             n,
             &mut groups,
-            now,
+            (now, at),
         );
         (n, max)
     });
@@ -176,7 +181,7 @@ fn evaluate_region(
             rule: describe(rule),
             mode: p.mode,
             groups: plan
-                .rule_split(listener, i)
+                .rule_split_at(listener, i, at)
                 .into_iter()
                 .map(|(gi, share)| (listener.groups[gi].name.clone(), share))
                 .collect(),
@@ -224,7 +229,7 @@ fn verify(
     plan: &Plan,
     n: u64,
     groups: &mut [GroupRow],
-    now: Instant,
+    (now, at): (Instant, Instant),
 ) -> f64 {
     let mut group_hits = vec![0_u64; listener.groups.len()];
     let mut endpoint_hits: Vec<Vec<u64>> = listener
@@ -234,7 +239,9 @@ fn verify(
         .collect();
     for serial in 0..n {
         let ip = synthetic_client(serial);
-        let Some(gi) = plan.choose(ip) else { continue };
+        let Some(gi) = plan.choose_at(ip, at) else {
+            continue;
+        };
         group_hits[gi] += 1;
         let request = SimRequest {
             ip,

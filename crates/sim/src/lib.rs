@@ -126,6 +126,9 @@ pub struct Request {
     pub latency: Vec<(String, f64)>,
     /// Ratio overrides: (`GROUP` or `LISTENER/GROUP`, percent).
     pub set: Vec<(String, f64)>,
+    /// Groups taking their share back over their listener's `failback_ramp`: (`GROUP` or
+    /// `LISTENER/GROUP`, seconds since it turned healthy). The split is the one at that moment.
+    pub recovering: Vec<(String, f64)>,
     /// A node's own order of groups, as its registry entry gives it: (listener, group names,
     /// highest priority first). It replaces the order the catalogue and `latency` would give
     /// that listener; groups it does not name follow in that order, names the config lacks
@@ -165,6 +168,7 @@ impl Request {
             checks: Vec::new(),
             latency: Vec::new(),
             set: Vec::new(),
+            recovering: Vec::new(),
             order: Vec::new(),
             format: Format::Table,
             verify: None,
@@ -258,6 +262,7 @@ fn simulate(req: &Request, warnings: &mut Vec<String>) -> Result<(String, bool),
         ratios: req.set.clone(),
         demand: Vec::new(),
         order: req.order.clone(),
+        recovering: req.recovering.clone(),
     });
     let what_if = raw.resolve(&config)?;
     if req.fail_on_overflow && what_if.demand.is_empty() {

@@ -5,7 +5,7 @@
 //! explanation) both start from it.
 
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gtd_core::balance::{GroupBalancer, RequestKey};
 use gtd_core::config::{Affinity, Config, Listener};
@@ -100,8 +100,41 @@ pub(super) fn node_state(
         &balancers,
         now,
     );
-    let plan = ListenerPlan::build(listener, ranking.clone(), facts, affinity);
+    let recovered = recovered(listener, li, what_if, &facts, now);
+    let plan = ListenerPlan::build_ramped(listener, ranking.clone(), facts, affinity, recovered);
     (ranking, balancers, plan)
+}
+
+/// The moment `sim` pictures for listener `li`: `now` plus its longest `--recovering` time, so
+/// that every recovery instant (the moment less its seconds) falls at or after `now`.
+pub(super) fn moment(what_if: &WhatIf, li: usize, now: Instant) -> Instant {
+    let longest = what_if
+        .recovering
+        .iter()
+        .filter(|((l, _), _)| *l == li)
+        .map(|(_, &secs)| secs)
+        .fold(0.0, f64::max);
+    now + Duration::from_secs_f64(longest)
+}
+
+/// When each group turned healthy, for `--recovering` (healthy groups only: one that is down
+/// is not recovering).
+fn recovered(
+    listener: &Listener,
+    li: usize,
+    what_if: &WhatIf,
+    facts: &[split::GroupFacts],
+    now: Instant,
+) -> Vec<Option<Instant>> {
+    let at = moment(what_if, li, now);
+    (0..listener.groups.len())
+        .map(|gi| {
+            let secs = what_if.recovering.get(&(li, gi))?;
+            facts[gi]
+                .healthy
+                .then(|| at - Duration::from_secs_f64(*secs))
+        })
+        .collect()
 }
 
 /// A request as the simulator presents it to a balancer: the client address, and either the

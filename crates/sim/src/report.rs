@@ -130,6 +130,8 @@ pub(crate) struct GroupRow {
     pub(crate) method: &'static str,
     pub(crate) observed: Option<f64>,
     pub(crate) share_before: Option<f64>,
+    /// `--recovering`: taking its share back over `failback_ramp`; `share` is the share now.
+    pub(crate) recovering: Option<gtd_core::view::RecoveringView>,
     pub(crate) endpoints: Vec<EndpointRow>,
 }
 

@@ -36,6 +36,9 @@ pub(crate) struct WhatIf {
     pub(crate) ratios: BTreeMap<(usize, usize), f64>,
     /// A node's own order of groups per listener (config indices, highest first).
     pub(crate) order: BTreeMap<usize, Vec<usize>>,
+    /// Groups taking their share back (`--recovering`) per (listener, group): seconds since
+    /// they turned healthy.
+    pub(crate) recovering: BTreeMap<(usize, usize), f64>,
     /// Client demand per acceleration region.
     pub(crate) demand: BTreeMap<String, f64>,
     /// `[demand]` entries naming client addresses or prefixes: (as written, the acceleration
@@ -57,6 +60,8 @@ pub(crate) struct RawWhatIf {
     pub(crate) demand: Vec<(String, f64)>,
     /// `LISTENER` → its groups in a node's own order (a registry entry's).
     pub(crate) order: Vec<(String, Vec<String>)>,
+    /// `GROUP` or `LISTENER/GROUP` → seconds since it recovered.
+    pub(crate) recovering: Vec<(String, f64)>,
 }
 
 impl RawWhatIf {
@@ -125,6 +130,7 @@ impl RawWhatIf {
         self.ratios.extend(other.ratios);
         self.demand.extend(other.demand);
         self.order.extend(other.order);
+        self.recovering.extend(other.recovering);
     }
 
     /// Resolves every name against `config`.
@@ -224,6 +230,28 @@ impl RawWhatIf {
                 }
             }
             out.order.insert(li, order);
+        }
+        for (key, secs) in &self.recovering {
+            if !(secs.is_finite() && *secs >= 0.0) {
+                return Err(Error::WhatIf(format!(
+                    "recovering {key}={secs}: expected seconds >= 0 since the group recovered"
+                )));
+            }
+            let targets =
+                resolve_targets(config, key, false).map_err(what(format!("recovering {key}")))?;
+            if targets
+                .iter()
+                .all(|t| config.listeners[t.listener].failback_ramp.is_zero())
+            {
+                return Err(Error::WhatIf(format!(
+                    "recovering {key}={secs}: its listener sets no failback_ramp, so a group \
+                     that recovers takes its whole share back at once (set failback_ramp = \
+                     \"60s\", say, on the listener)"
+                )));
+            }
+            for t in targets {
+                out.recovering.insert((t.listener, t.group), *secs);
+            }
         }
         out.down.sort();
         out.down.dedup();

@@ -32,6 +32,22 @@ pub(crate) struct Push {
     /// How many revisions to keep (the new one included).
     #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+    /// Move in steps of moved traffic (the share of the fleet's decisions that change group)
+    /// instead of at once: with --dry-run, print the plan per step, node and group, with the
+    /// capacity check of every step and way back; exit 2 when it is refused.
+    #[arg(long, conflicts_with = "rollback")]
+    ramp: bool,
+    /// The ramp's steps, percent of the whole move, the last 100.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,5,20,50,100",
+        requires = "ramp"
+    )]
+    steps: Vec<f64>,
+    /// A scenario with [demand] for the ramp's capacity check (sim's rules).
+    #[arg(long, value_name = "FILE", requires = "ramp")]
+    scenario: Option<PathBuf>,
 }
 
 impl Push {
@@ -52,6 +68,18 @@ impl Push {
 
     /// Publishes (or shows) the revision.
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
+        if self.ramp {
+            let inputs = gtd::fleet::ramp::Inputs {
+                steps: self.steps.clone(),
+                scenario: self.scenario.clone(),
+            };
+            let opts = self.options()?;
+            return crate::etcd::command(|| async {
+                gtd::fleet::ramp::run(&opts, &inputs)
+                    .await
+                    .map_err(|e| e.into_store())
+            });
+        }
         let opts = self.options()?;
         crate::etcd::command(|| async {
             gtd::fleet::push::run(&opts)

@@ -13,6 +13,7 @@
 //!   (health, RTT order, ratios) and read lock-free by every decision.
 
 pub mod cascade;
+pub mod failback;
 pub mod graceful;
 pub mod location;
 pub mod plan;
@@ -24,6 +25,7 @@ pub mod rules;
 pub mod share;
 
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 pub use cascade::{Mode, Policy, split, split_into};
 pub use plan::{ListenerPlan, StickyTable};
@@ -107,6 +109,9 @@ pub struct Plan {
     /// Groups a retry may still go to (config index): ratio > 0 and healthy (in fail-open: ratio > 0).
     pub eligible: Vec<bool>,
     chooser: Chooser,
+    /// `failback_ramp`: the groups taking their share back, and the plans mixed meanwhile
+    /// ([`failback`]); `None` when no group is recovering.
+    ramp: Option<Box<failback::Ramp>>,
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +158,133 @@ impl Plan {
             shares,
             eligible,
             chooser,
+            ramp: None,
+        }
+    }
+
+    /// [`Self::for_listener`] with the groups of `recovered` (config index → when it turned
+    /// healthy; `None`: not recovering) taking their share back over `listener.failback_ramp`
+    /// ([`failback`]). `shares` is the split once every ramp is over; [`Self::shares_at`] the
+    /// split at a moment, which [`Self::choose_at`] follows.
+    pub fn for_listener_ramped(
+        listener: &Listener,
+        order: &[usize],
+        facts: &[GroupFacts],
+        affinity: Affinity,
+        recovered: &[Option<Instant>],
+    ) -> Plan {
+        let mut plan = Plan::for_listener(listener, order, facts, affinity);
+        let ramp = listener.failback_ramp;
+        // Earliest first; ties in priority order.
+        let mut recovering: Vec<(usize, Instant)> = order
+            .iter()
+            .filter_map(|&i| {
+                let at = recovered.get(i).copied().flatten()?;
+                (facts[i].healthy && facts[i].ratio > 0.0).then_some((i, at))
+            })
+            .collect();
+        recovering.sort_by_key(|&(_, at)| at);
+        let held = |upto: &[(usize, Instant)]| -> Vec<GroupFacts> {
+            let mut f = facts.to_vec();
+            for &(i, _) in upto {
+                f[i] = GroupFacts {
+                    healthy: false,
+                    fraction: 0.0,
+                    ..f[i]
+                };
+            }
+            f
+        };
+        // A group recovering while nothing healthy could take its traffic takes it at once.
+        while !recovering.is_empty() {
+            let s0 = Plan::for_listener(listener, order, &held(&recovering), affinity);
+            if matches!(s0.mode, Mode::Cascade | Mode::Failover) {
+                break;
+            }
+            recovering.remove(0);
+        }
+        if ramp.is_zero() || recovering.is_empty() {
+            return plan;
+        }
+        let before = (0..recovering.len())
+            .map(|j| Plan::for_listener(listener, order, &held(&recovering[j..]), affinity))
+            .collect();
+        plan.ramp = Some(Box::new(failback::Ramp::new(ramp, recovering, before)));
+        plan
+    }
+
+    /// The groups taking their share back (config index), when each turned healthy, earliest
+    /// first; empty when none is.
+    pub fn recovering(&self) -> &[(usize, Instant)] {
+        self.ramp.as_ref().map_or(&[], |r| &r.recovering)
+    }
+
+    /// The failback ramp this plan's recovering groups follow (`None`: none is recovering).
+    pub fn failback_ramp(&self) -> Option<Duration> {
+        self.ramp.as_ref().map(|r| r.ramp)
+    }
+
+    /// When the last recovering group has its whole share back (`None`: none is recovering).
+    pub fn ramp_ends(&self) -> Option<Instant> {
+        self.ramp.as_ref().map(|r| r.ends())
+    }
+
+    /// How far along its ramp group `group` (config index) is at `now`, 0..=1: 1 for a group
+    /// that is not recovering.
+    pub fn ramp_fraction(&self, group: usize, now: Instant) -> f64 {
+        let Some(r) = &self.ramp else { return 1.0 };
+        r.recovering
+            .iter()
+            .position(|&(i, _)| i == group)
+            .map_or(1.0, |j| r.fraction(j, now))
+    }
+
+    /// Each group's share at `now` (config index): `shares` mixed with the plans of the groups
+    /// still taking theirs back ([`failback::mix`], per part of the share); `shares` itself when
+    /// none is. For `/status`, `/explain` and `sim`; allocates.
+    pub fn shares_at(&self, now: Instant) -> Vec<Share> {
+        let Some(r) = &self.ramp else {
+            return self.shares.clone();
+        };
+        let fractions = r.fractions(now);
+        let w = failback::weights(&fractions);
+        let mut out: Vec<Share> = self
+            .shares
+            .iter()
+            .map(|s| Share {
+                keep: s.keep,
+                ..Share::default()
+            })
+            .collect();
+        let plans = r.before.iter().chain(std::iter::once(self));
+        for (p, w) in plans.zip(w) {
+            for (o, s) in out.iter_mut().zip(&p.shares) {
+                o.first_pass += w * s.first_pass;
+                o.leftover += w * s.leftover;
+                o.spill += w * s.spill;
+                o.total += w * s.total;
+            }
+        }
+        out
+    }
+
+    /// [`Self::choose`] at `now`: while groups are taking their share back, first one of the
+    /// mixture's plans (by its weight at `now`), then the group on that plan. Lock-free and
+    /// allocation-free: the node's and `sim`'s decision.
+    pub fn choose_at(&self, client: IpAddr, now: Instant) -> Option<usize> {
+        let Some(r) = &self.ramp else {
+            return self.choose(client);
+        };
+        let u = match &self.chooser {
+            Chooser::Rotation(_) => r.next_u(),
+            // The client's own number: it moves once, as the ramp passes it.
+            Chooser::Rendezvous { .. } => failback::unit(crate::hash::mix(
+                rendezvous::client_key(client) ^ 0x6661_696c_6261_636b,
+            )),
+        };
+        match r.component(u, now) {
+            j if j == r.before.len() => self.choose(client),
+            j => r.before[j].choose(client),
         }
     }
 
@@ -179,8 +311,9 @@ impl Plan {
         )
     }
 
-    /// The group (config index) for one new connection, flow or request from `client`; `None`
-    /// when the listener has no route. Lock-free and allocation-free.
+    /// The group (config index) for one new connection, flow or request from `client` once
+    /// every failback ramp is over (decisions take [`Self::choose_at`]); `None` when the
+    /// listener has no route. Lock-free and allocation-free.
     pub fn choose(&self, client: IpAddr) -> Option<usize> {
         match &self.chooser {
             Chooser::Rotation(r) => r.next().map(|pos| self.order[pos]),

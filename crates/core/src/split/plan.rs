@@ -57,6 +57,9 @@ pub struct ListenerPlan {
     pub plan: Plan,
     /// One plan per forwarding rule (config order), over that rule's groups only.
     pub routes: Vec<Plan>,
+    /// Per group (config index): when it turned healthy, while it is taking its share back
+    /// over the listener's `failback_ramp` ([`super::failback`]); all `None` otherwise.
+    pub recovered: Vec<Option<Instant>>,
 }
 
 impl ListenerPlan {
@@ -68,7 +71,21 @@ impl ListenerPlan {
         facts: Vec<GroupFacts>,
         affinity: Affinity,
     ) -> ListenerPlan {
-        let plan = Plan::for_listener(listener, &ranking.order, &facts, affinity);
+        let none = vec![None; facts.len()];
+        ListenerPlan::build_ramped(listener, ranking, facts, affinity, none)
+    }
+
+    /// [`Self::build`] with the groups of `recovered` (config index → when it turned healthy)
+    /// taking their share back over the listener's `failback_ramp`, in every plan.
+    pub fn build_ramped(
+        listener: &Listener,
+        ranking: Ranking,
+        facts: Vec<GroupFacts>,
+        affinity: Affinity,
+        recovered: Vec<Option<Instant>>,
+    ) -> ListenerPlan {
+        let plan =
+            Plan::for_listener_ramped(listener, &ranking.order, &facts, affinity, &recovered);
         let routes = listener
             .routes
             .iter()
@@ -86,7 +103,7 @@ impl ListenerPlan {
                         ..*f
                     })
                     .collect();
-                Plan::for_listener(listener, &ranking.order, &only, affinity)
+                Plan::for_listener_ramped(listener, &ranking.order, &only, affinity, &recovered)
             })
             .collect();
         ListenerPlan {
@@ -94,7 +111,16 @@ impl ListenerPlan {
             facts,
             plan,
             routes,
+            recovered,
         }
+    }
+
+    /// When the last failback ramp of any of its plans is over (`None`: none is recovering).
+    pub fn ramp_ends(&self) -> Option<Instant> {
+        std::iter::once(&self.plan)
+            .chain(&self.routes)
+            .filter_map(Plan::ramp_ends)
+            .max()
     }
 
     /// Forwarding rule `route`'s split as `sim` and `/status` show it: each of the rule's groups
@@ -106,6 +132,20 @@ impl ListenerPlan {
             .iter()
             .filter(|&&gi| rule.groups.contains(&listener.groups[gi].name))
             .map(|&gi| (gi, plan.shares[gi].total))
+            .collect()
+    }
+
+    /// [`Self::rule_split`] at `now`, while groups take their share back.
+    pub fn rule_split_at(
+        &self,
+        listener: &Listener,
+        route: usize,
+        now: Instant,
+    ) -> Vec<(usize, f64)> {
+        let shares = self.routes[route].shares_at(now);
+        self.rule_split(listener, route)
+            .into_iter()
+            .map(|(gi, _)| (gi, shares[gi].total))
             .collect()
     }
 
@@ -259,6 +299,105 @@ sticky = { cookie = "gtd" }
         let p = ListenerPlan::build(l, ranking, vec![healthy(true), healthy(false)], l.affinity);
         assert_eq!(p.routes[0].mode, Mode::NoRoute);
         assert_eq!(totals(&p.routes[1]), [100.0, 0.0]);
+    }
+
+    #[test]
+    fn a_recovered_group_takes_its_share_back_over_the_ramp() {
+        use std::net::{IpAddr, Ipv4Addr};
+        use std::time::Duration;
+        for affinity in ["", "affinity = \"source-ip\"\n"] {
+            let text = ROUTED.replace(
+                "sticky = { cookie = \"gtd\" }\n",
+                &format!("failback_ramp = \"60s\"\n{affinity}"),
+            );
+            let (cfg, ranking) = listener(&text);
+            let l = &cfg.listeners[0];
+            assert_eq!(l.failback_ramp, Duration::from_secs(60));
+            let t0 = Instant::now();
+            let facts = vec![GroupFacts::new(50.0, true), GroupFacts::new(50.0, true)];
+            let p = ListenerPlan::build_ramped(
+                l,
+                ranking.clone(),
+                facts.clone(),
+                l.affinity,
+                vec![None, Some(t0)],
+            );
+            // Once over: the cascade's 62.5 / 37.5; at the start: Beijing alone.
+            assert_eq!(p.plan.shares[1].total, 37.5);
+            assert_eq!(p.plan.shares_at(t0)[1].total, 0.0);
+            assert_eq!(p.plan.recovering(), [(1, t0)]);
+            assert_eq!(p.ramp_ends(), Some(t0 + Duration::from_secs(60)));
+            let t15 = t0 + Duration::from_secs(15);
+            let at = p.plan.shares_at(t15);
+            assert_eq!(at[1].total, 37.5 / 4.0);
+            assert_eq!(at[0].total + at[1].total, 100.0);
+            assert_eq!(p.plan.ramp_fraction(1, t15), 0.25);
+            assert_eq!(p.plan.ramp_fraction(0, t15), 1.0);
+            // Decisions follow the share at the moment, within a point over 20,000.
+            let n = 20_000;
+            let to_shanghai = (0..n)
+                .filter(|&i| {
+                    let c = IpAddr::V4(Ipv4Addr::from(0x0a00_0000_u32 + i * 7919));
+                    p.plan.choose_at(c, t15) == Some(1)
+                })
+                .count();
+            let seen = to_shanghai as f64 * 100.0 / n as f64;
+            assert!((seen - 37.5 / 4.0).abs() < 1.0, "{affinity}: {seen}");
+            // The route over Shanghai alone has nothing to spare it from: no ramp there.
+            assert!(p.routes[0].recovering().is_empty());
+            assert_eq!(p.routes[0].shares_at(t15)[1].total, 100.0);
+            assert_eq!(
+                p.rule_split_at(l, 1, t15),
+                [(0, 100.0 - 37.5 / 4.0), (1, 37.5 / 4.0)]
+            );
+            // After the ramp: the whole share.
+            assert_eq!(
+                p.plan.shares_at(t0 + Duration::from_secs(61))[1].total,
+                37.5
+            );
+        }
+        // A zero ramp (the default) is the snap.
+        let (cfg, ranking) = listener(ROUTED);
+        let l = &cfg.listeners[0];
+        assert_eq!(l.failback_ramp, Duration::ZERO);
+        let now = Instant::now();
+        let facts = vec![GroupFacts::new(50.0, true), GroupFacts::new(50.0, true)];
+        let p = ListenerPlan::build_ramped(l, ranking, facts, l.affinity, vec![None, Some(now)]);
+        assert!(p.plan.recovering().is_empty());
+        assert_eq!(p.plan.shares_at(now)[1].total, 37.5);
+    }
+
+    #[test]
+    fn two_recovering_groups_mix_three_splits() {
+        use std::time::Duration;
+        let text = ROUTED.replace(
+            "sticky = { cookie = \"gtd\" }\n",
+            "failback_ramp = \"100s\"\n",
+        );
+        let text = text.replace(
+            "  [[listener.group]]\n  name = \"shanghai\"",
+            "  [[listener.group]]\n  name = \"hangzhou\"\n  region = \"cn-hangzhou\"\n  ratio = 50\n    [[listener.group.endpoint]]\n    address = \"10.0.0.9:80\"\n  [[listener.group]]\n  name = \"shanghai\"",
+        );
+        let (cfg, ranking) = listener(&text);
+        let l = &cfg.listeners[0];
+        let t0 = Instant::now();
+        let up = GroupFacts::new(50.0, true);
+        let p = ListenerPlan::build_ramped(
+            l,
+            ranking,
+            vec![up, up, up],
+            l.affinity,
+            vec![Some(t0), None, Some(t0 + Duration::from_secs(50))],
+        );
+        // Beijing first: all three healthy 62.5 / ... ; the top group itself recovering ramps
+        // from the failover split.
+        let at = p.plan.shares_at(t0 + Duration::from_secs(75));
+        let total: f64 = at.iter().map(|s| s.total).sum();
+        assert!((total - 100.0).abs() < 1e-9);
+        let full = &p.plan.shares;
+        // Shanghai (recovered last) is a quarter of the way: exactly a quarter of its share.
+        assert!((at[2].total - full[2].total * 0.25).abs() < 1e-9, "{at:?}");
+        assert!(at.iter().all(|s| s.total >= 0.0));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ChangeView, CheckView, DnsView, EndpointView, ErrorsView, GroupView, ListenerView, PendingView,
-    RankView, RouteShare, RouteView,
+    RankView, RecoveringView, RouteShare, RouteView,
 };
 use crate::balance::EndpointState;
 use crate::balance::errors::ErrorCounts;
@@ -93,6 +93,8 @@ impl ListenerView {
     pub fn build(facts: &ListenerFacts<'_>, now: Instant) -> ListenerView {
         let l = facts.config;
         let planned = facts.planned;
+        // The split at this moment: recovering groups are part way back (`failback_ramp`).
+        let shares = planned.plan.shares_at(now);
         let groups = planned
             .ranking
             .order
@@ -100,7 +102,7 @@ impl ListenerView {
             .enumerate()
             .map(|(pos, &gi)| {
                 let cfg = &l.groups[gi];
-                let share = planned.plan.shares[gi];
+                let share = shares[gi];
                 let fact = planned.facts[gi];
                 let live = &facts.groups[gi];
                 let endpoints: Vec<EndpointView> = live
@@ -134,6 +136,7 @@ impl ListenerView {
                     spill: graceful.then_some(share.spill),
                     share_before: None,
                     delta: None,
+                    recovering: RecoveringView::of(&planned.plan, gi, now),
                     parts: Some(share.kept_parts()),
                     served: Some(endpoints.iter().map(|e| e.served).sum()),
                     rank: Some(RankView::from(&live.rank)),
@@ -151,7 +154,7 @@ impl ListenerView {
                 matches: describe(rule),
                 mode: planned.routes[i].mode.as_str().to_owned(),
                 groups: planned
-                    .rule_split(l, i)
+                    .rule_split_at(l, i, now)
                     .into_iter()
                     .map(|(gi, share)| RouteShare {
                         name: l.groups[gi].name.clone(),
@@ -170,6 +173,21 @@ impl ListenerView {
             groups,
             routes,
         }
+    }
+}
+
+impl RecoveringView {
+    /// Group `group` (config index) of `plan` at `now`, when it is taking its share back.
+    pub fn of(plan: &crate::split::Plan, group: usize, now: Instant) -> Option<RecoveringView> {
+        let &(_, at) = plan.recovering().iter().find(|&&(i, _)| i == group)?;
+        let ramp = plan.failback_ramp()?;
+        let fraction = plan.ramp_fraction(group, now);
+        (fraction < 1.0).then(|| RecoveringView {
+            since_s: now.saturating_duration_since(at).as_secs_f64(),
+            ramp_s: ramp.as_secs_f64(),
+            fraction,
+            full_share: plan.shares[group].total,
+        })
     }
 }
 

@@ -74,6 +74,20 @@ pub struct ListenerView {
     pub routes: Vec<RouteView>,
 }
 
+/// A group taking its share back over the listener's `failback_ramp` (docs/design.md §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecoveringView {
+    /// Seconds since it turned healthy.
+    pub since_s: f64,
+    /// The listener's `failback_ramp`, seconds.
+    pub ramp_s: f64,
+    /// How far along the ramp it is, 0..=1: its share is this part of `full_share`.
+    pub fraction: f64,
+    /// Its share once the ramp is over, percent.
+    pub full_share: f64,
+}
+
 /// A group as one node sees it. The field order and the optional fields are those of `sim`'s
 /// per-group JSON, so that `GroupView<EndpointShare>` is that row byte for byte; the last three
 /// fields are `/status`'s own (`sim` leaves them out).
@@ -127,6 +141,10 @@ pub struct GroupView<E = EndpointView> {
     /// `sim --compare`: `share - share_before`, points.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<f64>,
+    /// Taking its share back after it recovered (`failback_ramp`): `share` is the share at
+    /// this moment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovering: Option<RecoveringView>,
     /// `/status`: the share in parts [first pass, leftover, spill], each at what it keeps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parts: Option<[f64; 3]>,

@@ -81,6 +81,12 @@ fn group<E>(endpoints: Vec<E>) -> GroupView<E> {
         spill: Some(0.0),
         share_before: Some(60.0),
         delta: Some(2.5),
+        recovering: Some(RecoveringView {
+            since_s: 15.0,
+            ramp_s: 60.0,
+            fraction: 0.25,
+            full_share: 37.5,
+        }),
         parts: Some([50.0, 12.5, 0.0]),
         served: Some(16),
         rank: Some(RankView {
@@ -224,6 +230,10 @@ fn the_documented_keys_are_the_serialized_keys() {
         ("CheckView".to_owned(), keys(e.check.as_ref().unwrap())),
         ("EndpointShare".to_owned(), keys(&share)),
         ("RankView".to_owned(), keys(rank)),
+        (
+            "RecoveringView".to_owned(),
+            keys(g.recovering.as_ref().unwrap()),
+        ),
         (
             "PendingView".to_owned(),
             keys(rank.pending.as_ref().unwrap()),

@@ -276,6 +276,7 @@ fn group_view(g: &GroupRow, compare: bool) -> GroupView<EndpointShare> {
         spill: g.graded.map(|d| d.spill),
         share_before: before,
         delta: before.map(|b| g.share - b),
+        recovering: g.recovering,
         parts: None,
         served: None,
         rank: None,

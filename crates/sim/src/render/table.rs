@@ -180,6 +180,21 @@ fn node_section(
             capacity::number(l.overprovisioning)
         );
     }
+    for g in &r.groups {
+        if let Some(rec) = &g.recovering {
+            let _ = writeln!(
+                out,
+                "  failback: {} recovered {}s ago, {:.1} % through failback_ramp {}s: \
+                 share {} of its {} (docs/design.md §3.3)",
+                g.name,
+                capacity::number(rec.since_s),
+                rec.fraction * 100.0,
+                capacity::number(rec.ramp_s),
+                pct(g.share),
+                pct(rec.full_share)
+            );
+        }
+    }
     if let Some((n, max)) = r.verify {
         let _ = writeln!(
             out,

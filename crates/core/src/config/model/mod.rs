@@ -354,6 +354,9 @@ pub struct Listener {
     pub rank_dwell: Duration,
     /// TCP: time allowed for an endpoint's first byte after connecting; `None`: no limit.
     pub first_byte_timeout: Option<Duration>,
+    /// How long a group that turns healthy again takes to get its whole share back, linearly
+    /// (docs/design.md §3.3); zero (the default): at once.
+    pub failback_ramp: Duration,
 }
 
 /// What a health check's (or light probe's) RTT sample measures (`rtt_from`).
@@ -438,6 +441,11 @@ impl Listener {
     /// `rank_dwell`: long enough that ±50 ms of jitter on groups 5 ms apart moves the top rank
     /// at most twice in 10 minutes (docs/design.md §3.1).
     pub const DEFAULT_RANK_DWELL: Duration = Duration::from_secs(120);
+    /// `failback_ramp`: zero, the share returns at once.
+    pub const DEFAULT_FAILBACK_RAMP: Duration = Duration::ZERO;
+    /// The longest `failback_ramp`: a group kept from most of its share for longer than an
+    /// hour after it recovered is a config mistake, not caution.
+    pub const MAX_FAILBACK_RAMP: Duration = Duration::from_secs(3600);
 }
 
 /// PROXY protocol version sent to endpoints.

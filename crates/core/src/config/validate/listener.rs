@@ -49,6 +49,8 @@ const LISTENER_KEYS: &[&str] = &[
     "rank_margin",
     "rank_dwell",
     "first_byte_timeout",
+    // Ramped failback (docs/design.md §3.3).
+    "failback_ramp",
 ];
 
 pub(super) fn listeners(ctx: &mut Ctx<'_>, env: &Env<'_>, root: &Table<'_, '_>) -> Vec<Listener> {
@@ -163,6 +165,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     ) {
         first_byte_timeout = t.positive_duration(ctx, "first_byte_timeout").map(|d| d.v);
     }
+    let failback_ramp = failback_ramp(ctx, t);
 
     Some(Listener {
         name: name.map(|n| n.v.to_owned()).unwrap_or_default(),
@@ -197,6 +200,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
         rank_margin,
         rank_dwell,
         first_byte_timeout,
+        failback_ramp,
     })
 }
 
@@ -457,6 +461,20 @@ fn check_groups(ctx: &mut Ctx<'_>, t: &Table<'_, '_>, groups: &[GroupRead<'_>], 
                    capacity on its groups or on all of a group's endpoints)";
         ctx.warn(at, &t.path, msg);
     }
+}
+
+/// `failback_ramp`: a duration up to [`Listener::MAX_FAILBACK_RAMP`].
+fn failback_ramp(ctx: &mut Ctx<'_>, t: &Table<'_, '_>) -> std::time::Duration {
+    let Some(d) = t.duration(ctx, "failback_ramp") else {
+        return Listener::DEFAULT_FAILBACK_RAMP;
+    };
+    if d.v > Listener::MAX_FAILBACK_RAMP {
+        let msg = "\"failback_ramp\" is at most \"1h\" (a recovered group gets its whole \
+                   share back within it); \"0s\" returns it at once";
+        ctx.error(d.at, &t.path, msg);
+        return Listener::DEFAULT_FAILBACK_RAMP;
+    }
+    d.v
 }
 
 /// `rtt_from`, `rank_margin` and `rank_dwell` (docs/design.md §3.1); a warning when static

@@ -77,9 +77,9 @@ impl Explain {
     /// goes to (or each group's chance), and the summary.
     pub fn build(facts: &ExplainFacts<'_>, ask: &Ask<'_>, now: Instant) -> Explain {
         let l = facts.listener;
-        let followed = Followed::new(l, facts.planned, ask);
+        let followed = Followed::new(l, facts.planned, ask, now);
         let plan = followed.plan;
-        let chosen_group = chosen_group(l, &followed, ask.client);
+        let chosen_group = chosen_group(l, &followed, ask.client, now);
         let groups = group_explains(facts, ask, &followed, chosen_group, now);
         let (chosen, chances) = chosen_or_chances(l, &followed, ask.client, chosen_group);
         let pick = chosen_group.and_then(|gi| {
@@ -142,10 +142,12 @@ struct Followed<'p> {
     plan: &'p Plan,
     /// False when a rule claims the host but none covers the path: nothing takes it.
     routed: bool,
+    /// The split at this moment: recovering groups are part way back (`failback_ramp`).
+    shares: Vec<crate::split::Share>,
 }
 
 impl<'p> Followed<'p> {
-    fn new(l: &Listener, planned: &'p ListenerPlan, ask: &Ask<'_>) -> Followed<'p> {
+    fn new(l: &Listener, planned: &'p ListenerPlan, ask: &Ask<'_>, now: Instant) -> Followed<'p> {
         let matched = (l.protocol.is_http() && !l.routes.is_empty()).then(|| {
             Rules::new(&l.routes).find(&Parts {
                 host: ask.host,
@@ -157,11 +159,13 @@ impl<'p> Followed<'p> {
             Some(Match::Route(r)) => Some(r),
             _ => None,
         };
+        let plan = planned.for_route(route);
         Followed {
             matched,
             route,
-            plan: planned.for_route(route),
+            plan,
             routed: !matches!(matched, Some(Match::NotFound)),
+            shares: plan.shares_at(now),
         }
     }
 
@@ -173,16 +177,24 @@ impl<'p> Followed<'p> {
 
     /// Some of the request's decisions can reach group `gi`.
     fn reachable(&self, gi: usize) -> bool {
-        self.routed && self.plan.shares[gi].total > 0.0
+        self.routed && self.shares[gi].total > 0.0
     }
 }
 
 /// The group every decision for `client` goes to, when one does: the rendezvous hash's under
 /// source-ip, else the only group with a share.
-fn chosen_group(l: &Listener, followed: &Followed<'_>, client: IpAddr) -> Option<usize> {
+fn chosen_group(
+    l: &Listener,
+    followed: &Followed<'_>,
+    client: IpAddr,
+    now: Instant,
+) -> Option<usize> {
     let plan = followed.plan;
     match l.affinity {
-        Affinity::SourceIp => followed.routed.then(|| plan.choose(client)).flatten(),
+        Affinity::SourceIp => followed
+            .routed
+            .then(|| plan.choose_at(client, now))
+            .flatten(),
         Affinity::None => {
             let mut with_share = plan.order.iter().filter(|&&gi| followed.reachable(gi));
             match (with_share.next(), with_share.next()) {
@@ -219,9 +231,9 @@ fn group_explains(
         let fact = planned.facts[gi];
         let in_rule = followed.in_rule(l, gi);
         let ratio = if in_rule { fact.ratio } else { 0.0 };
-        let share = plan.shares[gi];
+        let share = followed.shares[gi];
         let usable = b.usable_count(now);
-        let (step, share_reason) = share_words(
+        let (step, mut share_reason) = share_words(
             l,
             plan,
             ShareFacts {
@@ -234,6 +246,17 @@ fn group_explains(
             },
             share,
         );
+        if let Some(r) = crate::view::RecoveringView::of(plan, gi, now) {
+            share_reason.push_str(&format!(
+                "; it recovered {:.0} s ago and takes its share back over failback_ramp \
+                 {:.0} s: {:.1} % of the way, {:.2} of its {:.2}",
+                r.since_s,
+                r.ramp_s,
+                r.fraction * 100.0,
+                share.total,
+                r.full_share
+            ));
+        }
         if plan.mode != Mode::Failover || l.failover != FailoverMode::NextPriority {
             remaining = (remaining - share.first_pass).max(0.0);
         }
@@ -361,7 +384,7 @@ fn chosen_or_chances(
                 .filter(|&&gi| followed.reachable(gi))
                 .map(|&gi| Chance {
                     group: name(gi),
-                    percent: plan.shares[gi].total,
+                    percent: followed.shares[gi].total,
                 })
                 .collect();
             (None, Some(chances))

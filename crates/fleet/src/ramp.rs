@@ -1,0 +1,915 @@
+//! `gtd push --ramp`: the move from the running revision to a new config, planned as steps of
+//! *moved traffic* — the share of the fleet's decisions that go to another group than under
+//! the running revision — with the capacity check of every step and of every way back, and the
+//! refusals that keep a ramp from starting (issue 38, items 1–2).
+//!
+//! The cascade is not linear in ratio points, so a step is not a fraction of the ratio change:
+//! each step is the new config with every ratio interpolated, `old + t × (new − old)`, at the
+//! `t` whose predicted moved share is the step's part of the whole move, found by bisection on
+//! `t` over the simulator's prediction (the code every node runs). The prediction is per
+//! registered node, from its registry entry (its measured order of groups and the groups it
+//! sees down), as `gtd push --dry-run` predicts; with no entry, per acceleration region from
+//! the catalogue.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use gtd_core::config::Config;
+use gtd_sim as sim;
+use serde_json::Value;
+
+use super::registry::Entry;
+
+/// The default steps, percent of the whole move.
+pub const DEFAULT_STEPS: [f64; 5] = [1.0, 5.0, 20.0, 50.0, 100.0];
+
+/// The exit status of a refused ramp (nothing published).
+pub const REFUSED: u8 = 2;
+
+/// One node the prediction is for: a registered node (its entry's order and health) or, with
+/// none registered, an acceleration region as the catalogue ranks it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// How the output names it (`cn-beijing@host:9100`, or `catalogue cn-beijing`).
+    pub label: String,
+    /// Its acceleration region.
+    pub region: String,
+    /// Per listener, its groups in the node's order.
+    pub order: Vec<(String, Vec<String>)>,
+    /// `LISTENER/GROUP` it sees unhealthy.
+    pub down: Vec<String>,
+}
+
+impl Node {
+    /// The node of a registry entry.
+    pub fn of(e: &Entry) -> Node {
+        Node {
+            label: e.id.clone(),
+            region: e.region.clone(),
+            order: e
+                .listeners
+                .iter()
+                .map(|l| {
+                    (
+                        l.name.clone(),
+                        l.groups.iter().map(|g| g.name.clone()).collect(),
+                    )
+                })
+                .collect(),
+            down: e
+                .listeners
+                .iter()
+                .flat_map(|l| {
+                    l.groups
+                        .iter()
+                        .filter(|g| !g.healthy)
+                        .map(move |g| format!("{}/{}", l.name, g.name))
+                })
+                .collect(),
+        }
+    }
+
+    /// Every acceleration region `config` serves, as the catalogue ranks its groups.
+    pub fn catalogue(config: &Config) -> Vec<Node> {
+        let mut regions: Vec<&str> = config
+            .listeners
+            .iter()
+            .flat_map(|l| l.regions.iter().map(String::as_str))
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        regions
+            .into_iter()
+            .map(|r| Node {
+                label: format!("catalogue {r}"),
+                region: r.to_owned(),
+                order: Vec::new(),
+                down: Vec::new(),
+            })
+            .collect()
+    }
+}
+
+/// Per listener and group (in the node's priority order), percent of the node's decisions.
+pub type Shares = Vec<(String, Vec<(String, f64)>)>;
+
+/// A config with ratio overrides, as the simulator takes it.
+struct Picture<'a> {
+    config: &'a Config,
+    set: Vec<(String, f64)>,
+}
+
+/// The shares `picture` gives on `node` (listeners the node's region does not serve: none).
+fn predict(picture: &Picture<'_>, node: &Node) -> Result<Shares, sim::Error> {
+    let mut request = sim::Request::new(sim::Source::Loaded {
+        config: Box::new(picture.config.clone()),
+        name: "ramp".to_owned(),
+    });
+    request.format = sim::Format::Json;
+    request.region = Some(node.region.clone());
+    request.set = picture.set.clone();
+    let has = |name: &str| {
+        let (l, g) = name.split_once('/').unwrap_or(("", name));
+        picture
+            .config
+            .listeners
+            .iter()
+            .any(|cl| cl.name == l && cl.groups.iter().any(|cg| cg.name == g))
+    };
+    request.down = node.down.iter().filter(|d| has(d)).cloned().collect();
+    request.order = node.order.clone();
+    let out = sim::run(&request, &mut Vec::new())?;
+    let doc: Value = serde_json::from_str(&out.text).expect("sim writes JSON");
+    let mut shares = Vec::new();
+    for l in doc["listeners"].as_array().into_iter().flatten() {
+        let Some(r) = l["regions"].as_array().and_then(|r| r.first()) else {
+            continue;
+        };
+        let groups = r["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g["name"].as_str().unwrap_or_default().to_owned(),
+                    g["share"].as_f64().unwrap_or(0.0),
+                )
+            })
+            .collect();
+        shares.push((
+            l["listener"].as_str().unwrap_or_default().to_owned(),
+            groups,
+        ));
+    }
+    Ok(shares)
+}
+
+fn share_of(shares: &Shares, listener: &str, group: &str) -> f64 {
+    shares
+        .iter()
+        .find(|(l, _)| l == listener)
+        .and_then(|(_, gs)| gs.iter().find(|(g, _)| g == group))
+        .map_or(0.0, |(_, s)| *s)
+}
+
+/// The part of the decisions that go to another group under `to` than under `from`, percent:
+/// per listener the total variation `Σ max(0, to − from)`, averaged over the node's listeners
+/// that `to` serves there.
+fn moved(from: &Shares, to: &Shares) -> f64 {
+    let per: Vec<f64> = to
+        .iter()
+        .map(|(l, gs)| {
+            gs.iter()
+                .map(|(g, s)| (s - share_of(from, l, g)).max(0.0))
+                .sum::<f64>()
+        })
+        .collect();
+    if per.is_empty() {
+        0.0
+    } else {
+        per.iter().sum::<f64>() / per.len() as f64
+    }
+}
+
+/// A ratio that changes: `LISTENER/GROUP`, from (the running revision's, 0 for a new group),
+/// to (the new config's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// `LISTENER/GROUP`.
+    pub name: String,
+    /// The running revision's ratio (0 when the group is new).
+    pub from: f64,
+    /// The new config's.
+    pub to: f64,
+}
+
+impl Change {
+    fn at(&self, t: f64) -> f64 {
+        if t >= 1.0 {
+            self.to
+        } else {
+            self.from + t * (self.to - self.from)
+        }
+    }
+}
+
+/// One capacity finding: a group (or endpoint) over its capacity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overflow {
+    /// `LISTENER/GROUP` or `LISTENER/GROUP/ENDPOINT`.
+    pub name: String,
+    /// The load `[demand]` puts on it.
+    pub load: f64,
+    /// Its capacity.
+    pub capacity: f64,
+}
+
+/// The capacity check of one config: `None` without `[demand]`, else what is over.
+type Capacity = Option<Vec<Overflow>>;
+
+/// One step of the plan.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// 1-based.
+    pub number: usize,
+    /// The step, percent of the whole move.
+    pub target: f64,
+    /// The interpolation parameter found, 0..=1.
+    pub t: f64,
+    /// The predicted moved share of the fleet's decisions, percent.
+    pub moved: f64,
+    /// The ratios at this step.
+    pub ratios: Vec<(String, f64)>,
+    /// Per node (the plan's `nodes` order), the predicted shares.
+    pub shares: Vec<Shares>,
+    /// Capacity at this step.
+    pub capacity: Capacity,
+}
+
+/// The plan of a ramp.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The nodes the predictions are for.
+    pub nodes: Vec<Node>,
+    /// The ratios that change.
+    pub changes: Vec<Change>,
+    /// Per node, the shares under the running revision.
+    pub start: Vec<Shares>,
+    /// The capacity of the running revision: where every way back ends.
+    pub start_capacity: Capacity,
+    /// The whole move: the moved share of the new config, percent.
+    pub total: f64,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// Why the ramp may not start (empty: it may).
+    pub refusals: Vec<String>,
+}
+
+/// What the planner needs beyond the two configs.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// Steps, percent of the whole move, increasing, the last 100.
+    pub steps: Vec<f64>,
+    /// A scenario with `[demand]` for the capacity check.
+    pub scenario: Option<PathBuf>,
+}
+
+/// The ratio changes from `old` to `new`; an error names a group the new config removes (a
+/// ramp moves ratios: set its ratio to 0 in one ramp, remove it in the next push).
+pub fn changes(old: &Config, new: &Config) -> Result<Vec<Change>, String> {
+    for l in &old.listeners {
+        let Some(nl) = new.listeners.iter().find(|n| n.name == l.name) else {
+            return Err(format!(
+                "listener {:?} is not in the new config: a ramp moves ratios between groups; \
+                 remove a listener with a plain push",
+                l.name
+            ));
+        };
+        for g in &l.groups {
+            if !nl.groups.iter().any(|n| n.name == g.name) && g.ratio > 0.0 {
+                return Err(format!(
+                    "group {}/{} is not in the new config: a ramp moves ratios; ramp its ratio \
+                     to 0 first, then remove it with a plain push",
+                    l.name, g.name
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for l in &new.listeners {
+        let ol = old.listeners.iter().find(|o| o.name == l.name);
+        for g in &l.groups {
+            let from = ol
+                .and_then(|ol| ol.groups.iter().find(|o| o.name == g.name))
+                .map_or(0.0, |o| o.ratio);
+            out.push(Change {
+                name: format!("{}/{}", l.name, g.name),
+                from,
+                to: g.ratio,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The capacity check of `picture` under the scenario's `[demand]` (the rules `sim` and
+/// `sim --each-down` apply: demand by acceleration region, each group's and endpoint's load
+/// against its `capacity`): what is over 100 %.
+fn capacity(picture: &Picture<'_>, scenario: Option<&PathBuf>) -> Result<Capacity, sim::Error> {
+    let Some(scenario) = scenario else {
+        return Ok(None);
+    };
+    let mut request = sim::Request::new(sim::Source::Loaded {
+        config: Box::new(picture.config.clone()),
+        name: "ramp".to_owned(),
+    });
+    request.format = sim::Format::Json;
+    request.scenario = Some(scenario.clone());
+    request.set = picture.set.clone();
+    let out = sim::run(&request, &mut Vec::new())?;
+    let doc: Value = serde_json::from_str(&out.text).expect("sim writes JSON");
+    let over = doc["totals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["status"] == "over")
+        .map(|t| {
+            let mut name = format!(
+                "{}/{}",
+                t["listener"].as_str().unwrap_or_default(),
+                t["group"].as_str().unwrap_or_default()
+            );
+            if let Some(e) = t["endpoint"].as_str() {
+                name.push('/');
+                name.push_str(e);
+            }
+            Overflow {
+                name,
+                load: t["load"].as_f64().unwrap_or(f64::NAN),
+                capacity: t["capacity"].as_f64().unwrap_or(0.0),
+            }
+        })
+        .collect();
+    Ok(Some(over))
+}
+
+/// Plans the ramp from `old` (the running revision's config) to `new` for `nodes`.
+pub fn plan(
+    old: &Config,
+    new: &Config,
+    nodes: Vec<Node>,
+    inputs: &Inputs,
+) -> Result<Result<Plan, String>, sim::Error> {
+    let changes = match changes(old, new) {
+        Ok(c) => c,
+        Err(why) => return Ok(Err(why)),
+    };
+    let start_picture = Picture {
+        config: old,
+        set: Vec::new(),
+    };
+    let start: Vec<Shares> = nodes
+        .iter()
+        .map(|n| predict(&start_picture, n))
+        .collect::<Result<_, _>>()?;
+    let picture = |t: f64| Picture {
+        config: new,
+        set: changes.iter().map(|c| (c.name.clone(), c.at(t))).collect(),
+    };
+    // The fleet's moved share at `t`: the mean over the nodes.
+    let fleet_moved = |t: f64| -> Result<(f64, Vec<Shares>), sim::Error> {
+        let p = picture(t);
+        let shares: Vec<Shares> = nodes
+            .iter()
+            .map(|n| predict(&p, n))
+            .collect::<Result<_, _>>()?;
+        let m = if nodes.is_empty() {
+            0.0
+        } else {
+            shares
+                .iter()
+                .zip(&start)
+                .map(|(s, b)| moved(b, s))
+                .sum::<f64>()
+                / nodes.len() as f64
+        };
+        Ok((m, shares))
+    };
+    let (total, _) = fleet_moved(1.0)?;
+    let mut steps = Vec::new();
+    let mut lo = 0.0_f64;
+    for (i, &target) in inputs.steps.iter().enumerate() {
+        let want = total * target / 100.0;
+        let t = if target >= 100.0 {
+            1.0
+        } else {
+            // Bisection on t in [lo, 1]: the moved share is continuous in the ratios, and
+            // is `want` somewhere between the last step and the end.
+            let (mut a, mut b) = (lo, 1.0_f64);
+            for _ in 0..40 {
+                let mid = (a + b) / 2.0;
+                if fleet_moved(mid)?.0 < want {
+                    a = mid;
+                } else {
+                    b = mid;
+                }
+                if b - a < 1e-9 {
+                    break;
+                }
+            }
+            b
+        };
+        lo = t;
+        let (m, shares) = fleet_moved(t)?;
+        let p = picture(t);
+        steps.push(Step {
+            number: i + 1,
+            target,
+            t,
+            moved: m,
+            ratios: p.set.clone(),
+            shares,
+            capacity: capacity(&p, inputs.scenario.as_ref())?,
+        });
+    }
+    let start_capacity = capacity(&start_picture, inputs.scenario.as_ref())?;
+    // The groups the move sends traffic to, as if every group were healthy (a group a node
+    // sees down gets nothing in that node's prediction, yet it is what the ramp feeds).
+    let end_picture = picture(1.0);
+    let mut receiving: BTreeMap<String, f64> = BTreeMap::new();
+    for n in &nodes {
+        let whole = Node {
+            down: Vec::new(),
+            ..n.clone()
+        };
+        let (before, after) = (
+            predict(&start_picture, &whole)?,
+            predict(&end_picture, &whole)?,
+        );
+        for (l, gs) in &after {
+            for (g, s) in gs {
+                let gain = s - share_of(&before, l, g);
+                if gain > 1e-9 {
+                    let e = receiving.entry(format!("{l}/{g}")).or_default();
+                    *e = e.max(gain);
+                }
+            }
+        }
+    }
+    let mut plan = Plan {
+        nodes,
+        changes,
+        start,
+        start_capacity,
+        total,
+        steps,
+        refusals: Vec::new(),
+    };
+    plan.refusals = refusals(&plan, &receiving);
+    Ok(Ok(plan))
+}
+
+/// Why the ramp may not start: a step or a way back over capacity, a receiving group a node
+/// sees unhealthy now.
+fn refusals(plan: &Plan, receiving: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &plan.steps {
+        for o in s.capacity.iter().flatten() {
+            out.push(format!(
+                "step {} ({} % of the move) overflows {}: load {} over capacity {} ({:.1} %)",
+                s.number,
+                num(s.target),
+                o.name,
+                num(o.load),
+                num(o.capacity),
+                o.load * 100.0 / o.capacity
+            ));
+        }
+    }
+    for o in plan.start_capacity.iter().flatten() {
+        out.push(format!(
+            "the way back to the running revision overflows {}: load {} over capacity {} \
+             ({:.1} %); every step's way back ends there",
+            o.name,
+            num(o.load),
+            num(o.capacity),
+            o.load * 100.0 / o.capacity
+        ));
+    }
+    for node in &plan.nodes {
+        for d in &node.down {
+            if let Some(gain) = receiving.get(d) {
+                out.push(format!(
+                    "{d} receives traffic (up to {} points on a node) but {} sees it unhealthy now",
+                    num(*gain),
+                    node.label
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A number as the plan prints it: up to 2 decimals, no trailing zeros.
+fn num(x: f64) -> String {
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The plan as `gtd push --ramp --dry-run` prints it.
+pub fn render(plan: &Plan, running: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ramp plan: revision {running} (running) -> the new config in {} steps of moved traffic; \
+         the whole move changes the group of {} % of the fleet's decisions (mean over {} node{})",
+        plan.steps.len(),
+        num(plan.total),
+        plan.nodes.len(),
+        if plan.nodes.len() == 1 { "" } else { "s" }
+    );
+    let moving: Vec<String> = plan
+        .changes
+        .iter()
+        .filter(|c| c.from != c.to)
+        .map(|c| format!("{} {} -> {}", c.name, num(c.from), num(c.to)))
+        .collect();
+    let _ = writeln!(out, "ratios: {}", moving.join(", "));
+    for n in &plan.nodes {
+        let _ = writeln!(
+            out,
+            "node {} ({}): {}",
+            n.label,
+            n.region,
+            if n.down.is_empty() {
+                "every group healthy".to_owned()
+            } else {
+                format!("down {}", n.down.join(", "))
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "capacity: {}",
+        match &plan.start_capacity {
+            None => "not checked (no [demand]: give --scenario FILE with [demand])".to_owned(),
+            Some(o) if o.is_empty() => "the running revision is within capacity".to_owned(),
+            Some(o) => format!("the running revision is over capacity at {}", names(o)),
+        }
+    );
+    for s in &plan.steps {
+        let _ = writeln!(
+            out,
+            "\nstep {} · {} % of the move · moved {} % of decisions · t = {:.4}",
+            s.number,
+            num(s.target),
+            num(s.moved),
+            s.t
+        );
+        let ratios: Vec<String> = s
+            .ratios
+            .iter()
+            .zip(&plan.changes)
+            .filter(|(_, c)| c.from != c.to)
+            .map(|((name, r), _)| format!("{name} {}", num(*r)))
+            .collect();
+        let _ = writeln!(out, "  ratios {}", ratios.join(", "));
+        for ((node, shares), before) in plan.nodes.iter().zip(&s.shares).zip(&plan.start) {
+            let _ = writeln!(out, "  node {} ({})", node.label, node.region);
+            for (l, gs) in shares {
+                let each: Vec<String> = gs
+                    .iter()
+                    .map(|(g, v)| format!("{g} {} (was {})", num(*v), num(share_of(before, l, g))))
+                    .collect();
+                let _ = writeln!(out, "    {l}: {}", each.join(", "));
+            }
+        }
+        let _ = writeln!(out, "  capacity: {}", capacity_words(&s.capacity));
+        let back = if s.number == 1 {
+            format!(
+                "to the running revision: {}",
+                capacity_words(&plan.start_capacity)
+            )
+        } else {
+            let worst = plan.steps[..s.number - 1]
+                .iter()
+                .filter(|p| p.capacity.as_ref().is_some_and(|o| !o.is_empty()))
+                .map(|p| p.number.to_string())
+                .collect::<Vec<_>>();
+            format!(
+                "down steps {}..1 then the running revision: {}; at once to the running \
+                 revision: {}",
+                s.number - 1,
+                if plan.start_capacity.is_none() {
+                    "not checked".to_owned()
+                } else if worst.is_empty() {
+                    "within capacity".to_owned()
+                } else {
+                    format!("over capacity at step {}", worst.join(", "))
+                },
+                capacity_words(&plan.start_capacity)
+            )
+        };
+        let _ = writeln!(out, "  way back {back}");
+    }
+    if plan.refusals.is_empty() {
+        out.push_str("\nthe ramp may start: every step and every way back is within capacity and every receiving group is healthy\n");
+    } else {
+        out.push_str("\nrefused: nothing was published\n");
+        for r in &plan.refusals {
+            let _ = writeln!(out, "  {r}");
+        }
+    }
+    out
+}
+
+fn names(o: &[Overflow]) -> String {
+    o.iter()
+        .map(|o| o.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn capacity_words(c: &Capacity) -> String {
+    match c {
+        None => "not checked".to_owned(),
+        Some(o) if o.is_empty() => "within capacity".to_owned(),
+        Some(o) => o
+            .iter()
+            .map(|o| {
+                format!(
+                    "OVER {}: load {} of capacity {} ({:.1} %)",
+                    o.name,
+                    num(o.load),
+                    num(o.capacity),
+                    o.load * 100.0 / o.capacity
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// `--steps`: percentages of the move, increasing, each above 0 and at most 100, the last 100.
+pub fn check_steps(steps: &[f64]) -> Result<(), String> {
+    if steps.is_empty() {
+        return Err("--steps: give at least one step, the last 100".to_owned());
+    }
+    let mut last = 0.0;
+    for &s in steps {
+        if !(s > last && s <= 100.0) {
+            return Err(format!(
+                "--steps: {} after {}: each step is a percentage of the move above the one \
+                 before, at most 100",
+                num(s),
+                num(last)
+            ));
+        }
+        last = s;
+    }
+    if last != 100.0 {
+        return Err(format!(
+            "--steps: the last step is {}: a ramp ends at 100 (the whole move)",
+            num(last)
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `gtd push --ramp`: validates the config as `gtd push` does, plans the move from the
+/// running revision over the registered nodes, prints the plan and refuses (status 2, nothing
+/// published) when a step or a way back overflows a capacity or a receiving group is unhealthy.
+/// Only `--dry-run` is built: driving the steps (issue 38, items 3–7) is not, and a ramp
+/// without `--dry-run` says so and publishes nothing.
+pub async fn run(
+    opts: &super::push::Options,
+    inputs: &Inputs,
+) -> Result<crate::outcome::Outcome, super::push::Error> {
+    use super::push::Error;
+    use crate::outcome::Outcome;
+    let fail = |code: u8, err: String| Outcome {
+        out: String::new(),
+        err,
+        code,
+    };
+    if let Err(why) = check_steps(&inputs.steps) {
+        return Ok(fail(REFUSED, format!("{why}; nothing was published\n")));
+    }
+    let mut new = match gtd_core::config::load(&opts.config, opts.regions.as_deref()) {
+        Ok(cfg) => cfg,
+        Err(errors) => {
+            return Ok(fail(
+                1,
+                format!("{}; nothing was published\n", errors.report(&opts.config)),
+            ));
+        }
+    };
+    let mut store = super::Store::connect(&opts.etcd, &opts.prefix)
+        .await
+        .map_err(Error::Store)?;
+    let seen = store.current().await.map_err(Error::Store)?;
+    let Some(running) = store.named(seen.number).await.map_err(Error::Store)? else {
+        return Ok(fail(
+            REFUSED,
+            format!(
+                "nothing is published under {} yet: a ramp moves traffic from a running \
+                 revision; publish the first with a plain gtd push; nothing was published\n",
+                store.prefix()
+            ),
+        ));
+    };
+    let file = running.config_file();
+    let mut old = gtd_core::config::parse(&running.config, &file, &new.catalog).map_err(|e| {
+        Error::Sim(sim::Error::Compare(Box::new(sim::Error::Config(
+            e.report(&file),
+        ))))
+    })?;
+    let (drains, _) = store.drains().await.map_err(Error::Store)?;
+    super::drain::apply(&mut new, &drains);
+    super::drain::apply(&mut old, &drains);
+    let entries = store.nodes().await.map_err(Error::Store)?;
+    let nodes = if entries.is_empty() {
+        Node::catalogue(&new)
+    } else {
+        entries.iter().map(Node::of).collect()
+    };
+    let plan = match plan(&old, &new, nodes, inputs)? {
+        Ok(p) => p,
+        Err(why) => return Ok(fail(REFUSED, format!("{why}; nothing was published\n"))),
+    };
+    let mut out = render(&plan, running.revision);
+    if entries.is_empty() {
+        out.insert_str(
+            0,
+            "no node has a registry entry: the predictions are the catalogue's, per region\n",
+        );
+    }
+    if !plan.refusals.is_empty() {
+        return Ok(Outcome {
+            out,
+            err: format!(
+                "gtd push --ramp: refused; nothing was published:\n{}",
+                plan.refusals
+                    .iter()
+                    .map(|r| format!("  {r}\n"))
+                    .collect::<String>()
+            ),
+            code: REFUSED,
+        });
+    }
+    if !opts.dry_run {
+        return Ok(Outcome {
+            out,
+            err: "gtd push --ramp: driving the steps is not built yet; this plan was printed \
+                  and nothing was published (use --dry-run to plan)\n"
+                .to_owned(),
+            code: 1,
+        });
+    }
+    Ok(Outcome {
+        out: format!("dry run: nothing published\n{out}"),
+        err: String::new(),
+        code: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn root() -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
+    fn config(ratios: (f64, f64), capacity: &str) -> Config {
+        let catalog = gtd_core::config::load_catalog(&root().join("regions/catalog.toml")).unwrap();
+        let text = format!(
+            r#"
+[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing", "cn-shanghai"]
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = {}
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:9001"
+    {capacity}
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = {}
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:9101"
+    {capacity}
+"#,
+            ratios.0, ratios.1
+        );
+        gtd_core::config::parse(&text, Path::new("config.toml"), &catalog).unwrap()
+    }
+
+    fn inputs() -> Inputs {
+        Inputs {
+            steps: DEFAULT_STEPS.to_vec(),
+            scenario: None,
+        }
+    }
+
+    #[test]
+    fn each_step_moves_its_part_of_the_traffic() {
+        // 50/50 -> 100/0 (Beijing first everywhere it can be): from Beijing 62.5 -> 100,
+        // from Shanghai 37.5 -> 100.
+        let old = config((50.0, 50.0), "");
+        let new = config((100.0, 0.0), "");
+        let nodes = Node::catalogue(&new);
+        let plan = plan(&old, &new, nodes, &inputs()).unwrap().unwrap();
+        // Beijing node moves 37.5, Shanghai node 62.5: the mean 50.
+        assert!((plan.total - 50.0).abs() < 1e-9, "{}", plan.total);
+        assert_eq!(plan.steps.len(), 5);
+        for s in &plan.steps {
+            let want = plan.total * s.target / 100.0;
+            assert!(
+                (s.moved - want).abs() < 1e-6,
+                "step {}: {}",
+                s.number,
+                s.moved
+            );
+        }
+        // Not linear in ratio points: 1 % of the move is not 1 % of the way in t.
+        let s1 = &plan.steps[0];
+        assert!(s1.t > 0.0 && s1.t < 1.0);
+        assert_eq!(plan.steps[4].t, 1.0);
+        assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
+        let text = render(&plan, 7);
+        assert!(
+            text.contains("step 1 · 1 % of the move · moved 0.5 % of decisions"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node catalogue cn-beijing (cn-beijing)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_step_over_capacity_or_a_sick_receiver_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = dir.path().join("demand.toml");
+        std::fs::write(
+            &scenario,
+            "[demand]\ncn-beijing = 1000\ncn-shanghai = 1000\n",
+        )
+        .unwrap();
+        // Beijing's endpoint carries 1200: at 50/50 it takes 625 + 375 = 1000, fine; moving
+        // everything to Beijing puts 2000 on it.
+        let old = config((50.0, 50.0), "capacity = 1200");
+        let new = config((100.0, 0.0), "capacity = 1200");
+        let inputs = Inputs {
+            steps: DEFAULT_STEPS.to_vec(),
+            scenario: Some(scenario),
+        };
+        let plan = plan(&old, &new, Node::catalogue(&new), &inputs)
+            .unwrap()
+            .unwrap();
+        assert_eq!(plan.start_capacity, Some(Vec::new()));
+        assert!(plan.steps[0].capacity.as_ref().unwrap().is_empty());
+        let last = plan.steps[4].capacity.as_ref().unwrap();
+        assert!(
+            last.iter()
+                .any(|o| o.name == "web/beijing" && o.load == 2000.0)
+        );
+        assert!(
+            plan.refusals.iter().any(|r| r.starts_with(
+                "step 5 (100 % of the move) overflows web/beijing: load 2000 over capacity 1200"
+            )),
+            "{:?}",
+            plan.refusals
+        );
+        // A node that sees the receiving group down refuses the ramp.
+        let mut nodes = Node::catalogue(&new);
+        nodes[0].down.push("web/beijing".to_owned());
+        let plan = plan_of(&old, &new, nodes);
+        assert!(
+            plan.refusals
+                .iter()
+                .any(|r| r.contains("web/beijing receives traffic") && r.contains("unhealthy now")),
+            "{:?}",
+            plan.refusals
+        );
+    }
+
+    fn plan_of(old: &Config, new: &Config, nodes: Vec<Node>) -> Plan {
+        plan(old, new, nodes, &inputs()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn removed_groups_and_bad_steps_are_named() {
+        let old = config((50.0, 50.0), "");
+        let mut new = old.clone();
+        new.listeners[0].groups.pop();
+        let why = plan(&old, &new, Vec::new(), &inputs())
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            why.contains("web/shanghai is not in the new config"),
+            "{why}"
+        );
+        assert!(check_steps(&[1.0, 5.0, 100.0]).is_ok());
+        assert!(check_steps(&[5.0, 1.0, 100.0]).is_err());
+        assert!(
+            check_steps(&[1.0, 50.0])
+                .unwrap_err()
+                .contains("ends at 100")
+        );
+        assert!(check_steps(&[]).is_err());
+    }
+}
