@@ -19,7 +19,7 @@ use gtd_core::health::outlier::Answer;
 use gtd_core::split::rules::{Match, RouteRequest};
 
 use super::access::Line;
-use super::answers::{bare, class, failed, own};
+use super::answers::{bare, class, closing, failed, own};
 use super::bodies::{DownBody, EndpointBody, Pooled, Relayed, RequestBody, tunnel, with_line};
 use super::conn::{Conn, Held, Slot};
 use super::failure::Failure;
@@ -137,6 +137,11 @@ pub(super) async fn proxy(
         let (parts, body) = req.into_parts();
         let mut req = match Forward::of(http, &conn, parts) {
             Ok(req) => req,
+            // A transfer coding gtd does not implement leaves the body's end unknown: the
+            // connection cannot carry another request, so it closes (as nginx and HAProxy do).
+            Err((status @ StatusCode::NOT_IMPLEMENTED, why)) => {
+                break 'request closing(own(http, status, why));
+            }
             Err((status, why)) => break 'request own(http, status, why),
         };
         let mut body = RequestBody::new(body, line.is_on());
