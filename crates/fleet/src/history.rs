@@ -63,7 +63,7 @@ pub struct Changes {
 /// One thing added, removed or changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
-    /// `listener`, `group`, `ratio`, `endpoint` or `catalogue`.
+    /// `listener`, `group`, `ratio`, `health_check`, `endpoint` or `catalogue`.
     pub kind: String,
     /// `web`, `web/beijing`, `web/beijing/10.0.0.1:80`; empty for the catalogue.
     pub name: String,
@@ -238,6 +238,7 @@ fn groups(
                 format!("{} -> {}", o.ratio, g.ratio),
             ));
         }
+        group_settings(out, &name, o, g);
         for e in &g.endpoints {
             let id = format!("{name}/{}", e.address.text);
             match o
@@ -283,13 +284,122 @@ fn groups(
     }
 }
 
+/// What a group's own keys changed: its health check (added, removed, or which of its keys
+/// changed) and its balancing keys. A push that takes every check away shows as that, not as
+/// line counts.
+fn group_settings(
+    out: &mut Vec<Change>,
+    name: &str,
+    o: &gtd_core::config::Group,
+    g: &gtd_core::config::Group,
+) {
+    match (&o.health_check, &g.health_check) {
+        (None, Some(_)) => out.push(Change::new(
+            "health_check",
+            name.to_owned(),
+            "added",
+            String::new(),
+        )),
+        (Some(_), None) => out.push(Change::new(
+            "health_check",
+            name.to_owned(),
+            "removed",
+            String::new(),
+        )),
+        (Some(a), Some(b)) if a != b => {
+            let mut keys = Vec::new();
+            let mut key = |k: &str, differs: bool| {
+                if differs {
+                    keys.push(k.to_owned());
+                }
+            };
+            key("protocol", a.protocol != b.protocol);
+            key("port", a.port != b.port);
+            key("interval", a.interval != b.interval);
+            key(
+                "timeouts",
+                (a.timeout, a.connect_timeout, a.read_timeout)
+                    != (b.timeout, b.connect_timeout, b.read_timeout),
+            );
+            key(
+                "thresholds",
+                (a.healthy_threshold, a.unhealthy_threshold)
+                    != (b.healthy_threshold, b.unhealthy_threshold),
+            );
+            key(
+                "request",
+                (
+                    &a.method,
+                    &a.path,
+                    &a.host,
+                    &a.headers,
+                    &a.body,
+                    a.id_header,
+                ) != (
+                    &b.method,
+                    &b.path,
+                    &b.host,
+                    &b.headers,
+                    &b.body,
+                    b.id_header,
+                ),
+            );
+            key(
+                "expect",
+                (&a.expect_status, &a.expect_headers, &a.expect_body)
+                    != (&b.expect_status, &b.expect_headers, &b.expect_body),
+            );
+            key("send/expect", (&a.send, &a.expect) != (&b.send, &b.expect));
+            key(
+                "essential/explicit",
+                (a.essential, a.explicit) != (b.essential, b.explicit),
+            );
+            out.push(Change::new(
+                "health_check",
+                name.to_owned(),
+                "changed",
+                keys.join(", "),
+            ));
+        }
+        _ => {}
+    }
+    let mut how = Vec::new();
+    if o.balance != g.balance {
+        how.push(format!(
+            "balance {} -> {}",
+            o.balance.name(),
+            g.balance.name()
+        ));
+    }
+    if o.min_healthy != g.min_healthy {
+        how.push(format!(
+            "min_healthy {} -> {}",
+            o.min_healthy, g.min_healthy
+        ));
+    }
+    if o.priority != g.priority {
+        how.push("priority".to_owned());
+    }
+    if o.region != g.region {
+        how.push(format!("region {} -> {}", o.region, g.region));
+    }
+    if !how.is_empty() {
+        out.push(Change::new(
+            "group",
+            name.to_owned(),
+            "changed",
+            how.join(", "),
+        ));
+    }
+}
+
 impl Change {
     /// `web/hongkong ratio 50 -> 0`, `web/beijing/10.0.0.1:80 endpoint added`.
     pub fn line(&self) -> String {
         if self.kind == "ratio" {
             return format!("{} ratio {}", self.name, self.detail);
         }
-        let mut s = format!("{} {}", self.kind, self.change);
+        let mut s = format!("{} {}", self.kind.replace('_', " "), self.change);
         if !self.name.is_empty() {
             s = format!("{} {s}", self.name);
         }
@@ -423,5 +533,48 @@ regions = ["a", "b"]
             .map(Change::line)
             .collect();
         assert_eq!(got, ["web/two group removed"]);
+    }
+
+    #[test]
+    fn health_checks_removed_added_or_changed_are_named() {
+        let check = "  [listener.group.health_check]\n  interval = \"2s\"\n";
+        let checked = BASE.replace("  ratio = 50\n", &format!("  ratio = 50\n{check}"));
+        let two = format!(
+            "{checked}{}",
+            checked
+                .replace("\"web\"", "\"game\"")
+                .replace("8080", "8090")
+        );
+        let none = format!(
+            "{BASE}{}",
+            BASE.replace("\"web\"", "\"game\"").replace("8080", "8090")
+        );
+        let lines = |old: &str, new: &str| -> Vec<String> {
+            changes(&config(old), &config(new))
+                .iter()
+                .map(Change::line)
+                .collect()
+        };
+        assert_eq!(
+            lines(&two, &none),
+            [
+                "web/one health check removed",
+                "web/two health check removed",
+                "game/one health check removed",
+                "game/two health check removed",
+            ]
+        );
+        assert_eq!(
+            lines(
+                BASE,
+                &BASE.replacen("  ratio = 50\n", &format!("  ratio = 50\n{check}"), 1)
+            ),
+            ["web/one health check added"]
+        );
+        let slower = checked.replacen("interval = \"2s\"", "interval = \"5s\"", 1);
+        assert_eq!(
+            lines(&checked, &slower),
+            ["web/one health check changed: interval, timeouts"]
+        );
     }
 }
