@@ -437,8 +437,10 @@ async fn log_format_json_writes_every_line_as_a_json_object() {
         .find(|o| o["message"] == "node started")
         .unwrap_or_else(|| panic!("no start line in\n{text}"));
     assert_eq!(started["level"], "INFO");
-    assert_eq!(started["target"], "gtd::node");
+    assert_eq!(started["target"], "gtd_node");
     assert_eq!(started["region"], "cn-beijing");
+    // It names the config it loaded (a fleet node: `revision N (etcd)`).
+    assert_eq!(started["config"], cfg.display().to_string());
     assert!(started["timestamp"].as_str().unwrap().ends_with('Z'));
     assert!(objects.iter().any(|o| o["message"] == "stopping"), "{text}");
 
