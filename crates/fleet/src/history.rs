@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::push::{text_diff, validated};
 use super::report::utc;
-use super::{Revision, Store};
+use super::stale::Stale;
+use super::{Access, Revision, Store};
 use gtd_core::config::Config;
 
 /// The kept revisions as `gtd fleet history` lists them.
@@ -20,6 +21,12 @@ pub struct History {
     pub prefix: String,
     /// Newest first.
     pub revisions: Vec<Item>,
+    /// Read from one member's own store, etcd having no quorum ([`read_or_stale`]).
+    #[serde(default)]
+    pub stale: bool,
+    /// Where that stale read came from.
+    #[serde(default)]
+    pub stale_from: Option<Stale>,
 }
 
 /// One revision in the history.
@@ -84,6 +91,34 @@ impl Change {
     }
 }
 
+/// [`read`] from a quorum; when etcd has none (the read fails as an outage does), at once from
+/// the first member that answers from its own store, marked stale, as `gtd fleet` does
+/// ([`super::stale`]): the history is there to read during an outage, when it matters most.
+pub async fn read_or_stale(
+    access: &Access,
+    prefix: &str,
+    limit: Option<usize>,
+) -> Result<History, super::Error> {
+    let fresh = async {
+        let mut store = Store::connect(access, prefix).await?;
+        read(&mut store, limit).await
+    };
+    match fresh.await {
+        Err(e) if super::transient(&e) => {
+            let Ok((mut store, stale)) =
+                Store::connect_stale(access, prefix, super::describe(&e)).await
+            else {
+                return Err(e);
+            };
+            let mut history = read(&mut store, limit).await?;
+            history.stale = true;
+            history.stale_from = Some(stale);
+            Ok(history)
+        }
+        read => read,
+    }
+}
+
 /// Reads the newest `limit` kept revisions (all with none) and what each changed.
 pub async fn read(store: &mut Store, limit: Option<usize>) -> Result<History, super::Error> {
     let kept = store.kept().await?;
@@ -110,6 +145,8 @@ pub async fn read(store: &mut Store, limit: Option<usize>) -> Result<History, su
     Ok(History {
         prefix: store.prefix().to_owned(),
         revisions,
+        stale: false,
+        stale_from: None,
     })
 }
 
@@ -413,10 +450,15 @@ impl Change {
 impl History {
     /// The table an operator reads: one block per revision, newest first.
     pub fn table(&self) -> String {
+        let mut out = self
+            .stale_from
+            .as_ref()
+            .map_or_else(String::new, |s| s.banner("later pushes"));
         if self.revisions.is_empty() {
-            return format!("fleet {} · nothing published yet\n", self.prefix);
+            out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix));
+            return out;
         }
-        let mut out = format!(
+        out += &format!(
             "fleet {} · {} kept revision{}, newest first\n",
             self.prefix,
             self.revisions.len(),

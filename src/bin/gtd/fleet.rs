@@ -66,9 +66,8 @@ impl Fleet {
                     outcome(out, 0)
                 }
                 Some(FleetCommand::History { json: j, limit }) => {
-                    let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
                     let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-                    let h = gtd::fleet::history::read(&mut store, limit).await?;
+                    let h = gtd::fleet::history::read_or_stale(&access, &prefix, limit).await?;
                     if *j || json {
                         outcome(format!("{:#}\n", serde_json::to_value(&h)?), 0)
                     } else {
