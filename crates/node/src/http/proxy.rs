@@ -174,6 +174,10 @@ pub(super) async fn proxy(
         // One clock read per attempt and one per response: `now` is when this attempt is
         // decided and sent.
         let mut now = Instant::now();
+        // `reuse = "safe"`: a client's first request goes on an endpoint connection of its own,
+        // and only a request that may be sent again takes one another request left.
+        let first = conn.first_request();
+        let safe_to_reuse = !first && body.held() && super::retry::idempotent(&req.method);
         let mut router = Attempts::for_client(l, req.route, conn.peer, conn.place.as_ref());
         let mut budget = Budget::new(cfg, now);
         let Some(mut attempt) = req.first(http, &conn, &mut router, now) else {
@@ -202,6 +206,7 @@ pub(super) async fn proxy(
                 uri: &req.uri,
                 headers: &mut req.headers,
                 keep_headers: budget.room_for_another(),
+                safe_to_reuse,
                 body: &mut body,
                 upgrade: req.upgrade.is_some(),
                 timeout: cfg.upstream_timeout,

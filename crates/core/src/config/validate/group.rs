@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use super::Env;
 use super::balance::balance;
 use super::endpoint::endpoints;
-use super::fields::{HTTP, capacity, check_name, item_path, only_for, peek_str, required_tables};
+use super::fields::{
+    HTTP, capacity, check_name, choice, item_path, only_for, peek_str, required_tables,
+};
 use super::health_check::health_check;
 use super::tls::upstream_tls;
 use crate::config::document::{At, Ctx, Table, as_int, describe, did_you_mean, quote};
@@ -31,6 +33,7 @@ const GROUP_KEYS: &[&str] = &[
     "health_check",
     "path_prefix",
     "keepalive",
+    "reuse",
     "tls",
     "endpoint",
     // Outlier detection (HTTP).
@@ -273,6 +276,11 @@ fn group<'t>(
     if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {
         keepalive = t.u32(ctx, "keepalive", 0, None).map_or(keepalive, |n| n.v);
     }
+    let mut reuse = Reuse::default();
+    if only_for(ctx, &t, "reuse", is(Protocol::is_http), HTTP) {
+        let options = [("safe", Reuse::Safe), ("always", Reuse::Always)];
+        reuse = choice(ctx, &t, "reuse", &options).map_or(reuse, |r| r.v);
+    }
     // TLS towards the endpoints is originated by HTTP listeners only; a TCP or UDP listener
     // relays bytes as they come, so a group `tls` there would send them in plaintext while the
     // operator believes them encrypted: an error, unless the group's https health checks are
@@ -340,6 +348,7 @@ fn group<'t>(
             health_check,
             path_prefix,
             keepalive,
+            reuse,
             tls,
             outlier,
             endpoints,
