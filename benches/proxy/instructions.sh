@@ -5,6 +5,7 @@
 # counted (it is the same two sends and two receives per request for any proxy).
 #
 #   benches/proxy/instructions.sh [--gtd PATH] [--seconds N] [--conns N] [--access-log VALUE]
+#                                 [--reuse safe|always] [--close]
 #
 # It starts three nginx backends ("return 200 ok") on 127.0.0.1:18181-18183 and gtd under
 # callgrind with one HTTP listener on 127.0.0.1:18180 (round robin, keepalive = 128; gtd on CPU 1,
@@ -17,17 +18,22 @@
 # valgrind, so wrk's figures here mean nothing; only the ratio of the two counts does.
 # --access-log sets gtd's [log] access (e.g. a file, "off"); the access log's writer thread is
 # counted with the rest of the process, its write(2) calls are kernel work and are not.
+# --reuse sets the group's reuse (unset: the default); --close has wrk send `Connection: close`,
+# so that every request is its client connection's first. It also prints the endpoint
+# connections gtd opened during the counted run (gtd_connections_total), per request.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd" seconds=10 conns=50 access=""
+gtd="${CARGO_TARGET_DIR:-$repo/target}/dist/gtd" seconds=10 conns=50 access="" reuse="" close=()
 while (($#)); do
   case "$1" in
     --gtd) gtd="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --conns) conns="$2"; shift 2 ;;
     --access-log) access="$2"; shift 2 ;;
+    --reuse) reuse="$2"; shift 2 ;;
+    --close) close=(-H "Connection: close"); shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -73,7 +79,7 @@ done
 cat >"$dir/gtd.toml" <<EOF
 catalog = "$repo/regions/catalog.toml"
 [admin]
-bind = "127.0.0.1:0"
+bind = "127.0.0.1:18189"
 $([[ -z "$access" ]] || printf '[log]\naccess = "%s"\n' "$access")
 [[listener]]
 name = "count"
@@ -86,6 +92,7 @@ drain_timeout = "0s"
   region = "cn-beijing"
   balance = "round_robin"
   keepalive = 128
+$([[ -z "$reuse" ]] || printf '  reuse = "%s"\n' "$reuse")
 $(for i in 1 2 3; do printf '    [[listener.group.endpoint]]\n    address = "127.0.0.1:1818%s"\n    max_fails = 0\n' "$i"; done)
 EOF
 # Pinned to one CPU as in the harness (gtd then runs its single-threaded runtime), the
@@ -106,10 +113,15 @@ for _ in $(seq 300); do
 done
 curl -sf -o /dev/null http://127.0.0.1:18180/ || { echo "gtd does not answer" >&2; exit 1; }
 
-"${pin_load[@]}" wrk -t1 -c"$conns" -d2s http://127.0.0.1:18180/ >/dev/null
+opened() {
+  curl -s http://127.0.0.1:18189/metrics | awk '/^gtd_connections_total\{/ {n += $NF} END {print n + 0}'
+}
+"${pin_load[@]}" wrk -t1 -c"$conns" -d2s "${close[@]}" http://127.0.0.1:18180/ >/dev/null
+before=$(opened)
 callgrind_control -z "$vg" >/dev/null 2>&1
-requests=$("${pin_load[@]}" wrk -t1 -c"$conns" -d"${seconds}s" http://127.0.0.1:18180/ | awk '/requests in/ {print $1}')
+requests=$("${pin_load[@]}" wrk -t1 -c"$conns" -d"${seconds}s" "${close[@]}" http://127.0.0.1:18180/ | awk '/requests in/ {print $1}')
 callgrind_control -d "$vg" >/dev/null 2>&1
+after=$(opened)
 total=""
 for _ in $(seq 100); do
   total=$(awk '/^(summary|totals):/ {print $2; exit}' "$dir"/callgrind.out.*.1 2>/dev/null || true)
@@ -118,3 +130,4 @@ for _ in $(seq 100); do
 done
 [[ -n "$total" && -n "$requests" ]] || { echo "instructions.sh: no count from callgrind" >&2; exit 1; }
 echo "gtd: $requests requests, $total instructions, $((total / requests)) per request"
+echo "gtd: $((after - before)) endpoint connections opened ($(awk -v o=$((after - before)) -v r="$requests" 'BEGIN {printf "%.3f", o / r}') per request)"

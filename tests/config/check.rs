@@ -49,8 +49,15 @@ fn gtd_check_prints_a_summary_and_exits_0() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // No warning: the example's health check runs.
-    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    // One warning: the udp listener's check is over TCP on another port, blind to an
+    // endpoint whose UDP service hangs.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "warning: {}:64:21: listener \"voice\" group \"beijing\" health_check: this health check is over tcp on port 9020, not the endpoints' UDP port: an endpoint whose UDP service never replies passes and stays in rotation. Use protocol = \"udp\" with send and expect (a datagram the endpoint answers, and what its reply holds)\n",
+            file.display()
+        )
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let expected = format!(
         "{}: ok — 3 listeners, 6 groups, 8 endpoints; {} regions in the catalogue
@@ -81,7 +88,8 @@ fn gtd_check_prints_warnings_and_exits_0() {
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         format!(
-            "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n",
+            "warning: {f}:10:1: listener \"web\": \"proxy_protocol\" is only for tcp listeners; ignored\n\
+             warning: {f}:65:21: listener \"voice\" group \"beijing\" health_check: this health check is over tcp on port 9020, not the endpoints' UDP port: an endpoint whose UDP service never replies passes and stays in rotation. Use protocol = \"udp\" with send and expect (a datagram the endpoint answers, and what its reply holds)\n",
             f = file.display()
         )
     );

@@ -57,6 +57,10 @@ tries = 2
             r#"config.toml:11:14: listener "game": "route" is only for http/https listeners; ignored"#,
             r#"config.toml:18:3: listener "game" group "beijing": "path_prefix" is only for http/https listeners; ignored"#,
             r#"config.toml:19:3: listener "game" group "beijing": "keepalive" is only for http/https listeners; ignored"#,
+            concat!(
+                r#"config.toml:20:21: listener "game" group "beijing" health_check: "#,
+                "this health check only connects: an endpoint that accepts and never answers passes and stays in rotation. Give it send and expect (bytes the endpoint answers, and what its answer holds), or set first_byte_timeout on the listener so that such a connection is tried on another endpoint"
+            ),
             r#"config.toml:21:5: listener "game" group "beijing" health_check: "path" is only for http/https health checks; ignored"#,
             r#"config.toml:30:1: listener "voice": "proxy_protocol" is only for tcp listeners; ignored"#,
         ]

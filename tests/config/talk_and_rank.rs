@@ -177,6 +177,11 @@ fn keys_that_do_nothing_here_are_warned_about() {
     assert_eq!(
         warnings(&one_group(GAME, &check("    read_timeout = \"1s\"\n"), "")),
         [
+            // A check that only connects is warned of on its own (see below).
+            concat!(
+                r#"config.toml:10:21: listener "game" group "beijing" health_check: "#,
+                "this health check only connects: an endpoint that accepts and never answers passes and stays in rotation. Give it send and expect (bytes the endpoint answers, and what its answer holds), or set first_byte_timeout on the listener so that such a connection is tried on another endpoint"
+            ),
             r#"config.toml:11:5: listener "game" group "beijing" health_check: "read_timeout" is only for http/https health checks and tcp ones with send or expect (a udp check has "timeout" alone); ignored"#
         ]
     );
@@ -226,4 +231,70 @@ fn failback_ramp_reads_as_a_duration_up_to_an_hour() {
             ],
         ),
     ]);
+}
+
+#[test]
+fn checks_that_cannot_see_a_hung_endpoint_are_warned_of() {
+    // (listener head, check lines, the warning's words; None: no warning.)
+    let fbt = format!("{GAME}\nfirst_byte_timeout = \"2s\"");
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        // TCP: connect-only, and another port, without first_byte_timeout.
+        (GAME, "    interval = \"5s\"\n", Some("only connects")),
+        (
+            GAME,
+            "    port = 9000\n    send = 'x'\n    expect = 'y'\n",
+            Some("checks port 9000"),
+        ),
+        (
+            GAME,
+            "    protocol = \"http\"\n    port = 9000\n",
+            Some("checks port 9000"),
+        ),
+        // Checks that talk on the served port see it; so does first_byte_timeout.
+        (GAME, "    send = 'PING'\n    expect = 'PONG'\n", None),
+        (GAME, "    expect = 'SSH-'\n", None),
+        (GAME, "    protocol = \"http\"\n", None),
+        (GAME, "    port = 80\n", Some("only connects")),
+        (&fbt, "    interval = \"5s\"\n", None),
+        (&fbt, "    port = 9000\n", None),
+        // UDP: a tcp or http check of a side port; a udp check of another port.
+        (VOICE, "    port = 9000\n", Some("over tcp on port 9000")),
+        (
+            VOICE,
+            "    protocol = \"http\"\n    port = 9000\n",
+            Some("over http on port 9000"),
+        ),
+        (
+            VOICE,
+            "    protocol = \"udp\"\n    port = 9000\n    send = 'ping'\n",
+            Some("sends to port 9000"),
+        ),
+        (
+            VOICE,
+            "    protocol = \"udp\"\n    send = 'ping'\n    expect = 'pong'\n",
+            None,
+        ),
+    ];
+    for (head, lines, want) in cases {
+        let c = valid(&one_group(head, &check(lines), ""));
+        let warnings: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+        match want {
+            None => assert!(warnings.is_empty(), "{lines}: {warnings:?}"),
+            Some(words) => {
+                assert_eq!(warnings.len(), 1, "{lines}: {warnings:?}");
+                let w = &warnings[0];
+                assert!(w.contains("group \"beijing\" health_check"), "{w}");
+                assert!(w.contains(words), "{lines}: {w}");
+                // It names the way out.
+                assert!(w.contains("send and expect"), "{w}");
+                let udp = head.contains("udp");
+                assert_eq!(
+                    w.contains("protocol = \"udp\""),
+                    udp && !lines.contains("udp"),
+                    "{w}"
+                );
+                assert_eq!(w.contains("first_byte_timeout"), !udp, "{w}");
+            }
+        }
+    }
 }

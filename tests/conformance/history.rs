@@ -1,7 +1,7 @@
 //! The fleet's memory on a real three-member etcd cluster: `gtd fleet history` lists each
 //! revision with who pushed it, its message and what changed; a node gone from the registry is
-//! shown missing until `gtd fleet forget`; and `gtd fleet` answers without a quorum, from one
-//! member's own store, marked stale.
+//! shown missing until `gtd fleet forget`; and `gtd fleet`, `gtd fleet history` and a node's
+//! `GET /fleet` answer without a quorum, from one member's own store, marked stale.
 
 use serde_json::Value;
 
@@ -230,7 +230,7 @@ fn a_node_gone_from_the_registry_is_missing_until_forgotten() {
 fn without_a_quorum_gtd_fleet_answers_from_one_member_marked_stale() {
     let mut cluster = Cluster::start();
     let cfg = Cfg::shipped();
-    let _fleet = start_fleet(&cluster, &cfg, &[]);
+    let fleet = start_fleet(&cluster, &cfg, &[]);
     wait("both nodes registered", || {
         fleet_json(&cluster)["nodes"].as_array().unwrap().len() == 2
     });
@@ -264,6 +264,32 @@ fn without_a_quorum_gtd_fleet_answers_from_one_member_marked_stale() {
         table.contains("2 nodes · all serve the latest revision"),
         "{table}"
     );
+
+    // The same rule for the history: from that member's store, marked stale (it used to fail
+    // once the retries of an election ran out).
+    let history = json_of(gtd_fleet(&cluster, &["history", "--json"]));
+    assert_eq!(history["stale"], true, "{history:#}");
+    assert_eq!(
+        history["stale_from"]["member"],
+        cluster.endpoints_of(&[2]),
+        "{history:#}"
+    );
+    assert_eq!(history["revisions"][0]["revision"], 1, "{history:#}");
+    let table = gtd_fleet(&cluster, &["history"]);
+    assert!(table.status.success(), "{table:?}");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.starts_with("STALE: read from "), "{table}");
+    assert!(table.contains("\nrevision 1  "), "{table}");
+
+    // And for a node's GET /fleet (it used to answer 503).
+    for n in &fleet.nodes {
+        let (code, body) = http(n.admin, "GET", "/fleet").expect("the node answers");
+        assert_eq!(code, 200, "{}: {body}", n.region);
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(doc["stale"], true, "{doc:#}");
+        assert_eq!(doc["latest"]["revision"], 1, "{doc:#}");
+        assert_eq!(doc["nodes"].as_array().unwrap().len(), 2, "{doc:#}");
+    }
 }
 
 /// A node role granted before `PREFIX/expected/` existed (the roles of an older gtd): the node

@@ -253,6 +253,16 @@ fn with_the_whole_cluster_stopped_nodes_keep_serving_and_pick_up_the_next_revisi
     let mut cfg = Cfg::shipped();
     let mut fleet = start_fleet(&cluster, &cfg, std::slice::from_ref(&cfg));
     fleet.wait_health(&[]);
+    // Each node's start line names the revision it loaded and where from.
+    let started = |n: &NodeProc| {
+        let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+        let line = log.lines().rfind(|l| l.contains("node started"));
+        line.unwrap_or_default().to_owned()
+    };
+    for n in &fleet.nodes {
+        let line = started(n);
+        assert!(line.contains("config=revision 1 (etcd)"), "{line:?}");
+    }
 
     cluster.stop_all();
     for n in &fleet.nodes {
@@ -269,6 +279,8 @@ fn with_the_whole_cluster_stopped_nodes_keep_serving_and_pick_up_the_next_revisi
     let f = fleet.node("cn-shanghai").fleet();
     assert_eq!(f.applied, 1, "{f:?}");
     assert_eq!(f.source, "cache", "{f:?}");
+    let line = started(fleet.node("cn-shanghai"));
+    assert!(line.contains("config=revision 1 (cache)"), "{line:?}");
     fleet.wait_health(&[]);
     splits_are_sims(&fleet, &fleet.sim(&[]));
 

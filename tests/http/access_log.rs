@@ -439,6 +439,8 @@ async fn log_format_json_writes_every_line_as_a_json_object() {
     assert_eq!(started["level"], "INFO");
     assert_eq!(started["target"], "gtd_node");
     assert_eq!(started["region"], "cn-beijing");
+    // It names the config it loaded (a fleet node: `revision N (etcd)`).
+    assert_eq!(started["config"], cfg.display().to_string());
     assert!(started["timestamp"].as_str().unwrap().ends_with('Z'));
     assert!(objects.iter().any(|o| o["message"] == "stopping"), "{text}");
 

@@ -30,7 +30,9 @@ use tokio::net::TcpStream;
 /// - `/idle/`: 300 µs after the response, as its own write (it lands on an idle keep-alive
 ///   connection);
 /// - `/head/` (HEAD) and `/none/` (a 204): as a body the response cannot have;
-/// - `/long/`: as bytes past the response's Content-Length, in the same write.
+/// - `/long/`: as bytes past the response's Content-Length, in the same write;
+/// - `/late/`: 20 ms after the response, as its own write: by then a proxy may have handed
+///   the connection to its next request, whose client would read these bytes as its answer.
 ///
 /// Where the second write lands after the proxy had already sent its next request, no proxy
 /// could tell the two apart (HTTP/1.1 has no request ids): the backend sees that request
@@ -146,6 +148,9 @@ fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<St
         if variant == "idle" {
             // Long enough for the proxy to have read the response and parked the connection.
             std::thread::sleep(Duration::from_micros(300));
+        }
+        if variant == "late" {
+            std::thread::sleep(Duration::from_millis(20));
         }
         if s.write_all(extra.as_bytes()).is_err() {
             return;
@@ -279,6 +284,116 @@ async fn no_client_ever_gets_another_clients_response() {
         "too many races to be meaningful: {}",
         excused.len()
     );
+}
+
+/// `reuse = "safe"` (the default): a client's first request never goes on an endpoint
+/// connection another request left. So bytes an endpoint writes unasked on a connection after
+/// its response, even once that connection could have carried the next request (where no proxy
+/// can tell them from that request's answer), reach no client: 60 clients of one request each,
+/// one after the other, each get their own answer. (With `reuse = "always"`, as with nginx's
+/// `keepalive`, about every other one gets the previous client's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_first_request_never_takes_a_connection_another_request_left() {
+    let backend = Hostile::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "retry = false",
+            &group(
+                "g",
+                "cn-beijing",
+                100.0,
+                "",
+                &[(backend.addr, "max_fails = 0")],
+            ),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    const CLIENTS: usize = 60;
+    let mut wrong = Vec::new();
+    for n in 0..CLIENTS {
+        let id = format!("client-{n}");
+        // GETs (gtd's own client) and POSTs (hyper's) alike.
+        let ask = if n % 2 == 0 {
+            format!("GET /late/{id} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        } else {
+            format!(
+                "POST /late/{id} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\
+                 Content-Length: 2\r\n\r\nup"
+            )
+        };
+        let response = raw_exchange(addr, &ask).await;
+        let (status, got) = status_and(&response, "x-id");
+        if got != id {
+            wrong.push((id, status, got));
+        }
+    }
+    let opened = metric(&node, "gtd_connections_total", &["group=\"g\""]);
+    node.shutdown().await;
+    assert!(wrong.is_empty(), "{} of {CLIENTS}: {wrong:?}", wrong.len());
+    // Each client's request went on a connection of its own.
+    assert_eq!(opened as usize, CLIENTS);
+}
+
+/// Under `reuse = "safe"` a keep-alive client's later requests do take idle connections, as
+/// long as they may be sent again: a GET does, a POST opens its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_requests_reuse_connections_when_they_may_be_sent_again() {
+    let (node, addr, task, _dir) = recorded().await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    let mut ask = async |method: &str, body: &'static str| {
+        sender.ready().await.unwrap();
+        let req = Request::builder()
+            .method(method)
+            .uri("/r")
+            .header("host", "routed.example")
+            .body(full(body))
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        let status = response.status().as_u16();
+        response.into_body().collect().await.unwrap();
+        status
+    };
+    let opened = || metric(&node, "gtd_connections_total", &[]) as usize;
+    let mut seen = Vec::new();
+    // GETs without a body go through gtd's own client, the rest through hyper's: two pools.
+    let asks = [
+        ("GET", ""),
+        ("GET", ""),
+        ("PUT", "x"),
+        ("PUT", "x"),
+        ("POST", "x"),
+        ("POST", "x"),
+        ("PUT", "x"),
+    ];
+    for (method, body) in asks {
+        assert_eq!(ask(method, body).await, 200, "{method}");
+        seen.push((method, opened()));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("GET", 1),
+            ("GET", 1),
+            ("PUT", 2),
+            ("PUT", 2),
+            ("POST", 3),
+            ("POST", 4),
+            ("PUT", 4)
+        ],
+        "endpoint connections opened after each request"
+    );
+    driver.abort();
+    node.shutdown().await;
+    task.abort();
 }
 
 // ------------------------------------------------------------------ a backend that records
@@ -471,6 +586,22 @@ async fn only_a_lone_chunked_transfer_coding_is_forwarded() {
             status_and(&response, "x-seen-host"),
             (501, String::new()),
             "{other:?}\n{response}"
+        );
+    }
+    // Without `Connection: close` too: the body's end is unknown, so gtd closes after its 501
+    // (as nginx and HAProxy do) rather than read what follows as the next request.
+    for two in [&["chunked", "chunked"][..], &["gzip", "chunked"]] {
+        let kept = ask(two).replace("Connection: close\r\n", "");
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(kept.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        // gtd's keep-alive idle timeout is 60 s: closing before then is gtd closing on purpose.
+        let closed = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await;
+        let response = String::from_utf8_lossy(&out);
+        assert!(closed.is_ok(), "{two:?}: still open after\n{response}");
+        assert_eq!(
+            status_and(&response, "connection"),
+            (501, "close".to_owned())
         );
     }
     // Not ending in `chunked`: the body's length cannot be known (RFC 9112 6.3, 400).

@@ -143,12 +143,12 @@ async fn trailers_are_forwarded_both_ways_by_either_client() {
     assert_eq!(h(resp.headers(), "x-seen-trailer"), "x-req: r2");
     assert_eq!(h(resp.headers(), "x-seen-declared"), "x-req");
 
-    // A body ended by its trailers gives its endpoint connection back: a few more POSTs
-    // (hyper's client) open no new one.
+    // A body ended by its trailers gives its endpoint connection back: a few more PUTs
+    // (hyper's client; a POST would open its own under `reuse = "safe"`) open no new one.
     let opened = || metric(&node, "gtd_connections_total", &["listener=\"web\""]);
     let before = opened();
     for _ in 0..5 {
-        let request = Request::post(format!("http://{addr}/t")).body(full("x=1"));
+        let request = Request::put(format!("http://{addr}/t")).body(full("x=1"));
         let collected = h2
             .request(request.unwrap())
             .await

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::compare::{text_diff, validated};
+use super::stale::Stale;
 use super::words::utc;
-use super::{Revision, Store};
+use super::{Access, Revision, Store};
 use gtd_core::config::Config;
 
 /// The kept revisions as `gtd fleet history` lists them.
@@ -20,6 +21,12 @@ pub struct History {
     pub prefix: String,
     /// Newest first.
     pub revisions: Vec<Item>,
+    /// Read from one member's own store, etcd having no quorum ([`read_or_stale`]).
+    #[serde(default)]
+    pub stale: bool,
+    /// Where that stale read came from.
+    #[serde(default)]
+    pub stale_from: Option<Stale>,
 }
 
 /// One revision in the history.
@@ -63,7 +70,7 @@ pub struct Changes {
 /// One thing added, removed or changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
-    /// `listener`, `group`, `ratio`, `endpoint` or `catalogue`.
+    /// `listener`, `group`, `ratio`, `health_check`, `endpoint` or `catalogue`.
     pub kind: String,
     /// `web`, `web/beijing`, `web/beijing/10.0.0.1:80`; empty for the catalogue.
     pub name: String,
@@ -81,6 +88,34 @@ impl Change {
             change: change.to_owned(),
             detail,
         }
+    }
+}
+
+/// [`read`] from a quorum; when etcd has none (the read fails as an outage does), at once from
+/// the first member that answers from its own store, marked stale, as `gtd fleet` does
+/// ([`super::stale`]): the history is there to read during an outage, when it matters most.
+pub async fn read_or_stale(
+    access: &Access,
+    prefix: &str,
+    limit: Option<usize>,
+) -> Result<History, super::Error> {
+    let fresh = async {
+        let mut store = Store::connect(access, prefix).await?;
+        read(&mut store, limit).await
+    };
+    match fresh.await {
+        Err(e) if super::transient(&e) => {
+            let Ok((mut store, stale)) =
+                Store::connect_stale(access, prefix, super::describe(&e)).await
+            else {
+                return Err(e);
+            };
+            let mut history = read(&mut store, limit).await?;
+            history.stale = true;
+            history.stale_from = Some(stale);
+            Ok(history)
+        }
+        read => read,
     }
 }
 
@@ -110,6 +145,8 @@ pub async fn read(store: &mut Store, limit: Option<usize>) -> Result<History, su
     Ok(History {
         prefix: store.prefix().to_owned(),
         revisions,
+        stale: false,
+        stale_from: None,
     })
 }
 
@@ -238,6 +275,7 @@ fn groups(
                 format!("{} -> {}", o.ratio, g.ratio),
             ));
         }
+        group_settings(out, &name, o, g);
         for e in &g.endpoints {
             let id = format!("{name}/{}", e.address.text);
             match o
@@ -283,13 +321,122 @@ fn groups(
     }
 }
 
+/// What a group's own keys changed: its health check (added, removed, or which of its keys
+/// changed) and its balancing keys. A push that takes every check away shows as that, not as
+/// line counts.
+fn group_settings(
+    out: &mut Vec<Change>,
+    name: &str,
+    o: &gtd_core::config::Group,
+    g: &gtd_core::config::Group,
+) {
+    match (&o.health_check, &g.health_check) {
+        (None, Some(_)) => out.push(Change::new(
+            "health_check",
+            name.to_owned(),
+            "added",
+            String::new(),
+        )),
+        (Some(_), None) => out.push(Change::new(
+            "health_check",
+            name.to_owned(),
+            "removed",
+            String::new(),
+        )),
+        (Some(a), Some(b)) if a != b => {
+            let mut keys = Vec::new();
+            let mut key = |k: &str, differs: bool| {
+                if differs {
+                    keys.push(k.to_owned());
+                }
+            };
+            key("protocol", a.protocol != b.protocol);
+            key("port", a.port != b.port);
+            key("interval", a.interval != b.interval);
+            key(
+                "timeouts",
+                (a.timeout, a.connect_timeout, a.read_timeout)
+                    != (b.timeout, b.connect_timeout, b.read_timeout),
+            );
+            key(
+                "thresholds",
+                (a.healthy_threshold, a.unhealthy_threshold)
+                    != (b.healthy_threshold, b.unhealthy_threshold),
+            );
+            key(
+                "request",
+                (
+                    &a.method,
+                    &a.path,
+                    &a.host,
+                    &a.headers,
+                    &a.body,
+                    a.id_header,
+                ) != (
+                    &b.method,
+                    &b.path,
+                    &b.host,
+                    &b.headers,
+                    &b.body,
+                    b.id_header,
+                ),
+            );
+            key(
+                "expect",
+                (&a.expect_status, &a.expect_headers, &a.expect_body)
+                    != (&b.expect_status, &b.expect_headers, &b.expect_body),
+            );
+            key("send/expect", (&a.send, &a.expect) != (&b.send, &b.expect));
+            key(
+                "essential/explicit",
+                (a.essential, a.explicit) != (b.essential, b.explicit),
+            );
+            out.push(Change::new(
+                "health_check",
+                name.to_owned(),
+                "changed",
+                keys.join(", "),
+            ));
+        }
+        _ => {}
+    }
+    let mut how = Vec::new();
+    if o.balance != g.balance {
+        how.push(format!(
+            "balance {} -> {}",
+            o.balance.name(),
+            g.balance.name()
+        ));
+    }
+    if o.min_healthy != g.min_healthy {
+        how.push(format!(
+            "min_healthy {} -> {}",
+            o.min_healthy, g.min_healthy
+        ));
+    }
+    if o.priority != g.priority {
+        how.push("priority".to_owned());
+    }
+    if o.region != g.region {
+        how.push(format!("region {} -> {}", o.region, g.region));
+    }
+    if !how.is_empty() {
+        out.push(Change::new(
+            "group",
+            name.to_owned(),
+            "changed",
+            how.join(", "),
+        ));
+    }
+}
+
 impl Change {
     /// `web/hongkong ratio 50 -> 0`, `web/beijing/10.0.0.1:80 endpoint added`.
     pub fn line(&self) -> String {
         if self.kind == "ratio" {
             return format!("{} ratio {}", self.name, self.detail);
         }
-        let mut s = format!("{} {}", self.kind, self.change);
+        let mut s = format!("{} {}", self.kind.replace('_', " "), self.change);
         if !self.name.is_empty() {
             s = format!("{} {s}", self.name);
         }
@@ -303,10 +450,15 @@ impl Change {
 impl History {
     /// The table an operator reads: one block per revision, newest first.
     pub fn table(&self) -> String {
+        let mut out = self
+            .stale_from
+            .as_ref()
+            .map_or_else(String::new, |s| s.banner("later pushes"));
         if self.revisions.is_empty() {
-            return format!("fleet {} · nothing published yet\n", self.prefix);
+            out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix));
+            return out;
         }
-        let mut out = format!(
+        out += &format!(
             "fleet {} · {} kept revision{}, newest first\n",
             self.prefix,
             self.revisions.len(),
@@ -423,5 +575,48 @@ regions = ["a", "b"]
             .map(Change::line)
             .collect();
         assert_eq!(got, ["web/two group removed"]);
+    }
+
+    #[test]
+    fn health_checks_removed_added_or_changed_are_named() {
+        let check = "  [listener.group.health_check]\n  interval = \"2s\"\n";
+        let checked = BASE.replace("  ratio = 50\n", &format!("  ratio = 50\n{check}"));
+        let two = format!(
+            "{checked}{}",
+            checked
+                .replace("\"web\"", "\"game\"")
+                .replace("8080", "8090")
+        );
+        let none = format!(
+            "{BASE}{}",
+            BASE.replace("\"web\"", "\"game\"").replace("8080", "8090")
+        );
+        let lines = |old: &str, new: &str| -> Vec<String> {
+            changes(&config(old), &config(new))
+                .iter()
+                .map(Change::line)
+                .collect()
+        };
+        assert_eq!(
+            lines(&two, &none),
+            [
+                "web/one health check removed",
+                "web/two health check removed",
+                "game/one health check removed",
+                "game/two health check removed",
+            ]
+        );
+        assert_eq!(
+            lines(
+                BASE,
+                &BASE.replacen("  ratio = 50\n", &format!("  ratio = 50\n{check}"), 1)
+            ),
+            ["web/one health check added"]
+        );
+        let slower = checked.replacen("interval = \"2s\"", "interval = \"5s\"", 1);
+        assert_eq!(
+            lines(&checked, &slower),
+            ["web/one health check changed: interval, timeouts"]
+        );
     }
 }

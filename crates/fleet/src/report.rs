@@ -177,14 +177,7 @@ impl Fleet {
     pub fn table(&self) -> String {
         let mut out = String::new();
         if let Some(s) = &self.stale {
-            out.push_str(&format!(
-                "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): later pushes and registry changes may be missing\n  (no quorum read: {})\n",
-                s.member,
-                s.raft_index,
-                s.revision,
-                if s.leader { "" } else { ", no leader" },
-                s.why
-            ));
+            out.push_str(&s.banner("later pushes and registry changes"));
         }
         match &self.latest {
             Some(r) => out.push_str(&format!(

@@ -1,6 +1,7 @@
-//! `gtd fleet` without etcd's quorum: when no member answers with a leader, the fleet is read
-//! from one member's own store (serializable reads, which need no leader) and the answer says
-//! so, with the member and how far its store had come. Nothing is written this way.
+//! `gtd fleet`, `gtd fleet history` and a node's `GET /fleet` without etcd's quorum: when no
+//! member answers with a leader, what they show is read from one member's own store
+//! (serializable reads, which need no leader) and the answer says so, with the member and how
+//! far its store had come. Nothing is written this way.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,21 @@ pub struct Stale {
     pub leader: bool,
     /// Why the linearizable read failed.
     pub why: String,
+}
+
+impl Stale {
+    /// The lines a stale answer opens with: where it was read and why, and that `what` may be
+    /// missing from it.
+    pub fn banner(&self, what: &str) -> String {
+        format!(
+            "STALE: read from {}'s own store (raft index {}, etcd revision {}{}): {what} may be missing\n  (no quorum read: {})\n",
+            self.member,
+            self.raft_index,
+            self.revision,
+            if self.leader { "" } else { ", no leader" },
+            self.why
+        )
+    }
 }
 
 impl Store {

@@ -265,6 +265,13 @@ impl Fleet {
         Arc::clone(&self.applied.lock().expect("fleet state").0)
     }
 
+    /// What the node serves, as its log lines name it: `revision 7 (etcd)`, or
+    /// `revision 6 (cache)` when it came from the cache file.
+    pub(crate) fn serving(&self) -> String {
+        let (r, source) = &*self.applied.lock().expect("fleet state");
+        format!("revision {} ({})", r.revision, source.as_str())
+    }
+
     pub(crate) fn refuse(&self, revision: u64, reason: String) {
         *self.refused.lock().expect("fleet state") = Some(Refusal { revision, reason });
     }

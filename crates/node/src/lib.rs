@@ -304,7 +304,12 @@ impl Node {
         tokio::spawn(planner(inner.clone()));
         tokio::spawn(follow_names(inner.clone()));
         tokio::spawn(fleet::follow(inner.clone()));
-        tracing::info!(region = %inner.region, admin = %admin_addr, "node started");
+        // What it loaded, so that a log read later says which config this run served.
+        let loaded = match &inner.fleet {
+            Some(f) => f.serving(),
+            None => inner.opts.config.display().to_string(),
+        };
+        tracing::info!(region = %inner.region, admin = %admin_addr, config = %loaded, "node started");
         Ok(Node { inner })
     }
 

@@ -63,9 +63,8 @@ impl Fleet {
                     outcome(out, 0)
                 }
                 Some(FleetCommand::History { limit }) => {
-                    let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
                     let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-                    let h = gtd::fleet::history::read(&mut store, limit).await?;
+                    let h = gtd::fleet::history::read_or_stale(&access, &prefix, limit).await?;
                     if json {
                         outcome(format!("{:#}\n", serde_json::to_value(&h)?), 0)
                     } else {

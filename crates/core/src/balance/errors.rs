@@ -28,7 +28,9 @@ const BUCKET_NS: u64 = BUCKET.as_nanos() as u64;
 pub enum ErrorKind {
     /// The endpoint answered an HTTP status of 500 or above.
     Status5xx,
-    /// No answer in time: HTTP's `upstream_timeout`, TCP's `first_byte_timeout`, no UDP reply.
+    /// No answer in time: HTTP's `upstream_timeout`, TCP's `first_byte_timeout`, a TCP
+    /// connection that ended with the client's bytes sent and none from the endpoint, a UDP
+    /// flow that went idle with the client's datagrams sent and no reply.
     Timeout,
     /// No connection: refused, unreachable, reset, connect or TLS handshake failed.
     Connect,

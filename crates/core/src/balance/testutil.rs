@@ -38,6 +38,7 @@ pub(crate) fn group(balance: Balance, endpoints: Vec<Endpoint>) -> Group {
         health_check: None,
         path_prefix: None,
         keepalive: Group::DEFAULT_KEEPALIVE,
+        reuse: Default::default(),
         tls: None,
         outlier: None,
         endpoints,

@@ -7,7 +7,8 @@
 //!   that is no browser). A page on `rebind.attacker.example` whose name now resolves to this
 //!   host sends that name, and is answered `421`.
 //! - **A POST** from a browser says where it comes from: `Sec-Fetch-Site` other than
-//!   `same-origin` or `none`, or an `Origin` that is not the `Host` it was sent to, is `403`.
+//!   `same-origin` or `none`, or an `Origin` that is not `http://` and the `Host` it was sent
+//!   to, is `403`.
 //!   curl and scripts send neither and are judged by the token alone.
 
 use std::net::IpAddr;
@@ -96,18 +97,22 @@ fn names_this_server(host: &str, local: IpAddr, hosts: &[String]) -> bool {
         })
 }
 
-/// True when `origin` (`scheme://host[:port]`) is the origin `host` was sent to: the same name
-/// and port, a missing port being the scheme's own.
+/// The scheme of the admin server's own pages: it speaks plain HTTP only.
+const SCHEME: &str = "http";
+
+/// True when `origin` (`scheme://host[:port]`) is the origin `host` was sent to: the admin
+/// server's scheme, the same name and the same port, a missing port being the scheme's own.
+/// An origin is all three (RFC 6454): a page served over https from the same name and port is
+/// another page (another server, or one in front of this one), not the dashboard.
 fn same_origin(origin: &str, host: &str) -> bool {
     let Some((scheme, authority)) = origin.split_once("://") else {
         // `null` (a sandboxed frame, a file) and anything else is no origin of this server.
         return false;
     };
-    let default = match scheme.to_ascii_lowercase().as_str() {
-        "http" => "80",
-        "https" => "443",
-        _ => return false,
-    };
+    if !scheme.eq_ignore_ascii_case(SCHEME) {
+        return false;
+    }
+    let default = "80";
     let (o_name, o_port) = split(authority);
     let (h_name, h_port) = split(host);
     o_name == h_name && o_port.unwrap_or(default) == h_port.unwrap_or(default)
@@ -200,7 +205,13 @@ mod tests {
             (&[host, ("sec-fetch-site", "same-site")], Some(403)),
             // Another port of the same address is another origin.
             (&[host, ("origin", "http://127.0.0.1:8000")], Some(403)),
-            (&[host, ("origin", "https://127.0.0.1:9100")], None),
+            // So is another scheme: the admin server's pages are http.
+            (&[host, ("origin", "https://127.0.0.1:9100")], Some(403)),
+            (
+                &[("host", "localhost:443"), ("origin", "https://localhost")],
+                Some(403),
+            ),
+            (&[host, ("origin", "HTTP://127.0.0.1:9100")], None),
             (&[host, ("origin", "null")], Some(403)),
             (&[("origin", "http://127.0.0.1:9100")], Some(403)),
         ];

@@ -287,7 +287,9 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// `GET /fleet`: what `gtd fleet --json` prints, read from etcd now; 404 on a node that
-/// serves a config file, 503 when etcd does not answer.
+/// serves a config file. Without etcd's quorum (the read fails as an outage does, or takes
+/// longer than a request may), read from the first member that answers from its own store and
+/// marked stale, as `gtd fleet` answers; 503 only when no member answers at all.
 async fn fleet(node: &Inner) -> Response<Body> {
     let Some(fleet) = node.fleet.as_ref() else {
         return json_reply(
@@ -299,15 +301,33 @@ async fn fleet(node: &Inner) -> Response<Body> {
         let mut store = fleet.store().await?;
         gtd_fleet::report::Fleet::read(&mut store).await
     };
-    match tokio::time::timeout(gtd_fleet::REQUEST_TIMEOUT, read).await {
+    let why = match tokio::time::timeout(gtd_fleet::REQUEST_TIMEOUT, read).await {
+        Ok(Ok(f)) => return json_reply(StatusCode::OK, &f.json()),
+        Ok(Err(e)) if !gtd_fleet::transient(&e) => {
+            return json_reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"error": format!("etcd: {}", gtd_fleet::describe(&e))}),
+            );
+        }
+        Ok(Err(e)) => gtd_fleet::describe(&e),
+        Err(_) => "etcd did not answer in time".to_owned(),
+    };
+    let stale = async {
+        let (opts, prefix) = (&fleet.opts.etcd, &fleet.opts.prefix);
+        let (mut store, from) = gtd_fleet::Store::connect_stale(opts, prefix, why.clone()).await?;
+        let mut f = gtd_fleet::report::Fleet::read(&mut store).await?;
+        f.stale = Some(from);
+        Ok::<_, gtd_fleet::Error>(f)
+    };
+    match tokio::time::timeout(gtd_fleet::REQUEST_TIMEOUT, stale).await {
         Ok(Ok(f)) => json_reply(StatusCode::OK, &f.json()),
         Ok(Err(e)) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"error": format!("etcd: {}", gtd_fleet::describe(&e))}),
+            &json!({"error": format!("etcd: {why}; no member answered from its own store either: {}", gtd_fleet::describe(&e))}),
         ),
         Err(_) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"error": "etcd did not answer in time"}),
+            &json!({"error": format!("etcd: {why}; no member answered from its own store in time")}),
         ),
     }
 }

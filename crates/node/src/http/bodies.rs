@@ -181,6 +181,12 @@ impl RequestBody {
         Ok(())
     }
 
+    /// True when every attempt sends the body whole, from gtd's own copy: there is none, or
+    /// it was read whole. (A body that streams may be half sent when a connection fails.)
+    pub(crate) fn held(&self) -> bool {
+        matches!(self, RequestBody::Empty | RequestBody::Whole(..))
+    }
+
     /// True when another attempt can send the body (there is none, or it is untouched).
     pub(crate) fn replayable(&self) -> bool {
         !matches!(self, RequestBody::Gone(_))

@@ -146,6 +146,7 @@ impl RawPool {
         request: &Outgoing<'_>,
         deadline: Instant,
         stall: Duration,
+        reuse: bool,
         open: F,
     ) -> Result<Response<RawBody>, Failure>
     where
@@ -155,7 +156,8 @@ impl RawPool {
         let head_request = *request.method == Method::HEAD;
         let replayable = super::retry::idempotent(request.method);
         loop {
-            let (mut conn, reused) = match self.take(index) {
+            let idle = if reuse { self.take(index) } else { None };
+            let (mut conn, reused) = match idle {
                 Some(conn) => (conn, true),
                 None => {
                     let until = tokio::time::Instant::from_std(deadline);

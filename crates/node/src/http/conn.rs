@@ -31,6 +31,9 @@ pub(super) struct Conn {
     pub(super) inflight: AtomicU32,
     /// A request has reached gtd on this connection (see [`run`]).
     pub(super) asked: AtomicBool,
+    /// A request of this connection has been sent to an endpoint: the next ones may take an
+    /// idle endpoint connection under `reuse = "safe"` (see [`Conn::first_request`]).
+    sent: AtomicBool,
     /// The connection speaks HTTP/2 (ALPN said so, or a request came as HTTP/2): the node's
     /// stop sends it a GOAWAY at once.
     pub(super) h2: AtomicBool,
@@ -46,6 +49,16 @@ pub(super) struct Conn {
     /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
     /// and the first request head must be in.
     pub(super) first_by: tokio::time::Instant,
+}
+
+impl Conn {
+    /// True for the first request of this connection to be sent to an endpoint, once (an
+    /// HTTP/2 connection's streams race for it: one wins). Under `reuse = "safe"` it goes on
+    /// an endpoint connection of its own.
+    pub(super) fn first_request(&self) -> bool {
+        // A load first: every later request costs a read, not a write to a shared line.
+        !self.sent.load(Ordering::Relaxed) && !self.sent.swap(true, Ordering::Relaxed)
+    }
 }
 
 /// The relay of an upgraded connection.
@@ -71,6 +84,7 @@ impl Conn {
             tunnel: Mutex::default(),
             inflight: AtomicU32::new(0),
             asked: AtomicBool::new(false),
+            sent: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             drain_wake: tokio::sync::Notify::new(),
             listener_gone: tokio::sync::Notify::new(),

@@ -19,7 +19,7 @@ use gtd_core::health::outlier::Answer;
 use gtd_core::split::rules::{Match, RouteRequest};
 
 use super::access::Line;
-use super::answers::{bare, class, failed, own};
+use super::answers::{bare, class, closing, failed, own};
 use super::bodies::{DownBody, EndpointBody, Pooled, Relayed, RequestBody, tunnel, with_line};
 use super::conn::{Conn, Held, Slot};
 use super::failure::Failure;
@@ -137,6 +137,11 @@ pub(super) async fn proxy(
         let (parts, body) = req.into_parts();
         let mut req = match Forward::of(http, &conn, parts) {
             Ok(req) => req,
+            // A transfer coding gtd does not implement leaves the body's end unknown: the
+            // connection cannot carry another request, so it closes (as nginx and HAProxy do).
+            Err((status @ StatusCode::NOT_IMPLEMENTED, why)) => {
+                break 'request closing(own(http, status, why));
+            }
             Err((status, why)) => break 'request own(http, status, why),
         };
         let mut body = RequestBody::new(body, line.is_on());
@@ -169,6 +174,10 @@ pub(super) async fn proxy(
         // One clock read per attempt and one per response: `now` is when this attempt is
         // decided and sent.
         let mut now = Instant::now();
+        // `reuse = "safe"`: a client's first request goes on an endpoint connection of its own,
+        // and only a request that may be sent again takes one another request left.
+        let first = conn.first_request();
+        let safe_to_reuse = !first && body.held() && super::retry::idempotent(&req.method);
         let mut router = Attempts::for_client(l, req.route, conn.peer, conn.place.as_ref());
         let mut budget = Budget::new(cfg, now);
         let Some(mut attempt) = req.first(http, &conn, &mut router, now) else {
@@ -197,6 +206,7 @@ pub(super) async fn proxy(
                 uri: &req.uri,
                 headers: &mut req.headers,
                 keep_headers: budget.room_for_another(),
+                safe_to_reuse,
                 body: &mut body,
                 upgrade: req.upgrade.is_some(),
                 timeout: cfg.upstream_timeout,

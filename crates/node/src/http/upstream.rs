@@ -37,7 +37,7 @@ use tokio_util::either::Either;
 
 use crate::snapshot::{Attached, GroupSeries, GroupState};
 use crate::telemetry as m;
-use gtd_core::config::{Address, Balance, Config, Group, Listener};
+use gtd_core::config::{Address, Balance, Config, Group, Listener, Reuse};
 
 use super::bodies::{
     BUSY, EndpointBody, Idle, Pool, Pooled, Progress, RequestBody, STREAMING, Socket, UpBody,
@@ -64,6 +64,8 @@ pub struct Upstream {
     path_prefix: Option<Box<str>>,
     /// `feedback`: the response header carrying the endpoint's value.
     pub(crate) feedback: Option<HeaderName>,
+    /// `reuse`: which requests may take an idle connection.
+    reuse: Reuse,
     /// Time from sending a request to the response headers.
     pub(crate) response_seconds: Histogram,
     /// New connections to the endpoints: how long each took (TLS included), how many per
@@ -172,6 +174,7 @@ impl Upstream {
             _ => None,
         };
         Ok(Upstream {
+            reuse: group.reuse,
             pool,
             raw,
             targets,
@@ -233,6 +236,10 @@ impl Upstream {
         index: usize,
         r: Sending<'a>,
     ) -> Either<impl Future<Output = Exchanged> + Send + 'a, BoxedExchange<'a>> {
+        let reuse = match self.reuse {
+            Reuse::Always => true,
+            Reuse::Safe => r.safe_to_reuse,
+        };
         let bodiless = matches!(r.body, RequestBody::Empty)
             && !r.upgrade
             && super::retry::idempotent(r.method);
@@ -245,7 +252,7 @@ impl Upstream {
                 path,
                 headers,
             };
-            return Either::Left(self.send_raw(index, outgoing, r.timeout, r.sent_at));
+            return Either::Left(self.send_raw(index, outgoing, r.timeout, r.sent_at, reuse));
         }
         let target = match self.uri(r.uri.path_and_query()) {
             Ok(target) => target,
@@ -266,6 +273,7 @@ impl Upstream {
             headers,
             timeout: r.timeout,
             sent_at: r.sent_at,
+            reuse,
         };
         Either::Right(Box::pin(hyper.send(self, index, r.body, r.bytes_up)))
     }
@@ -278,13 +286,15 @@ impl Upstream {
         request: Outgoing<'_>,
         timeout: Duration,
         sent_at: Instant,
+        reuse: bool,
     ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
         let Some(raw) = &self.raw else {
             return Err(Failure::Broken);
         };
         let (address, _) = &self.targets[index];
         let open = || self.counted(index, self.connect.tcp(address));
-        let exchange = raw.exchange(index, &request, sent_at + timeout, self.stall_timeout, open);
+        let deadline = sent_at + timeout;
+        let exchange = raw.exchange(index, &request, deadline, self.stall_timeout, reuse, open);
         let response = exchange.await?;
         Ok((response.map(EndpointBody::Raw), None))
     }
@@ -298,11 +308,11 @@ impl Upstream {
         &self,
         index: usize,
         request: http::Request<UpBody>,
-        timeout: Duration,
-        sent_at: Instant,
+        (timeout, sent_at): (Duration, Instant),
         progress: Option<&Progress>,
+        reuse: bool,
     ) -> Result<(http::Response<EndpointBody>, Option<Pooled>), Failure> {
-        let response = self.exchange(index, request);
+        let response = self.exchange(index, request, reuse);
         tokio::pin!(response);
         let mut deadline = sent_at + timeout;
         loop {
@@ -343,15 +353,18 @@ impl Upstream {
         }
     }
 
-    /// One request on an idle connection of the endpoint, or a new one. A request an idle
-    /// connection could not take (it closed meanwhile) goes to the next one, untouched.
+    /// One request on an idle connection of the endpoint (when `reuse` allows), or a new one.
+    /// A request an idle connection could not take (it closed meanwhile) goes to the next
+    /// one, untouched.
     async fn exchange(
         &self,
         index: usize,
         mut request: http::Request<UpBody>,
+        reuse: bool,
     ) -> Result<(http::Response<Incoming>, Pooled), Failure> {
         loop {
-            let (mut idle, fresh) = match self.pool.take(index) {
+            let idle = if reuse { self.pool.take(index) } else { None };
+            let (mut idle, fresh) = match idle {
                 Some(idle) => {
                     idle.clock.store(BUSY, Ordering::Relaxed);
                     idle.socket.reused.store(true, Ordering::Relaxed);
@@ -503,6 +516,9 @@ pub(crate) struct Sending<'a> {
     pub(crate) headers: &'a mut HeaderMap,
     /// Another attempt may follow (it needs the headers again).
     pub(crate) keep_headers: bool,
+    /// Under `reuse = "safe"`, the request may take an idle connection: it is not its client
+    /// connection's first, and it may be sent again (idempotent, its body held whole or none).
+    pub(crate) safe_to_reuse: bool,
     pub(crate) body: &'a mut RequestBody,
     /// The request asks for an upgrade (it keeps its connection: hyper's client).
     pub(crate) upgrade: bool,
@@ -522,6 +538,8 @@ struct Hyper {
     headers: HeaderMap,
     timeout: Duration,
     sent_at: Instant,
+    /// May take an idle connection.
+    reuse: bool,
 }
 
 impl Hyper {
@@ -553,7 +571,13 @@ impl Hyper {
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = headers;
         let result = up
-            .send(index, request, self.timeout, self.sent_at, body.progress())
+            .send(
+                index,
+                request,
+                (self.timeout, self.sent_at),
+                body.progress(),
+                self.reuse,
+            )
             .await;
         body.recover(back);
         result

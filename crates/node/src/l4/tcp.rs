@@ -188,6 +188,13 @@ async fn connect_and_relay(
             Cause::Reset
         }
     };
+    // The client spoke and the endpoint never said a word (no `first_byte_timeout` to catch
+    // it): a hung endpoint's connection, counted as its timeout, as HTTP's upstream_timeout
+    // is, so that the error column and `gtd fleet` see a blackhole even when the checks only
+    // connect. The node's own drain is not the endpoint's doing.
+    if end.up > 0 && r.down == 0 && !matches!(r.ended, Ended::Stopped) {
+        attempt.pick.error(ErrorKind::Timeout, Instant::now());
+    }
     if matches!(
         r.ended,
         Ended::ClientClosed | Ended::EndpointClosed | Ended::Idle

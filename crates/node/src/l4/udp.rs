@@ -27,7 +27,7 @@ use std::hash::Hash;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
@@ -84,15 +84,29 @@ struct Flow {
 }
 
 /// What a flow's two directions both write: its last activity, ms since the loop's origin,
-/// and the bytes relayed to the client (one allocation per flow, as before the log counted).
+/// the bytes relayed to the client (one allocation per flow, as before the log counted), and
+/// whether the endpoint refused a datagram (ICMP port unreachable, counted then as a connect
+/// failure).
 struct Traffic {
     last: AtomicU64,
     down: AtomicU64,
+    refused: AtomicBool,
 }
 
 impl Drop for Flow {
     fn drop(&mut self) {
         self.replies.abort();
+        // A flow that went idle (or was evicted) with the client's datagrams sent and no reply
+        // ever: the endpoint's timeout, as HTTP's upstream_timeout is (a blackhole shows in the
+        // error column and `gtd fleet` even when the checks only connect). A refusal was
+        // counted when it came; the node's own drain or a move is not the endpoint's doing.
+        if matches!(self.end, Cause::Expired | Cause::Evicted)
+            && self.up > 0
+            && self.traffic.down.load(Ordering::Relaxed) == 0
+            && !self.traffic.refused.load(Ordering::Relaxed)
+        {
+            self.pick.error(ErrorKind::Timeout, Instant::now());
+        }
         if let Some(log) = &self.log {
             log.send(Box::new(Stream {
                 udp: true,
@@ -362,6 +376,7 @@ pub(crate) async fn udp_loop(
                     .failures
                     .increment(1);
                 flow.pick.error(ErrorKind::Connect, Instant::now());
+                flow.traffic.refused.store(true, Ordering::Relaxed);
                 l.attempt_failed(flow.group, &flow.pick, &e);
             }
         }
@@ -518,6 +533,7 @@ async fn open_flow(
                 let traffic = Arc::new(Traffic {
                     last: AtomicU64::new(ms_since(origin)),
                     down: AtomicU64::new(0),
+                    refused: AtomicBool::new(false),
                 });
                 let pick = Arc::new(attempt.pick);
                 l.groups[attempt.group].endpoints[pick.index()]
@@ -610,6 +626,7 @@ async fn replies(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 pick.error(ErrorKind::Connect, Instant::now());
+                traffic.refused.store(true, Ordering::Relaxed);
                 l.attempt_failed(group, &pick, &e);
                 // Keep listening: the flow moves when the loop sees the endpoint unusable.
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -52,12 +52,40 @@ pub struct Group {
     pub path_prefix: Option<String>,
     /// HTTP: idle upstream connections kept per endpoint.
     pub keepalive: u32,
+    /// HTTP: which requests may take an idle connection another request left.
+    pub reuse: Reuse,
     /// TLS towards the endpoints.
     pub tls: Option<UpstreamTls>,
     /// HTTP: outlier detection (on by default); `None` on TCP and UDP listeners.
     pub outlier: Option<Outlier>,
     /// Endpoints in file order.
     pub endpoints: Vec<Endpoint>,
+}
+
+/// Which requests of an HTTP group may be sent on an idle keep-alive connection that another
+/// request left (docs/design.md §6, Endpoint connections; HAProxy's `http-reuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reuse {
+    /// Only a request that may safely be sent again (an idempotent method, a body gtd holds
+    /// whole or none) and that is not its client connection's first: a client's first request
+    /// always goes on a connection of its own, so bytes an endpoint writes unasked on a
+    /// connection it already answered can never reach a client that has yet to be answered
+    /// once. HAProxy's default, `http-reuse safe`.
+    #[default]
+    Safe,
+    /// Every request: the fewest endpoint connections (nginx's `keepalive`, HAProxy's
+    /// `http-reuse always`).
+    Always,
+}
+
+impl Reuse {
+    /// Its name in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reuse::Safe => "safe",
+            Reuse::Always => "always",
+        }
+    }
 }
 
 /// The defaults of a group's keys when unset (docs/design.md §3, 4).

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use super::Env;
 use super::balance::balance;
 use super::endpoint::endpoints;
-use super::fields::{HTTP, capacity, check_name, item_path, only_for, peek_str, required_tables};
+use super::fields::{
+    HTTP, capacity, check_name, choice, item_path, only_for, peek_str, required_tables,
+};
 use super::health_check::health_check;
 use super::tls::upstream_tls;
 use crate::config::document::{At, Ctx, Table, as_int, describe, did_you_mean, quote};
@@ -31,6 +33,7 @@ const GROUP_KEYS: &[&str] = &[
     "health_check",
     "path_prefix",
     "keepalive",
+    "reuse",
     "tls",
     "endpoint",
     // Outlier detection (HTTP).
@@ -89,6 +92,74 @@ pub(super) fn groups<'t>(
     }
     priorities(ctx, &out);
     out
+}
+
+/// Warns of each health check of a TCP or UDP listener's groups that cannot see an endpoint
+/// that accepts and never answers (or, on UDP, never replies) on the port clients reach: a
+/// TCP check that only connects, or any check of another port, when the listener has no
+/// `first_byte_timeout` to catch such a connection. Such an endpoint stays in rotation; its
+/// clients' connections count as its timeouts (docs/status.md), nothing more.
+pub(super) fn unseen_hangs(
+    ctx: &mut Ctx<'_>,
+    groups: &[GroupRead<'_>],
+    protocol: Option<Protocol>,
+    first_byte_timeout: Option<std::time::Duration>,
+) {
+    for g in groups {
+        let Some(check) = &g.group.health_check else {
+            continue;
+        };
+        let at = g.table.key_at("health_check").unwrap_or(g.table.at);
+        let path = format!("{} health_check", g.table.path);
+        let side = check
+            .port
+            .filter(|p| g.group.endpoints.iter().any(|e| e.address.port != *p));
+        let msg = match protocol {
+            Some(Protocol::Tcp) if first_byte_timeout.is_some() => continue,
+            Some(Protocol::Tcp) => match side {
+                Some(port) => format!(
+                    "this health check checks port {port}, not the port clients reach: an \
+                     endpoint hung on that one (it accepts and never answers) passes and stays \
+                     in rotation. Check the served port (no port) with send and expect, or set \
+                     first_byte_timeout on the listener so that such a connection is tried on \
+                     another endpoint"
+                ),
+                None if check.protocol == CheckProtocol::Tcp
+                    && check.send.is_none()
+                    && check.expect.is_none() =>
+                {
+                    "this health check only connects: an endpoint that accepts and never answers \
+                     passes and stays in rotation. Give it send and expect (bytes the endpoint \
+                     answers, and what its answer holds), or set first_byte_timeout on the \
+                     listener so that such a connection is tried on another endpoint"
+                        .to_owned()
+                }
+                None => continue,
+            },
+            Some(Protocol::Udp) if check.protocol != CheckProtocol::Udp => format!(
+                "this health check is over {} on port {}, not the endpoints' UDP port: an \
+                 endpoint whose UDP service never replies passes and stays in rotation. Use \
+                 protocol = \"udp\" with send and expect (a datagram the endpoint answers, and \
+                 what its reply holds)",
+                if check.protocol == CheckProtocol::Tcp {
+                    "tcp"
+                } else {
+                    "http"
+                },
+                check.port.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ),
+            Some(Protocol::Udp) => match side {
+                Some(port) => format!(
+                    "this udp health check sends to port {port}, not the port clients reach: an \
+                     endpoint that never replies on that one passes and stays in rotation. \
+                     Check the served port (no port) with send and expect"
+                ),
+                None => continue,
+            },
+            _ => continue,
+        };
+        ctx.warn(at, &path, msg);
+    }
 }
 
 /// Either every group sets `priority` or none does; no two share a rank for one region.
@@ -205,6 +276,11 @@ fn group<'t>(
     if only_for(ctx, &t, "keepalive", is(Protocol::is_http), HTTP) {
         keepalive = t.u32(ctx, "keepalive", 0, None).map_or(keepalive, |n| n.v);
     }
+    let mut reuse = Reuse::default();
+    if only_for(ctx, &t, "reuse", is(Protocol::is_http), HTTP) {
+        let options = [("safe", Reuse::Safe), ("always", Reuse::Always)];
+        reuse = choice(ctx, &t, "reuse", &options).map_or(reuse, |r| r.v);
+    }
     // TLS towards the endpoints is originated by HTTP listeners only; a TCP or UDP listener
     // relays bytes as they come, so a group `tls` there would send them in plaintext while the
     // operator believes them encrypted: an error, unless the group's https health checks are
@@ -272,6 +348,7 @@ fn group<'t>(
             health_check,
             path_prefix,
             keepalive,
+            reuse,
             tls,
             outlier,
             endpoints,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::Env;
 use super::fields::{HTTP, check_name, choice, item_path, only_for, peek_str, status_set};
-use super::group::{GroupRead, groups};
+use super::group::{GroupRead, groups, unseen_hangs};
 use super::route::routes;
 use super::tls::server_tls;
 use crate::config::document::{At, Ctx, Table, as_str, quote};
@@ -165,6 +165,7 @@ fn listener(ctx: &mut Ctx<'_>, env: &Env<'_>, t: &Table<'_, '_>) -> Option<Liste
     ) {
         first_byte_timeout = t.positive_duration(ctx, "first_byte_timeout").map(|d| d.v);
     }
+    unseen_hangs(ctx, &groups, protocol, first_byte_timeout);
     let failback_ramp = failback_ramp(ctx, t);
 
     Some(Listener {

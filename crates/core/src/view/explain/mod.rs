@@ -261,6 +261,10 @@ pub struct PickEndpoint {
     pub backup: bool,
     /// The pick may choose it now (usable, below `max_conns`).
     pub candidate: bool,
+    /// Why the pick may not choose it, when it may not (ejected, marked, checked out, drained,
+    /// disabled, `down`, at `max_conns`): every reason that holds, in that order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub why_not: Vec<String>,
     /// Its expected part of the group's picks, percent (`null`: load-dependent).
     pub share: Option<f64>,
     /// Requests or connections in flight.

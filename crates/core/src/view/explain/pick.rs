@@ -1,8 +1,49 @@
 //! The pick inside a group, in words ([`GroupBalancer::trace`]).
 
 use super::*;
-use crate::balance::HashWalk;
+use crate::balance::{Admit, EndpointState, HashWalk};
 use crate::config::Group;
+
+/// Why the pick may not choose endpoint `e` at `now`: every reason that holds, health ones only
+/// where the pick heeds health (not in fail-open, which ignores them).
+fn why_not(e: &EndpointState, admit: Admit, now: Instant) -> Vec<String> {
+    let mut why = Vec::new();
+    if admit == Admit::Usable {
+        if let Some(left) = e.ejected_for(now) {
+            why.push(format!(
+                "ejected by outlier detection ({:.0} s left)",
+                left.as_secs_f64().ceil()
+            ));
+        }
+        if e.is_passively_down(now) {
+            why.push(format!(
+                "marked ({} failures within fail_timeout)",
+                e.config().max_fails
+            ));
+        }
+        if !e.is_active_healthy() {
+            why.push("checked out (its health checks fail)".to_owned());
+        }
+    }
+    if e.config().drain {
+        why.push("drained (the config's or a fleet drain)".to_owned());
+    }
+    if e.is_admin_drained() {
+        why.push("drained (admin API)".to_owned());
+    }
+    if !e.is_enabled() {
+        why.push("disabled (admin API)".to_owned());
+    }
+    if e.config().down {
+        why.push("down in the config".to_owned());
+    }
+    if let Some(max) = e.config().max_conns
+        && e.active() >= max
+    {
+        why.push(format!("at max_conns ({max} in flight)"));
+    }
+    why
+}
 
 /// The pick inside group `gi`, from its balancer's trace: what decided it, in words, and
 /// each endpoint as the method saw it.
@@ -27,6 +68,11 @@ pub(super) fn pick_explain(
             weight: cfg.weight,
             backup: cfg.backup,
             candidate: t.candidates[i],
+            why_not: if t.candidates[i] {
+                Vec::new()
+            } else {
+                why_not(state, plan.admit(), now)
+            },
             share: t.shares.as_ref().map(|s| s[i] * 100.0),
             active: state.active(),
             effective_weight: state.effective_weight(now),

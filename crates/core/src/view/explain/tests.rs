@@ -52,6 +52,23 @@ regions = ["cn-beijing"]
 /// The explanation for `client` (and a path) on a fresh Beijing node where the groups named
 /// in `down` have every endpoint failing.
 fn explain(text: &str, down: &[&str], client: &str, path: Option<&str>) -> Explain {
+    let fail = |g: &config::Group, b: &GroupBalancer, now| {
+        if down.contains(&g.name.as_str()) {
+            b.endpoints()
+                .iter()
+                .for_each(|e| e.set_active_healthy(false, now));
+        }
+    };
+    explain_with(text, fail, client, path)
+}
+
+/// [`explain`], with `prepare` setting each group's endpoint states first.
+fn explain_with(
+    text: &str,
+    prepare: impl Fn(&config::Group, &GroupBalancer, Instant),
+    client: &str,
+    path: Option<&str>,
+) -> Explain {
     let catalog = config::load_catalog(&root().join("regions/catalog.toml")).unwrap();
     let cfg = config::parse(text, Path::new("config.toml"), &catalog).unwrap();
     let l = &cfg.listeners[0];
@@ -62,11 +79,7 @@ fn explain(text: &str, down: &[&str], client: &str, path: Option<&str>) -> Expla
         .iter()
         .map(|g| {
             let b = GroupBalancer::new(g, l.protocol, now);
-            if down.contains(&g.name.as_str()) {
-                b.endpoints()
-                    .iter()
-                    .for_each(|e| e.set_active_healthy(false, now));
-            }
+            prepare(g, &b, now);
             b
         })
         .collect();
@@ -397,6 +410,78 @@ fn a_hash_pick_shows_its_key_and_walk() {
 }
 
 #[test]
+fn an_endpoint_that_cannot_take_it_says_why() {
+    let text = r#"
+[[listener]]
+name = "web"
+protocol = "http"
+port = 8080
+regions = ["cn-beijing"]
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+    [[listener.group.endpoint]]
+    address = "10.0.0.1:80"
+    [[listener.group.endpoint]]
+    address = "10.0.0.2:80"
+    [[listener.group.endpoint]]
+    address = "10.0.0.3:80"
+    max_conns = 1
+    [[listener.group.endpoint]]
+    address = "10.0.0.4:80"
+    drain = true
+    [[listener.group.endpoint]]
+    address = "10.0.0.5:80"
+"#;
+    let x = explain_with(
+        text,
+        |_, b, now| {
+            let e = b.endpoints();
+            e[0].set_active_healthy(false, now);
+            e[0].set_drained(true);
+            e[1].set_enabled(false, now);
+            let t = e[2].nanos(now);
+            assert!(e[2].try_acquire(t, true), "one connection in flight");
+        },
+        "203.0.113.9",
+        None,
+    );
+    let p = x.group("beijing").unwrap().pick.clone().expect("a pick");
+    let why: Vec<(&str, Vec<&str>)> = p
+        .endpoints
+        .iter()
+        .map(|e| {
+            let reasons = e.why_not.iter().map(String::as_str).collect();
+            (e.address.as_str(), reasons)
+        })
+        .collect();
+    assert_eq!(
+        why,
+        [
+            (
+                "10.0.0.1:80",
+                vec![
+                    "checked out (its health checks fail)",
+                    "drained (admin API)"
+                ]
+            ),
+            ("10.0.0.2:80", vec!["disabled (admin API)"]),
+            ("10.0.0.3:80", vec!["at max_conns (1 in flight)"]),
+            (
+                "10.0.0.4:80",
+                vec!["drained (the config's or a fleet drain)"]
+            ),
+            ("10.0.0.5:80", vec![]),
+        ]
+    );
+    let words = x.text();
+    assert!(
+        words.contains("10.0.0.2:80 weight 1 (cannot take it: disabled (admin API))"),
+        "{words}"
+    );
+}
+
+#[test]
 fn graceful_grading_is_shown() {
     let x = explain(
         &config("failover = \"graceful\"", "ratio = 50", "ratio = 50"),
@@ -487,6 +572,7 @@ fn the_documented_keys_are_the_serialized_keys() {
     let mut e = pick.endpoints[0].clone();
     e.latency_ms = Some(1.0);
     e.feedback = Some(2.0);
+    e.why_not = vec!["at max_conns (1 in flight)".to_owned()];
     x.chances = Some(vec![Chance {
         group: "beijing".to_owned(),
         percent: 100.0,

@@ -63,12 +63,17 @@ impl Explain {
                 p.reason
             );
             for e in &p.endpoints {
+                let cannot = match (e.candidate, e.why_not.is_empty()) {
+                    (true, _) => String::new(),
+                    (false, true) => " (cannot take it)".to_owned(),
+                    (false, false) => format!(" (cannot take it: {})", e.why_not.join(", ")),
+                };
                 out += &format!(
                     "    {} weight {}{}{} share {} active {}\n",
                     e.address,
                     e.weight,
                     if e.backup { " backup" } else { "" },
-                    if e.candidate { "" } else { " (cannot take it)" },
+                    cannot,
                     e.share
                         .map_or_else(|| "load-dependent".to_owned(), |s| format!("{} %", pct(s))),
                     e.active
