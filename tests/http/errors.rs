@@ -157,11 +157,21 @@ async fn the_timeline_shows_a_mark_with_its_cause_the_failover_and_a_reload() {
     .unwrap();
     let kinds: Vec<&str> = events.events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(events.capacity, 100);
-    // Newest first: the reload, the failover, the mark that caused it.
-    assert_eq!(kinds, ["reload", "failover", "passive"], "{events:#?}");
-    let [reload, failover, passive] = &events.events[..] else {
+    // Newest first: the reload, the group's state change, the failover, the mark that caused
+    // both.
+    assert_eq!(
+        kinds,
+        ["reload", "group", "failover", "passive"],
+        "{events:#?}"
+    );
+    let [reload, group, failover, passive] = &events.events[..] else {
         unreachable!()
     };
+    assert!(
+        group.message.starts_with("unhealthy")
+            && group.message.contains("marked by passive failures"),
+        "{group:?}"
+    );
     assert!(
         reload.message.ends_with("config.toml applied"),
         "{reload:?}"

@@ -93,6 +93,13 @@ pub const CONNECTIONS_ACTIVE: Def = Def {
     labels: &["listener"],
     help: "Client TCP connections open now",
 };
+/// Cleartext HTTP/1 client connections parked between requests.
+pub const HTTP_CONNECTIONS_PARKED: Def = Def {
+    name: "gtd_http_connections_parked",
+    kind: Kind::Gauge,
+    labels: &["listener"],
+    help: "Cleartext HTTP/1 client connections resting between requests with only their socket held (parked)",
+};
 /// Client connections refused, by reason.
 pub const CONNECTIONS_REFUSED_TOTAL: Def = Def {
     name: "gtd_connections_refused_total",
@@ -325,6 +332,7 @@ pub const ALL: &[Def] = &[
     DRAINING,
     CONNECTIONS_TOTAL,
     CONNECTIONS_ACTIVE,
+    HTTP_CONNECTIONS_PARKED,
     CONNECTIONS_REFUSED_TOTAL,
     BYTES_TOTAL,
     NO_ROUTE_TOTAL,

@@ -113,6 +113,20 @@ impl<T> Moving<T> {
             read_bytes,
         }
     }
+
+    /// Counting into `moves`, which someone else holds too.
+    pub(crate) fn sharing(io: T, moves: Arc<AtomicU64>) -> Moving<T> {
+        Moving {
+            io,
+            moves,
+            read_bytes: None,
+        }
+    }
+
+    /// The connection inside.
+    pub(crate) fn get_ref(&self) -> &T {
+        &self.io
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Moving<T> {

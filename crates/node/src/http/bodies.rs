@@ -420,6 +420,8 @@ pub(crate) fn with_line(response: &mut http::Response<DownBody>, mut line: Line)
 pub struct DownBody {
     body: Down,
     line: Line,
+    /// The request this answers, open until the body is dropped.
+    exchange: Option<super::conn::Exchange>,
 }
 
 // The relayed variant is the common one (every proxied response): boxing it would cost an
@@ -500,6 +502,11 @@ impl DownBody {
     pub(crate) fn carry(&mut self, line: Line) {
         self.line = line;
     }
+
+    /// This body ends `exchange` when it is dropped.
+    pub(crate) fn ends(&mut self, exchange: super::conn::Exchange) {
+        self.exchange = Some(exchange);
+    }
 }
 
 impl From<Down> for DownBody {
@@ -507,6 +514,7 @@ impl From<Down> for DownBody {
         DownBody {
             body,
             line: Line::off(),
+            exchange: None,
         }
     }
 }
@@ -565,7 +573,7 @@ impl Body for DownBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let DownBody { body, line } = self.get_mut();
+        let DownBody { body, line, .. } = self.get_mut();
         match body {
             Down::Own(data) => {
                 let data = data.take();

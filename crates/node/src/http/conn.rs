@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +49,17 @@ pub(super) struct Conn {
     /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
     /// and the first request head must be in.
     pub(super) first_by: tokio::time::Instant,
+    /// The connection's moves (see [`crate::timers::Moving`]), shared with its socket.
+    pub(super) moves: Arc<AtomicU64>,
+    /// Requests taken from the connection whose response has not ended yet (see [`Exchange`]):
+    /// while one is open the connection is not parked.
+    pub(super) exchanges: AtomicU32,
+    /// The moves count when the last exchange ended: a read since then means bytes of the next
+    /// request may sit in hyper's buffer.
+    pub(super) ended_at: AtomicU64,
+    /// Bytes hyper wrote to the socket that it has not flushed since (see
+    /// `server::Parkable`).
+    pub(super) unflushed: AtomicBool,
 }
 
 impl Conn {
@@ -71,6 +82,7 @@ impl Conn {
         port: u16,
         https: bool,
         first_by: tokio::time::Instant,
+        moves: Arc<AtomicU64>,
     ) -> Conn {
         let peer = client.ip().to_canonical();
         let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
@@ -91,7 +103,33 @@ impl Conn {
             upstream: AtomicU32::new(0),
             upstream_freed: tokio::sync::Notify::new(),
             first_by,
+            moves,
+            exchanges: AtomicU32::new(0),
+            ended_at: AtomicU64::new(0),
+            unflushed: AtomicBool::new(false),
         }
+    }
+}
+
+/// One request of a connection, from the moment hyper hands it over until its response has
+/// ended (the response body is dropped, or the request's future is, when the client left):
+/// counted in [`Conn::exchanges`], so that an HTTP/1 connection is parked only between
+/// exchanges.
+pub(crate) struct Exchange(Arc<Conn>);
+
+impl Exchange {
+    pub(super) fn start(conn: &Arc<Conn>) -> Exchange {
+        conn.exchanges.fetch_add(1, Ordering::Relaxed);
+        Exchange(Arc::clone(conn))
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let c = &self.0;
+        c.ended_at
+            .store(c.moves.load(Ordering::Relaxed), Ordering::Relaxed);
+        c.exchanges.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

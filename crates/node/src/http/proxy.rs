@@ -21,7 +21,7 @@ use gtd_core::split::rules::{Match, RouteRequest};
 use super::access::Line;
 use super::answers::{bare, class, closing, failed, own};
 use super::bodies::{DownBody, EndpointBody, Pooled, Relayed, RequestBody, tunnel, with_line};
-use super::conn::{Conn, Held, Slot};
+use super::conn::{Conn, Exchange, Held, Slot};
 use super::failure::Failure;
 use super::headers::{
     UPGRADE, authority, forward_headers, refused, strip_hop_by_hop, wants_upgrade,
@@ -96,6 +96,7 @@ pub(super) async fn proxy(
     node: Arc<Inner>,
     conn: Arc<Conn>,
     req: Request<Incoming>,
+    exchange: Exchange,
 ) -> Result<Response<DownBody>, Infallible> {
     let (listener, mut line) = {
         let snap = node.snapshot.load();
@@ -262,6 +263,7 @@ pub(super) async fn proxy(
     if line.travels() {
         with_line(&mut response, line);
     }
+    response.body_mut().ends(exchange);
     Ok(response)
 }
 

@@ -5,10 +5,16 @@
 //! handed to [`super::proxy::proxy`].
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -21,10 +27,10 @@ use gtd_core::config::{Listener, Protocol};
 use super::bodies::DownBody;
 use crate::Inner;
 use crate::snapshot::ListenerState;
-use crate::timers::{First, HeadTimer, Moving, Watched, quiet};
+use crate::timers::{First, HeadTimer, Moving, Watched, quiet, reads};
 
 use super::answers::{PLAIN_TO_HTTPS, answer_and_close, class};
-use super::conn::Conn;
+use super::conn::{Conn, Exchange};
 use super::proxy::proxy;
 use super::state::HttpState;
 
@@ -44,12 +50,14 @@ pub(crate) async fn serve(
     let first_bytes_by = tokio::time::Instant::now() + l.cfg.header_timeout;
     let place = l.locate(peer.ip().to_canonical());
     l.count_client(place.as_ref());
+    let moves = Arc::new(AtomicU64::new(0));
     let conn = Arc::new(Conn::new(
         peer,
         place,
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
         first_bytes_by,
+        Arc::clone(&moves),
     ));
     let own_conn = Arc::clone(&conn);
     let service_node = Arc::clone(node);
@@ -62,13 +70,13 @@ pub(crate) async fn serve(
         if service_node.draining.load(Ordering::Relaxed) {
             conn.drain_wake.notify_one();
         }
-        proxy(Arc::clone(&service_node), Arc::clone(&conn), req)
+        let exchange = Exchange::start(&conn);
+        proxy(Arc::clone(&service_node), Arc::clone(&conn), req, exchange)
     });
-    let mut first = [0_u8; 1];
-    match tokio::time::timeout_at(first_bytes_by, stream.peek(&mut first)).await {
-        Ok(Ok(n)) if n > 0 => {}
-        _ => return,
-    }
+    let mut first = [0_u8; PREFACE.len()];
+    let Some(seen) = opening(&stream, &mut first, first_bytes_by).await else {
+        return;
+    };
     match &http.tls {
         // A TLS connection starts with a handshake record (22); a letter is a plaintext request,
         // which gets a 400 saying so, as nginx answers it, instead of a closed connection.
@@ -77,37 +85,29 @@ pub(crate) async fn serve(
             answer_and_close(stream, PLAIN_TO_HTTPS).await;
         }
         Some(acceptor) => {
-            let stream = Moving::new(stream, None);
+            // Boxed: a TLS connection's state would otherwise size every connection's task.
+            Box::pin(serve_tls(
+                node, l, http, acceptor, stream, moves, service, &own_conn,
+            ))
+            .await;
+        }
+        // HTTP/2 with prior knowledge: hyper's HTTP/2 server.
+        None if first[..seen] == PREFACE[..] => {
+            let stream = Moving::sharing(stream, moves);
             let moves = Arc::clone(&stream.moves);
-            let handshake = acceptor.accept(stream);
-            let stream = match tokio::time::timeout_at(first_bytes_by, handshake).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            own_conn.h2.store(h2, Ordering::Relaxed);
-            // HTTP/2 over TLS needs ALPN (RFC 9113); without it the client speaks HTTP/1.1.
-            let builder = if h2 {
-                http.server.clone().http2_only()
-            } else {
-                with_head_timer(&http.server, &moves, &l.cfg).http1_only()
-            };
+            let builder = http.server.clone().http2_only();
             let io = TokioIo::new(stream);
-            run(node, l, &builder, io, service, &moves, &own_conn).await;
+            Box::pin(run(node, l, &builder, io, service, &moves, &own_conn)).await;
         }
         None => {
-            let stream = Moving::new(stream, None);
-            let moves = Arc::clone(&stream.moves);
-            let builder = with_head_timer(&http.server, &moves, &l.cfg);
-            let io = TokioIo::new(stream);
-            run(node, l, &builder, io, service, &moves, &own_conn).await;
+            let mut h1 = http.h1.clone();
+            h1.timer(HeadTimer::new(
+                Arc::clone(&moves),
+                l.cfg.header_timeout,
+                l.cfg.idle_timeout,
+            ));
+            let stream = Parkable::new(Moving::sharing(stream, moves), Arc::clone(&own_conn));
+            serve_h1(node, l, &h1, stream, service, &own_conn, &http.parked).await;
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
@@ -115,6 +115,56 @@ pub(crate) async fn serve(
     if let Some(relay) = upgraded {
         relay.await;
     }
+}
+
+/// Serves one connection of an HTTPS listener: the TLS handshake (by the connection's
+/// first-bytes deadline), then HTTP/2 when ALPN chose it, else HTTP/1.1.
+#[allow(clippy::too_many_arguments)]
+async fn serve_tls<S>(
+    node: &Arc<Inner>,
+    l: &ListenerState,
+    http: &HttpState,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    moves: Arc<AtomicU64>,
+    service: S,
+    own_conn: &Conn,
+) where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<DownBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let peer = own_conn.client;
+    let first_bytes_by = own_conn.first_by;
+    let stream = Moving::sharing(stream, moves);
+    let moves = Arc::clone(&stream.moves);
+    let handshake = acceptor.accept(stream);
+    let stream = match tokio::time::timeout_at(first_bytes_by, handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    own_conn.h2.store(h2, Ordering::Relaxed);
+    // HTTP/2 over TLS needs ALPN (RFC 9113); without it the client speaks HTTP/1.1.
+    let builder = if h2 {
+        http.server.clone().http2_only()
+    } else {
+        with_head_timer(&http.server, &moves, &l.cfg).http1_only()
+    };
+    let io = TokioIo::new(stream);
+    Box::pin(run(node, l, &builder, io, service, &moves, own_conn)).await;
 }
 
 /// The listener's server settings with a timer of the connection's own for HTTP/1's
@@ -255,4 +305,279 @@ pub(super) enum Watchdog {
     Unasked,
     /// A request found no HTTP listener on the port any more.
     Gone,
+}
+
+/// The opening of an HTTP/2 connection with prior knowledge (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Waits, until `by`, for the connection's first bytes, without reading them: enough to tell
+/// an HTTP/2 preface from an HTTP/1 request (or a TLS handshake). Returns how many of `buf`
+/// were filled; `None` when nothing came in time or the client left.
+async fn opening(
+    stream: &TcpStream,
+    buf: &mut [u8; PREFACE.len()],
+    by: tokio::time::Instant,
+) -> Option<usize> {
+    loop {
+        let n = match tokio::time::timeout_at(by, stream.peek(buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        };
+        // Decided: the whole preface, or a byte that is not the preface's.
+        if n == buf.len() || buf[..n] != PREFACE[..n] {
+            return Some(n);
+        }
+        // A client that sent part of the preface so far (a peek returns the same bytes again
+        // at once): look again shortly.
+        if tokio::time::timeout_at(by, tokio::time::sleep(Duration::from_millis(5)))
+            .await
+            .is_err()
+        {
+            return None;
+        }
+    }
+}
+
+/// How long an HTTP/1 connection rests between requests before it is parked: hyper's state for
+/// it (a read buffer of 8 to 16 KiB, a write buffer of 8 KiB, its dispatcher) is dropped, and
+/// only the socket is kept until the next request's bytes arrive (docs/performance.md, the
+/// cost of a connection). Under load a connection's next request comes sooner, so it is
+/// never parked and pays nothing for it.
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// Serves one cleartext HTTP/1 connection with hyper's HTTP/1 server, parking it whenever it
+/// has rested for [`PARK_AFTER`] between exchanges: nothing in flight, nothing unflushed, no
+/// byte read since the last exchange ended. A parked connection holds its socket and this
+/// task; when bytes arrive, a new hyper connection serves them, under the same timers (the
+/// idle watchdog, `header_timeout` through the shared [`HeadTimer`], the node's stop).
+async fn serve_h1<S>(
+    node: &Inner,
+    l: &ListenerState,
+    builder: &hyper::server::conn::http1::Builder,
+    mut stream: Parkable,
+    service: S,
+    conn_state: &Conn,
+    parked_now: &metrics::Gauge,
+) where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<DownBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + Unpin
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let moves = &*conn_state.moves;
+    // Bytes of a next request that hyper had read when the connection was parked: a parked
+    // connection with such bytes is served again at once and not parked again (so that a
+    // stalled request head meets header_timeout, hyper's own timer).
+    let mut may_park = true;
+    loop {
+        let mut conn = Box::pin(
+            builder
+                .serve_connection(TokioIo::new(stream), service.clone())
+                .with_upgrades(),
+        );
+        let parked = async {
+            loop {
+                quiet(moves, PARK_AFTER, Some(&conn_state.inflight)).await;
+                if may_park && parkable(conn_state) {
+                    return;
+                }
+            }
+        };
+        let outcome = {
+            let watch = async {
+                tokio::select! {
+                    () = node.stop.cancelled() => Some(Watchdog::Stop),
+                    () = quiet(moves, l.cfg.idle_timeout, Some(&conn_state.inflight)) => Some(Watchdog::Idle),
+                    () = conn_state.listener_gone.notified() => Some(Watchdog::Gone),
+                    () = parked => None,
+                }
+            };
+            tokio::pin!(watch);
+            match Watched::new(conn.as_mut(), watch.as_mut()).await {
+                First::Main(r) => return ended(r),
+                First::Watch(w) => w,
+            }
+        };
+        match outcome {
+            // Parked: hyper's state goes, the socket stays.
+            None => {
+                let Some(parts) = Pin::into_inner(conn).into_parts() else {
+                    return;
+                };
+                stream = parts.io.into_inner();
+                if !parts.read_buf.is_empty() {
+                    stream.prefix = parts.read_buf;
+                    may_park = false;
+                    continue;
+                }
+                parked_now.increment(1.0);
+                let woken = rest(node, l, &stream, moves).await;
+                parked_now.decrement(1.0);
+                if !woken {
+                    return;
+                }
+            }
+            Some(dog) => return watchdog(l, conn.as_mut(), dog, conn_state).await,
+        }
+    }
+}
+
+/// Between exchanges, as far as its counts tell: no request in flight or answered in part,
+/// nothing hyper wrote left unflushed, no byte read since the last exchange ended.
+fn parkable(c: &Conn) -> bool {
+    c.exchanges.load(Ordering::Relaxed) == 0
+        && c.inflight.load(Ordering::Relaxed) == 0
+        && !c.unflushed.load(Ordering::Relaxed)
+        && reads(c.moves.load(Ordering::Relaxed)) == reads(c.ended_at.load(Ordering::Relaxed))
+}
+
+/// A parked connection's rest: true when bytes (or the client's end) arrived, false when it is
+/// to close (it rested for `idle_timeout`, or the node stops and no request came within the
+/// grace a stopping node gives an idle connection).
+async fn rest(node: &Inner, l: &ListenerState, stream: &Parkable, moves: &AtomicU64) -> bool {
+    let socket = stream.io.get_ref();
+    let idle = async {
+        // The idle watchdog's rule: nothing moved for a whole idle_timeout.
+        quiet(moves, l.cfg.idle_timeout, None).await;
+    };
+    tokio::select! {
+        r = socket.readable() => r.is_ok(),
+        () = idle => false,
+        () = node.stop.cancelled() => {
+            let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
+            matches!(tokio::time::timeout(grace, socket.readable()).await, Ok(Ok(())))
+        }
+    }
+}
+
+/// What a watchdog's firing does to a connection being served: the node's stop drains it; idle
+/// or a listener gone shut it down gracefully.
+async fn watchdog<C>(l: &ListenerState, mut conn: Pin<&mut C>, dog: Watchdog, conn_state: &Conn)
+where
+    C: Future<Output = hyper::Result<()>> + Graceful,
+{
+    if let Watchdog::Stop = dog {
+        let cut = tokio::time::Instant::now() + l.cfg.drain_timeout;
+        if conn_state.inflight.load(Ordering::Relaxed) == 0 {
+            let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
+            tokio::select! {
+                r = conn.as_mut() => return ended(r),
+                () = conn_state.drain_wake.notified() => {}
+                () = tokio::time::sleep(grace) => {}
+            }
+        }
+        conn.as_mut().shut_down();
+        match tokio::time::timeout_at(cut, conn).await {
+            Ok(r) => ended(r),
+            Err(_) => tracing::debug!(listener = %l.cfg.name, "drain_timeout: connection cut"),
+        }
+        return;
+    }
+    let (why, grace) = match dog {
+        Watchdog::Gone => ("its listener is gone", Duration::from_secs(1)),
+        _ => ("idle client connection", l.cfg.idle_timeout),
+    };
+    tracing::debug!(listener = %l.cfg.name, why, "shutting the connection down");
+    conn.as_mut().shut_down();
+    if let Ok(r) = tokio::time::timeout(grace, conn).await {
+        ended(r);
+    }
+}
+
+/// A connection hyper can be asked to close gracefully.
+trait Graceful {
+    fn shut_down(self: Pin<&mut Self>);
+}
+
+impl<I, S> Graceful for hyper::server::conn::http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn shut_down(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// A cleartext HTTP/1 client connection as hyper's HTTP/1 server sees it: the counted socket,
+/// the bytes of a next request hyper had read when the connection was last parked (served
+/// first), and whether hyper left written bytes unflushed ([`Conn::unflushed`]).
+pub(super) struct Parkable {
+    io: Moving<TcpStream>,
+    prefix: Bytes,
+    conn: Arc<Conn>,
+}
+
+impl Parkable {
+    fn new(io: Moving<TcpStream>, conn: Arc<Conn>) -> Parkable {
+        Parkable {
+            io,
+            prefix: Bytes::new(),
+            conn,
+        }
+    }
+}
+
+impl AsyncRead for Parkable {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Parkable {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.conn.unflushed.store(true, Ordering::Relaxed);
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.conn.unflushed.store(true, Ordering::Relaxed);
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = flushed {
+            this.conn.unflushed.store(false, Ordering::Relaxed);
+        }
+        flushed
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
