@@ -130,7 +130,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--pid", type=int, required=True, help="the proxy's process (its children are counted too)")
     ap.add_argument("--conns", type=int, default=2000)
-    ap.add_argument("--settle", type=float, default=2.0, help="seconds between the last exchange and the reading")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last exchange and the reading")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = a.conns + 64

@@ -24,6 +24,7 @@ mod h2_readers;
 mod hostile;
 mod limits;
 mod own_client;
+mod parking;
 mod protocols;
 mod retries;
 mod routes;

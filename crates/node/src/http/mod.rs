@@ -52,5 +52,6 @@ mod server;
 mod state;
 pub mod upstream;
 
+pub use server::PARK_AFTER;
 pub(crate) use server::serve;
 pub use state::{HttpState, StickyCookies};

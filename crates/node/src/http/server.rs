@@ -343,7 +343,7 @@ async fn opening(
 /// only the socket is kept until the next request's bytes arrive (docs/performance.md, the
 /// cost of a connection). Under load a connection's next request comes sooner, so it is
 /// never parked and pays nothing for it.
-pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Serves one cleartext HTTP/1 connection with hyper's HTTP/1 server, parking it whenever it
 /// has rested for [`PARK_AFTER`] between exchanges: nothing in flight, nothing unflushed, no
