@@ -2,10 +2,12 @@
 """Resident memory per idle client connection of a running proxy.
 
     idle.py --mode http1|h2|tcp --port PORT --pid PID [--conns N] [--settle S]
+            [--pause S --batch B]
 
 Reads the resident memory (VmRSS) of PID and every process below it, opens N connections to
 127.0.0.1:PORT one after another, has each carry one exchange to its end, then leaves them all
-open and idle, waits S seconds for the proxy to settle, reads the resident memory again and
+open and idle (with --pause, waiting S seconds after every B connections: clients that arrive
+over time rather than in one burst), waits S seconds for the proxy to settle, reads the resident memory again and
 prints one line of JSON: the mode, the connection count, both readings and the growth per
 connection in bytes. Then it closes every connection and exits.
 
@@ -131,6 +133,13 @@ def main() -> int:
     ap.add_argument("--pid", type=int, required=True, help="the proxy's process (its children are counted too)")
     ap.add_argument("--conns", type=int, default=2000)
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last exchange and the reading")
+    ap.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds to wait after every --batch connections (clients that arrive over time, not in one burst)",
+    )
+    ap.add_argument("--batch", type=int, default=100)
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = a.conns + 64
@@ -154,6 +163,8 @@ def main() -> int:
                 s.close()
                 return 1
             socks.append(s)
+            if a.pause > 0 and (i + 1) % a.batch == 0:
+                time.sleep(a.pause)
         time.sleep(a.settle)
         after = rss_kib(a.pid)
         # Still open: a proxy that closed them (an idle timeout shorter than the run) would
@@ -174,6 +185,7 @@ def main() -> int:
             {
                 "mode": a.mode,
                 "conns": a.conns,
+                "paced": f"{a.batch} every {a.pause} s" if a.pause > 0 else "burst",
                 "rss_before_kib": before,
                 "rss_after_kib": after,
                 "bytes_per_conn": round((after - before) * 1024 / a.conns),
