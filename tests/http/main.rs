@@ -20,6 +20,7 @@ mod drain;
 mod errors;
 mod fail_open;
 mod feedback;
+mod h2_conformance;
 mod h2_readers;
 mod hostile;
 mod limits;

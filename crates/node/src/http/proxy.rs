@@ -2,7 +2,6 @@
 //! up, the request's head rewritten for the endpoints, then attempt, decide
 //! ([`super::retry::next`]), act, until an answer goes back.
 
-use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +33,21 @@ use crate::access::Handle;
 use crate::attempt::{Attempt, Attempts, Budget};
 use crate::snapshot::{Attached, ListenerState};
 use crate::timers::{Busy, Pace};
+
+/// An HTTP/2 request the h2 crate passes on that RFC 9113 calls malformed: a field value that
+/// starts or ends with a space or tab (§8.2.1; HTTP/1's parser trims them), or userinfo in
+/// `:authority` (§8.3.1). The rest of §8 (pseudo-headers, connection-specific fields, `te`,
+/// content-length) the h2 crate checks itself (tests/http/h2_conformance.rs).
+fn h2_malformed(req: &Request<Incoming>) -> bool {
+    let padded = |v: &[u8]| {
+        matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'))
+    };
+    req.headers().values().any(|v| padded(v.as_bytes()))
+        || req
+            .uri()
+            .authority()
+            .is_some_and(|a| a.as_str().contains('@'))
+}
 
 /// The request as balancers and rules see it (borrowed, no allocation).
 struct View<'a> {
@@ -97,7 +111,12 @@ pub(super) async fn proxy(
     conn: Arc<Conn>,
     req: Request<Incoming>,
     exchange: Exchange,
-) -> Result<Response<DownBody>, Infallible> {
+) -> Result<Response<DownBody>, h2::Error> {
+    // A malformed HTTP/2 request is a stream error PROTOCOL_ERROR (RFC 9113 §8.1.1), never
+    // forwarded: hyper resets the stream with the reason of this error.
+    if req.version() == http::Version::HTTP_2 && h2_malformed(&req) {
+        return Err(h2::Reason::PROTOCOL_ERROR.into());
+    }
     let (listener, mut line) = {
         let snap = node.snapshot.load();
         let l = snap

@@ -4,7 +4,6 @@
 //! connections closed after `idle_timeout`, the node's stop), until it closes. Each request is
 //! handed to [`super::proxy::proxy`].
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -130,11 +129,8 @@ async fn serve_tls<S>(
     service: S,
     own_conn: &Conn,
 ) where
-    S: hyper::service::Service<
-            Request<Incoming>,
-            Response = Response<DownBody>,
-            Error = Infallible,
-        > + Clone
+    S: hyper::service::Service<Request<Incoming>, Response = Response<DownBody>, Error = h2::Error>
+        + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
@@ -202,11 +198,8 @@ pub(super) async fn run<I, S>(
     conn_state: &Conn,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::Service<
-            Request<Incoming>,
-            Response = Response<DownBody>,
-            Error = Infallible,
-        > + Clone
+    S: hyper::service::Service<Request<Incoming>, Response = Response<DownBody>, Error = h2::Error>
+        + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
@@ -359,11 +352,8 @@ async fn serve_h1<S>(
     conn_state: &Conn,
     parked_now: &metrics::Gauge,
 ) where
-    S: hyper::service::Service<
-            Request<Incoming>,
-            Response = Response<DownBody>,
-            Error = Infallible,
-        > + Clone
+    S: hyper::service::Service<Request<Incoming>, Response = Response<DownBody>, Error = h2::Error>
+        + Clone
         + Send
         + Unpin
         + 'static,
