@@ -7,9 +7,8 @@
 //! An import is any path a file names that resolves to another module file of its crate:
 //! `use crate::a::b`, `use super::{a, b}`, `super::a::f()`, `child::f()`. A module naming the
 //! modules below it (a `mod.rs` or `lib.rs` declaring, re-exporting or calling them) is their
-//! front, not a circle. `crates/node` is not checked yet: its events/admin/telemetry circle is
-//! being cut apart with the timeline's own change, and its two long functions
-//! (`ListenerState::build`, `proxy`) with the data planes' typed state.
+//! front, not a circle. `crates/node`'s functions are not measured yet: its two long ones
+//! (`ListenerState::build`, `proxy`) are to be split with the data planes' typed state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -326,6 +325,7 @@ fn no_import_circle_larger_than_two_files_or_across_folders() {
         "crates/core/src",
         "crates/sim/src",
         "crates/fleet/src",
+        "crates/node/src",
         "crates/demo/src",
         "src",
     ]

@@ -136,31 +136,6 @@ pub(crate) fn reloaded(
     log.record(kind, Place::default(), message);
 }
 
-/// Puts an endpoint (`[listener, group, address]`) enabled or disabled through the admin API
-/// on the timeline.
-pub(crate) fn toggled(
-    log: &EventLog,
-    [listener, group, endpoint]: [&str; 3],
-    action: super::admin::Action,
-) {
-    let what = match action {
-        super::admin::Action::Enable => "enabled",
-        super::admin::Action::Disable => "disabled",
-        super::admin::Action::Drain => "drained",
-        super::admin::Action::Undrain => "undrained",
-    };
-    let at = Place {
-        listener: Some(listener),
-        group: Some(group),
-        endpoint: Some(endpoint),
-    };
-    log.record(
-        Kind::Admin,
-        at,
-        format!("{what} through this node's admin API"),
-    );
-}
-
 /// Puts the fleet-wide drains that began or ended on the timeline: those of `now` not in
 /// `before`, and those of `before` not in `now`.
 pub(crate) fn drains_changed(

@@ -2,7 +2,6 @@
 
 use std::time::Instant;
 
-use super::admin::Action;
 use super::{Inner, events};
 
 /// What an endpoint is after a toggle (every address of a name alike).
@@ -65,8 +64,66 @@ impl Inner {
             action = action.as_str(),
             "endpoint toggled"
         );
-        events::toggled(self.registry.events(), [listener, group, address], action);
+        toggled(self.registry.events(), [listener, group, address], action);
         l.replan(now);
         Ok(done)
     }
+}
+
+/// What a `POST /endpoints/…/ACTION` does to one endpoint on this node (until changed again;
+/// a reload keeps it, a restart forgets it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Back in rotation; ends a passive mark and an ejection (docs/design.md §5).
+    Enable,
+    /// Out of rotation at once, its connections kept.
+    Disable,
+    /// No new traffic; what is bound to it finishes (a sticky client, a UDP flow).
+    Drain,
+    /// Ends an admin drain.
+    Undrain,
+}
+
+impl Action {
+    /// The path's last segment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Enable => "enable",
+            Action::Disable => "disable",
+            Action::Drain => "drain",
+            Action::Undrain => "undrain",
+        }
+    }
+
+    pub(crate) fn of(segment: &str) -> Option<Action> {
+        [
+            Action::Enable,
+            Action::Disable,
+            Action::Drain,
+            Action::Undrain,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == segment)
+    }
+}
+
+/// Puts an endpoint (`[listener, group, address]`) enabled or disabled through the admin API
+/// on the timeline.
+fn toggled(log: &events::EventLog, [listener, group, endpoint]: [&str; 3], action: Action) {
+    let what = match action {
+        Action::Enable => "enabled",
+        Action::Disable => "disabled",
+        Action::Drain => "drained",
+        Action::Undrain => "undrained",
+    };
+    let at = events::Place {
+        listener: Some(listener),
+        group: Some(group),
+        endpoint: Some(endpoint),
+    };
+    log.record(
+        events::Kind::Admin,
+        at,
+        format!("{what} through this node's admin API"),
+    );
 }

@@ -136,42 +136,7 @@ pub enum Route {
     NotFound,
 }
 
-/// What a `POST /endpoints/…/ACTION` does to one endpoint on this node (until changed again;
-/// a reload keeps it, a restart forgets it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Back in rotation; ends a passive mark and an ejection (docs/design.md §5).
-    Enable,
-    /// Out of rotation at once, its connections kept.
-    Disable,
-    /// No new traffic; what is bound to it finishes (a sticky client, a UDP flow).
-    Drain,
-    /// Ends an admin drain.
-    Undrain,
-}
-
-impl Action {
-    /// The path's last segment.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Enable => "enable",
-            Action::Disable => "disable",
-            Action::Drain => "drain",
-            Action::Undrain => "undrain",
-        }
-    }
-
-    fn of(segment: &str) -> Option<Action> {
-        [
-            Action::Enable,
-            Action::Disable,
-            Action::Drain,
-            Action::Undrain,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == segment)
-    }
-}
+pub use crate::toggle::Action;
 
 impl Route {
     /// The route of a request: its path is split at `/` (leading and trailing ones ignored)
