@@ -161,7 +161,7 @@ fn expected(status: &Status) -> Value {
                     json!({
                         "name": g.name, "share": format!("{share:.6}"),
                         "healthy": healthy.to_string(), "shown": format!("{share:.2} %"),
-                        "health": if healthy { "healthy" } else { "unhealthy" },
+                        "health": if healthy { "healthy" } else if g.drained { "drained" } else { "unhealthy" },
                         "endpoints": endpoints,
                     })
                 })

@@ -529,9 +529,22 @@ impl AsyncRead for Parkable {
             this.prefix.advance(n);
             return Poll::Ready(Ok(()));
         }
+        // A request head is read at most HEAD_READ bytes at a time, so that hyper's 64 KiB
+        // limit on it (`max_buf_size`, checked between reads) holds whatever the socket has
+        // queued: one read into hyper's spare capacity could take a 70 KiB head whole.
+        if this.conn.exchanges.load(Ordering::Relaxed) == 0 && buf.remaining() > HEAD_READ {
+            let mut head = [0_u8; HEAD_READ];
+            let mut part = ReadBuf::new(&mut head);
+            let read = Pin::new(&mut this.io).poll_read(cx, &mut part);
+            buf.put_slice(part.filled());
+            return read;
+        }
         Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
+
+/// The most of a request head read at once (see [`Parkable`]'s `poll_read`).
+const HEAD_READ: usize = 16 * 1024;
 
 impl AsyncWrite for Parkable {
     fn poll_write(
