@@ -87,3 +87,384 @@ fn a_ramp_is_planned_per_node_and_refused_over_capacity_or_onto_a_sick_group() {
         "{published}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driven ramps: the plan stored in etcd, the fleet's nodes driving it, gates from their own
+// counters.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// One HTTP listener in both regions, each group one endpoint the test itself serves; no
+/// marks (`max_fails = 0`), so a group answering errors stays in rotation, and a rotation
+/// (`affinity = "none"`), so each node's shares are exact.
+const TWO_GROUPS: &str = r#"
+catalog = "regions/catalog.toml"
+[admin]
+bind = "127.0.0.1:1"
+
+[[listener]]
+name = "web"
+protocol = "http"
+port = 1001
+regions = ["cn-beijing", "cn-shanghai"]
+affinity = "none"
+
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2001"
+    max_fails = 0
+
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2002"
+    max_fails = 0
+"#;
+
+/// An HTTP endpoint served by a thread of the test: 200, or while `failing` every tenth
+/// answer a 503. Stops when `stop` is set (its listener closes with the thread).
+struct Endpoint {
+    failing: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Endpoint {
+    fn start(addr: &str) -> Endpoint {
+        let listener = TcpListener::bind(addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let failing = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, s) = (Arc::clone(&failing), Arc::clone(&stop));
+        let count = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let (f, s, count) = (Arc::clone(&f), Arc::clone(&s), Arc::clone(&count));
+                        std::thread::spawn(move || serve(conn, &f, &s, &count));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Endpoint {
+            failing,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(conn: TcpStream, failing: &AtomicBool, stop: &AtomicBool, count: &AtomicU64) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut conn = conn;
+    while !stop.load(Ordering::Relaxed) {
+        // One request's head (no bodies: the load sends GETs).
+        let mut line = String::new();
+        let mut any = false;
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    any = true;
+                    if line == "\r\n" || line == "\n" {
+                        break;
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if !any {
+                        continue;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        let n = count.fetch_add(1, Ordering::Relaxed);
+        let status = if failing.load(Ordering::Relaxed) && n.is_multiple_of(10) {
+            "503 Service Unavailable"
+        } else {
+            "200 OK"
+        };
+        if write!(conn, "HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nok").is_err() {
+            return;
+        }
+    }
+}
+
+/// Requests to every node's listener, one after another per node, until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(targets: Vec<SocketAddr>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = targets
+            .into_iter()
+            .map(|t| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(mut s) = TcpStream::connect_timeout(&t, Duration::from_secs(2)) {
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = write!(s, "GET / HTTP/1.0\r\nHost: web\r\n\r\n");
+                            let _ = s.read_to_end(&mut Vec::new());
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `gtd ARGS` as the pusher, killed if it runs past `cap`: (status, stdout, stderr).
+fn gtd_capped(cluster: &Cluster, args: &[&str], cap: Duration) -> (Option<i32>, String, String) {
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(cluster.access(As::Pusher));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gtd"))
+        .args(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gtd");
+    let deadline = Instant::now() + cap;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ramp_status(cluster: &Cluster) -> serde_json::Value {
+    json_of(gtd_as(cluster, As::Pusher, &["ramp", "status", "--json"]))
+}
+
+/// The two endpoints, the fleet, and load on both nodes until beijing served enough for a
+/// baseline.
+fn ramp_fleet(cluster: &Cluster) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
+    let cfg = Cfg::from_text(TWO_GROUPS);
+    let endpoints: Vec<Endpoint> = cfg.listeners()[0]["group"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| Endpoint::start(g["endpoint"][0]["address"].as_str().unwrap()))
+        .collect();
+    let fleet = start_fleet(cluster, &cfg, &[]);
+    let port = cfg.protocol("web").1;
+    let load = Load::start(
+        fleet
+            .nodes
+            .iter()
+            .map(|n| SocketAddr::new(n.ip, port))
+            .collect(),
+    );
+    wait("load through both nodes", || {
+        fleet.nodes.iter().all(|n| {
+            n.status().listeners[0]
+                .groups
+                .iter()
+                .all(|g| g.served.unwrap_or(0) >= 100)
+        })
+    });
+    (cfg, endpoints, fleet, load)
+}
+
+#[test]
+fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let args = [
+        "push",
+        "--ramp",
+        "--config",
+        &config,
+        "--steps",
+        "50,100",
+        "--min-wait",
+        "1s",
+        "--max-wait",
+        "10s",
+        "--bake",
+        "0s",
+        "--on-inconclusive",
+        "proceed",
+        "-m",
+        "to beijing",
+    ];
+    let (code, out, err) = gtd_capped(&cluster, &args, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("stored under"), "{out}");
+    // A second ramp while this one runs: refused, nothing stored.
+    let (code, out2, err2) = gtd_capped(&cluster, &args, Duration::from_secs(60));
+    assert_eq!(code, Some(2), "{out2}{err2}");
+    assert!(err2.contains("is running"), "{err2}");
+
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        let s = ramp_status(&cluster);
+        if s["state"] != "running" {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the ramp did not end: {s:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(status["state"], "completed", "{text}");
+    // Each step's took gate, per node and group, within tolerance and stated.
+    for n in &fleet.nodes {
+        assert!(text.contains(&format!("took {}@", n.region)), "{text}");
+    }
+    assert!(text.contains("step 1/2 passed"), "{text}");
+    assert!(text.contains("step 2/2 passed"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+    // The steps were revisions 2 and 3, with their messages in the history.
+    wait_applied(&fleet, 3);
+    let history =
+        String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet", "history"]).stdout).unwrap();
+    assert!(history.contains("step 1/2"), "{history}");
+    assert!(history.contains("step 2/2"), "{history}");
+    // The driving node says so on its timeline and in its metrics.
+    let owner = status["owner"].as_str().unwrap().to_owned();
+    let driver = fleet
+        .nodes
+        .iter()
+        .find(|n| owner.starts_with(&format!("{}@", n.region)))
+        .expect("the owner is a node");
+    let (_, events) = http(driver.admin, "GET", "/events").unwrap();
+    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
+    let said: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ramp")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(
+        said.iter().any(|m| m.contains("step 2/2 passed")),
+        "{said:#?}"
+    );
+    let (_, metrics) = http(driver.admin, "GET", "/metrics").unwrap();
+    assert!(metrics.contains("gtd_ramp_step 2"), "{metrics}");
+    assert!(metrics.contains("gtd_ramp_state 4"), "{metrics}");
+}
+
+#[test]
+fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
+    let cluster = Cluster::start();
+    let (mut cfg, endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // Beijing (the group the move feeds) answers 503 to one request in ten from the first
+    // step on.
+    let failing = Arc::clone(&endpoints[0].failing);
+    let nodes: Vec<SocketAddr> = fleet.nodes.iter().map(|n| n.admin).collect();
+    let flip = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let on_step = nodes.iter().any(|a| {
+                http(*a, "GET", "/status").is_some_and(|(_, b)| {
+                    serde_json::from_str::<serde_json::Value>(&b)
+                        .is_ok_and(|v| v["fleet"]["applied"].as_u64() >= Some(2))
+                })
+            });
+            if on_step {
+                failing.store(true, Ordering::Relaxed);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "20,50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "20s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    let _ = flip.join();
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("errors web/beijing"), "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+    assert!(out.contains("going back"), "{out}");
+    assert!(out.contains(": reverted ("), "{out}");
+    // The fleet is on the starting revision's config again: a revision that republished 1.
+    let status = ramp_status(&cluster);
+    assert_eq!(status["state"], "reverted", "{status:#}");
+    let last = status["revision"].as_u64().unwrap();
+    wait_applied(&fleet, last);
+    for n in &fleet.nodes {
+        let s = n.status();
+        let beijing = s.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 50.0, "{}", n.region);
+    }
+}
