@@ -468,3 +468,143 @@ fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
         assert_eq!(beijing.ratio, 50.0, "{}", n.region);
     }
 }
+
+/// Waits (up to `cap`) until the ramp's status satisfies `cond`; returns it.
+fn wait_ramp(
+    cluster: &Cluster,
+    what: &str,
+    cap: Duration,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + cap;
+    loop {
+        let s = ramp_status(cluster);
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_ramp_outlives_its_driving_node() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "3s",
+            "--max-wait",
+            "10s",
+            "--bake",
+            "0s",
+            "--on-inconclusive",
+            "proceed",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    // Once a node drives it and the first step is out, that node dies.
+    let s = wait_ramp(
+        &cluster,
+        "a driver and step 1",
+        Duration::from_secs(120),
+        |s| s["owner"].is_string() && s["at"].as_u64() >= Some(1),
+    );
+    let first = s["owner"].as_str().unwrap().to_owned();
+    let region = first.split('@').next().unwrap().to_owned();
+    fleet.kill_node(&region);
+    // Another takes it over and brings it to its end.
+    let s = wait_ramp(&cluster, "the ramp's end", Duration::from_secs(300), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(s["state"], "completed", "{text}");
+    assert_ne!(s["owner"].as_str(), Some(first.as_str()), "{text}");
+    assert!(
+        text.contains(&format!("took the ramp over from {first}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_ramp_is_paused_resumed_and_aborted_from_the_command_line() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let ramp = |what: &str| {
+        let out = gtd_as(&cluster, As::Pusher, &["ramp", what]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // Nothing to abort yet.
+    assert_eq!(ramp("abort").0, Some(1));
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "10,50,100",
+            "--min-wait",
+            "30s",
+            "--max-wait",
+            "60s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    let (code, said) = ramp("pause");
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(ramp_status(&cluster)["state"], "paused");
+    let (code, said) = ramp("resume");
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(ramp_status(&cluster)["state"], "running");
+    let (code, said) = ramp("abort");
+    assert_eq!(code, Some(0), "{said}");
+    let s = wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    assert_eq!(s["state"], "aborted", "{s:#}");
+    assert_eq!(s["at"], 0, "{s:#}");
+    wait_applied(&fleet, s["revision"].as_u64().unwrap());
+    for n in &fleet.nodes {
+        let st = n.status();
+        let beijing = st.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 50.0, "{}", n.region);
+    }
+    // Over: nothing to pause.
+    assert_eq!(ramp("pause").0, Some(1));
+}

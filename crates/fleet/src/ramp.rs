@@ -996,6 +996,8 @@ pub async fn control(
         let said = match what {
             "abort" => {
                 rec.abort = true;
+                // A paused ramp goes back too.
+                rec.state = drive::State::Running;
                 "abort asked: the driving node goes back to the starting revision"
             }
             "pause" => {
