@@ -375,6 +375,7 @@ fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
         String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet", "history"]).stdout).unwrap();
     assert!(history.contains("step 1/2"), "{history}");
     assert!(history.contains("step 2/2"), "{history}");
+    assert!(history.contains("after step 1 passed"), "{history}");
     // The driving node says so on its timeline and in its metrics.
     let owner = status["owner"].as_str().unwrap().to_owned();
     let driver = fleet

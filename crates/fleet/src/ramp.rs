@@ -887,6 +887,7 @@ async fn store_and_follow(
         abort: false,
         log: Vec::new(),
         outcome: None,
+        verdict: None,
     };
     if !drive::write(store, &rec, seen, None)
         .await

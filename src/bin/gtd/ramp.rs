@@ -8,6 +8,8 @@ use crate::etcd::Etcd;
 /// `gtd ramp`'s arguments.
 #[derive(clap::Args)]
 pub(crate) struct Ramp {
+    #[command(flatten)]
+    etcd: Etcd,
     #[command(subcommand)]
     what: What,
 }
@@ -19,36 +21,25 @@ enum What {
         /// As JSON (the record without the steps' config texts).
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        etcd: Etcd,
     },
     /// Go back to the starting revision at once (the driving node publishes it).
-    Abort {
-        #[command(flatten)]
-        etcd: Etcd,
-    },
+    Abort,
     /// Neither advance nor judge until `gtd ramp resume`.
-    Pause {
-        #[command(flatten)]
-        etcd: Etcd,
-    },
+    Pause,
     /// Go on after `gtd ramp pause` (the step's window starts again).
-    Resume {
-        #[command(flatten)]
-        etcd: Etcd,
-    },
+    Resume,
 }
 
 impl Ramp {
     /// Reads or changes the ramp.
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
-        let (what, json, etcd) = match self.what {
-            What::Status { json, etcd } => ("status", json, etcd),
-            What::Abort { etcd } => ("abort", false, etcd),
-            What::Pause { etcd } => ("pause", false, etcd),
-            What::Resume { etcd } => ("resume", false, etcd),
+        let (what, json) = match self.what {
+            What::Status { json } => ("status", json),
+            What::Abort => ("abort", false),
+            What::Pause => ("pause", false),
+            What::Resume => ("resume", false),
         };
-        let (prefix, access) = etcd.checked()?;
+        let (prefix, access) = self.etcd.checked()?;
         crate::etcd::command(|| gtd::fleet::ramp::control(&access, &prefix, what, json))
     }
 }

@@ -193,6 +193,10 @@ pub struct Record {
     pub log: Vec<Logged>,
     /// How it ended.
     pub outcome: Option<String>,
+    /// The last step's verdict in a line, said in the next revision's message (so that `gtd
+    /// fleet history` shows why each step was taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
 }
 
 impl Record {
@@ -564,6 +568,10 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
                     format!(": {}", rec.message)
                 }
             );
+            let message = match rec.verdict.take() {
+                Some(v) => format!("{message} (after {v})"),
+                None => message,
+            };
             let draft = p.draft.clone();
             match publish(store, rec, draft, message, id).await? {
                 Ok(r) => {
@@ -727,6 +735,29 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
                     figures()
                 ),
             );
+            let gap = took
+                .iter()
+                .map(|t| (t.observed - t.predicted).abs())
+                .fold(0.0, f64::max);
+            let errs: Vec<String> = errors
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} {:+.2} points at {} attempts",
+                        g.group,
+                        g.increase * 100.0,
+                        g.n1
+                    )
+                })
+                .collect();
+            rec.verdict = Some(format!(
+                "step {step} passed: took within tolerance (largest gap {gap:.2} points), errors {}",
+                if errs.is_empty() {
+                    "none receiving".to_owned()
+                } else {
+                    errs.join(", ")
+                }
+            ));
             if step == n {
                 rec.state = State::Completed;
                 rec.phase = Phase::Done;
