@@ -609,3 +609,58 @@ fn a_ramp_is_paused_resumed_and_aborted_from_the_command_line() {
     // Over: nothing to pause.
     assert_eq!(ramp("pause").0, Some(1));
 }
+
+#[test]
+fn a_step_without_enough_traffic_holds_and_never_goes_back_on_its_own() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    // The baseline was taken under load; the steps see none.
+    drop(load);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "2s",
+            "--hold-limit",
+            "1h",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "the step held", Duration::from_secs(120), |s| {
+        s["phase"]["held"] == true
+    });
+    assert_eq!(s["state"], "running", "{s:#}");
+    assert_eq!(s["at"], 1, "{s:#}");
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert!(
+        text.contains("held: not enough traffic by --max-wait"),
+        "{text}"
+    );
+    assert!(text.contains("sample 0/"), "{text}");
+    // Held: still on step 1 a while later, neither advanced nor gone back.
+    std::thread::sleep(Duration::from_secs(3));
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (s["state"].as_str(), s["at"].as_u64()),
+        (Some("running"), Some(1)),
+        "{s:#}"
+    );
+    let abort = gtd_as(&cluster, As::Pusher, &["ramp", "abort"]);
+    assert!(abort.status.success());
+    let s = wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] != "running"
+    });
+    assert_eq!(s["state"], "aborted", "{s:#}");
+}
