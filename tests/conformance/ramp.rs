@@ -130,10 +130,10 @@ affinity = "none"
     max_fails = 0
 "#;
 
-/// An HTTP endpoint served by a thread of the test: 200, or while `failing` every tenth
-/// answer a 503. Stops when `stop` is set (its listener closes with the thread).
+/// An HTTP endpoint served by a thread of the test: 200, or while `failing` is N > 0 every
+/// Nth answer a 503. Stops when `stop` is set (its listener closes with the thread).
 struct Endpoint {
-    failing: Arc<AtomicBool>,
+    failing: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -142,7 +142,7 @@ impl Endpoint {
     fn start(addr: &str) -> Endpoint {
         let listener = TcpListener::bind(addr).unwrap();
         listener.set_nonblocking(true).unwrap();
-        let failing = Arc::new(AtomicBool::new(false));
+        let failing = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (Arc::clone(&failing), Arc::clone(&stop));
         let count = Arc::new(AtomicU64::new(0));
@@ -174,7 +174,7 @@ impl Drop for Endpoint {
     }
 }
 
-fn serve(conn: TcpStream, failing: &AtomicBool, stop: &AtomicBool, count: &AtomicU64) {
+fn serve(conn: TcpStream, failing: &AtomicU64, stop: &AtomicBool, count: &AtomicU64) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
     let mut reader = BufReader::new(conn.try_clone().unwrap());
@@ -208,7 +208,8 @@ fn serve(conn: TcpStream, failing: &AtomicBool, stop: &AtomicBool, count: &Atomi
             }
         }
         let n = count.fetch_add(1, Ordering::Relaxed);
-        let status = if failing.load(Ordering::Relaxed) && n.is_multiple_of(10) {
+        let every = failing.load(Ordering::Relaxed);
+        let status = if every > 0 && n.is_multiple_of(every) {
             "503 Service Unavailable"
         } else {
             "200 OK"
@@ -401,15 +402,15 @@ fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
     assert!(metrics.contains("gtd_ramp_state 4"), "{metrics}");
 }
 
-#[test]
-fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
+/// A ramp 50/50 -> Beijing 100 in three steps whose receiving group, Beijing, answers 503 to
+/// one request in `every` once the fleet is on revision `from` (step `from - 1`): what
+/// `--follow` printed, and the record at the end, the fleet on the starting ratios again.
+fn ramp_into_errors(every: u64, from: u64) -> (String, serde_json::Value) {
     let cluster = Cluster::start();
     let (mut cfg, endpoints, mut fleet, load) = ramp_fleet(&cluster);
     cfg.set_ratio("web/beijing", 100.0);
     fleet.rewrite(&cfg);
     let config = fleet.config.display().to_string();
-    // Beijing (the group the move feeds) answers 503 to one request in ten from the first
-    // step on.
     let failing = Arc::clone(&endpoints[0].failing);
     let nodes: Vec<SocketAddr> = fleet.nodes.iter().map(|n| n.admin).collect();
     let flip = std::thread::spawn(move || {
@@ -418,11 +419,11 @@ fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
             let on_step = nodes.iter().any(|a| {
                 http(*a, "GET", "/status").is_some_and(|(_, b)| {
                     serde_json::from_str::<serde_json::Value>(&b)
-                        .is_ok_and(|v| v["fleet"]["applied"].as_u64() >= Some(2))
+                        .is_ok_and(|v| v["fleet"]["applied"].as_u64() >= Some(from))
                 })
             });
             if on_step {
-                failing.store(true, Ordering::Relaxed);
+                failing.store(every, Ordering::Relaxed);
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -450,13 +451,11 @@ fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
     let _ = flip.join();
     drop(load);
     assert_eq!(code, Some(3), "{out}{err}");
-    assert!(out.contains("errors web/beijing"), "{out}");
-    assert!(out.contains("FAIL"), "{out}");
-    assert!(out.contains("going back"), "{out}");
     assert!(out.contains(": reverted ("), "{out}");
-    // The fleet is on the starting revision's config again: a revision that republished 1.
+    // The fleet is on the starting revision's config again.
     let status = ramp_status(&cluster);
     assert_eq!(status["state"], "reverted", "{status:#}");
+    assert_eq!(status["at"], 0, "{status:#}");
     let last = status["revision"].as_u64().unwrap();
     wait_applied(&fleet, last);
     for n in &fleet.nodes {
@@ -468,6 +467,31 @@ fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
             .unwrap();
         assert_eq!(beijing.ratio, 50.0, "{}", n.region);
     }
+    (out, status)
+}
+
+#[test]
+fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
+    // 10 % of 503s from the first step: a severe breach, straight back to the start.
+    let (out, _) = ramp_into_errors(10, 2);
+    assert!(out.contains("errors web/beijing"), "{out}");
+    assert!(out.contains("FAIL (severe)"), "{out}");
+    assert!(out.contains("going back to the starting revision"), "{out}");
+}
+
+#[test]
+fn a_ramp_steps_back_down_on_a_smaller_error_increase() {
+    // 2 % of 503s from the second step: a failure, not a severe one: back down to step 1,
+    // then to the start.
+    let (out, _) = ramp_into_errors(50, 3);
+    assert!(out.contains("step 1/3 passed"), "{out}");
+    assert!(out.contains("step 2 failed the errors gate"), "{out}");
+    assert!(!out.contains("FAIL (severe)"), "{out}");
+    assert!(
+        out.contains("going back down the steps, to step 1"),
+        "{out}"
+    );
+    assert!(out.contains("back down to step 1 as revision"), "{out}");
 }
 
 /// Waits (up to `cap`) until the ramp's status satisfies `cond`; returns it.
