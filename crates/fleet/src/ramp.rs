@@ -756,6 +756,18 @@ pub async fn run(
         });
     }
     if opts.dry_run {
+        if let Some((rec, _)) = drive::read(&store).await.map_err(Error::Store)?
+            && !rec.state.done()
+        {
+            out.insert_str(
+                0,
+                &format!(
+                    "ramp {} is {}: this ramp would be refused until it ends\n",
+                    rec.id,
+                    rec.state.word()
+                ),
+            );
+        }
         return Ok(Outcome {
             out: format!("dry run: nothing published\n{out}"),
             err: String::new(),
@@ -1002,6 +1014,16 @@ pub async fn control(
                 "abort asked: the driving node goes back to the starting revision"
             }
             "pause" => {
+                if matches!(rec.phase, drive::Phase::Down { .. }) {
+                    return Ok(Outcome {
+                        out: String::new(),
+                        err: format!(
+                            "ramp {} is going back to its starting revision: it is not paused\n",
+                            rec.id
+                        ),
+                        code: 1,
+                    });
+                }
                 rec.state = drive::State::Paused;
                 "paused: the ramp neither advances nor judges until gtd ramp resume"
             }

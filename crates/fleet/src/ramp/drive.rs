@@ -547,7 +547,7 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
                 let mut base: BTreeMap<String, Counts> = BTreeMap::new();
                 for (node, _) in &rec.steps[step - 1].shares {
                     if let Some(e) = entries.iter().find(|e| &e.id == node)
-                        && let Ok(c) = counters(&e.admin).await
+                        && let Ok(c) = counters(&reach(&e.admin, &e.id)).await
                     {
                         for (g, c) in c {
                             base.entry(g).or_default().add(&c);
@@ -608,7 +608,7 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
                     continue;
                 }
                 // One that does not answer is left out of the window (and of the gates).
-                if let Ok(c) = counters(&e.admin).await {
+                if let Ok(c) = counters(&reach(&e.admin, &e.id)).await {
                     window.insert(node.clone(), c);
                 }
             }
@@ -895,7 +895,7 @@ async fn gates(
         };
         // A node that does not answer (stopped, restarting) is not judged: its registry
         // entry leaves with its lease, and the others' counters still judge the step.
-        let Ok(now) = counters(&e.admin).await else {
+        let Ok(now) = counters(&reach(&e.admin, &e.id)).await else {
             continue;
         };
         let delta = |g: &str| {
@@ -1038,6 +1038,22 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// Where another node reaches `admin` (a registry entry's): an admin server bound to every
+/// address (`0.0.0.0:9100`) is asked at its host's name, from the node's id
+/// (`REGION@HOST:PORT`), when the id has one.
+pub fn reach(admin: &str, id: &str) -> String {
+    match admin.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => id
+            .split_once('@')
+            .and_then(|(_, rest)| rest.rsplit_once(':'))
+            .map_or_else(
+                || admin.to_owned(),
+                |(host, _)| format!("{host}:{}", a.port()),
+            ),
+        _ => admin.to_owned(),
+    }
+}
+
 /// An HTTP/1.0 GET to an admin server: the body of a 200.
 async fn get(admin: &str, path: &str) -> Result<String, String> {
     let work = async {
@@ -1071,6 +1087,19 @@ async fn get(admin: &str, path: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admin_bound_everywhere_is_reached_at_its_host() {
+        assert_eq!(
+            reach("0.0.0.0:9100", "cn-beijing@edge-1:9100"),
+            "edge-1:9100"
+        );
+        assert_eq!(
+            reach("10.0.0.5:9100", "cn-beijing@edge-1:9100"),
+            "10.0.0.5:9100"
+        );
+        assert_eq!(reach("0.0.0.0:9100", "custom"), "0.0.0.0:9100");
+    }
 
     #[test]
     fn labels_are_read() {
