@@ -673,6 +673,16 @@ fn a_step_without_enough_traffic_holds_and_never_goes_back_on_its_own() {
         "{text}"
     );
     assert!(text.contains("sample 0/"), "{text}");
+    // The driving node says it is held (what the GtdRampHeld alert reads).
+    let owner = s["owner"].as_str().unwrap().to_owned();
+    let driver = fleet
+        .nodes
+        .iter()
+        .find(|n| owner.starts_with(&format!("{}@", n.region)))
+        .expect("the owner is a node");
+    wait("gtd_ramp_state 7 on the driving node", || {
+        http(driver.admin, "GET", "/metrics").is_some_and(|(_, m)| m.contains("gtd_ramp_state 7"))
+    });
     // Held: still on step 1 a while later, neither advanced nor gone back.
     std::thread::sleep(Duration::from_secs(3));
     let s = ramp_status(&cluster);

@@ -91,7 +91,7 @@ pub const RAMP_STATE: Def = Def {
     name: "gtd_ramp_state",
     kind: Kind::Gauge,
     labels: &[],
-    help: "The ramp this node drives: 0 none, 1 running, 2 paused, 3 going back, 4 completed, 5 reverted, 6 aborted (gtd ramp status says why); only with --etcd",
+    help: "The ramp this node drives: 0 none, 1 running, 2 paused, 3 going back, 4 completed, 5 reverted, 6 aborted, 7 held: a step without enough traffic to judge it (gtd ramp status says why); only with --etcd",
 };
 /// TCP connections and UDP flows handed to an endpoint.
 pub const CONNECTIONS_TOTAL: Def = Def {

@@ -210,10 +210,11 @@ impl Record {
     }
 
     /// `gtd_ramp_state`: 0 none, 1 running, 2 paused, 3 going back, 4 completed, 5 reverted,
-    /// 6 aborted.
+    /// 6 aborted, 7 held (a step without enough traffic to judge it).
     pub fn gauge(&self) -> i64 {
         match (self.state, &self.phase) {
             (State::Running, Phase::Down { .. }) => 3,
+            (State::Running, Phase::Judging { held: true, .. }) => 7,
             (State::Running, _) => 1,
             (State::Paused, _) => 2,
             (State::Completed, _) => 4,
