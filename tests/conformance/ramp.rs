@@ -240,7 +240,9 @@ impl Load {
                             let _ = write!(s, "GET / HTTP/1.0\r\nHost: web\r\n\r\n");
                             let _ = s.read_to_end(&mut Vec::new());
                         }
-                        std::thread::sleep(Duration::from_millis(1));
+                        // A few hundred requests a second per node: a step's sample in seconds,
+                        // and room for the rest of a shared machine.
+                        std::thread::sleep(Duration::from_millis(3));
                     }
                 })
             })
@@ -284,8 +286,19 @@ fn gtd_capped(cluster: &Cluster, args: &[&str], cap: Duration) -> (Option<i32>, 
     )
 }
 
+/// `gtd ramp status --json`, asked again (up to 10 times) when etcd does not answer in time
+/// on a busy machine.
 fn ramp_status(cluster: &Cluster) -> serde_json::Value {
-    json_of(gtd_as(cluster, As::Pusher, &["ramp", "status", "--json"]))
+    let mut last = String::new();
+    for _ in 0..10 {
+        let out = gtd_as(cluster, As::Pusher, &["ramp", "status", "--json"]);
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).unwrap();
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("gtd ramp status --json: {last}");
 }
 
 /// The two endpoints, the fleet, and load on both nodes until beijing served enough for a

@@ -337,8 +337,10 @@ pub struct Hooks {
 
 /// How long the owner key outlives a dead driver, seconds.
 const OWNER_TTL: i64 = 5;
-/// How often the driver looks.
+/// How often the driver looks while a ramp runs.
 const TICK: Duration = Duration::from_millis(500);
+/// How often a node looks for a ramp while none runs.
+const IDLE: Duration = Duration::from_secs(2);
 /// Longest a node may take to apply a step before the took gate names it.
 const APPLY_LIMIT_MS: u64 = 30_000;
 
@@ -416,8 +418,9 @@ pub async fn drive(access: crate::Access, prefix: String, id: String, hooks: Hoo
     let mut store = None;
     let mut owned: Option<Owned> = None;
     let mut said = String::new();
+    let mut active = false;
     loop {
-        tokio::time::sleep(TICK).await;
+        tokio::time::sleep(if active { TICK } else { IDLE }).await;
         let s = match &store {
             Some(s) => s,
             None => match Store::connect(&access, &prefix).await {
@@ -427,7 +430,10 @@ pub async fn drive(access: crate::Access, prefix: String, id: String, hooks: Hoo
         };
         let mut s = s.clone();
         match tick(&mut s, &id, &hooks, &mut owned).await {
-            Ok(()) => said.clear(),
+            Ok(running) => {
+                active = running;
+                said.clear();
+            }
             Err(e) => {
                 let e = crate::describe(&e);
                 if e != said {
@@ -443,21 +449,22 @@ pub async fn drive(access: crate::Access, prefix: String, id: String, hooks: Hoo
     }
 }
 
+/// One look: whether a ramp is running (the next look comes sooner).
 async fn tick(
     store: &mut Store,
     id: &str,
     hooks: &Hooks,
     owned: &mut Option<Owned>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let Some((mut rec, seen)) = read(store).await? else {
-        return Ok(());
+        return Ok(false);
     };
     if rec.state.done() {
         if let Some(o) = owned.take() {
             let _ = store.client().lease_revoke(o.lease).await;
             (hooks.gauges)(rec.at as i64, rec.gauge());
         }
-        return Ok(());
+        return Ok(false);
     }
     match owned {
         Some(o) => {
@@ -465,12 +472,28 @@ async fn tick(
                 *owned = None;
                 (hooks.event)(format!("ramp {}: this node lost the ramp's lease", rec.id));
                 (hooks.gauges)(0, 0);
-                return Ok(());
+                return Ok(true);
             }
         }
         None => {
+            // Someone holds it: nothing to claim (no lease granted for nothing).
+            let held = store
+                .client()
+                .range(rpc::RangeRequest {
+                    key: owner_key(store).into_bytes(),
+                    count_only: true,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|error| Error::Etcd {
+                    doing: "reading the ramp's owner".to_owned(),
+                    error,
+                })?;
+            if held.count > 0 {
+                return Ok(true);
+            }
             let Some(o) = claim(store, id).await? else {
-                return Ok(());
+                return Ok(true);
             };
             *owned = Some(o);
             let was = rec.owner.replace(id.to_owned());
@@ -481,7 +504,7 @@ async fn tick(
             (hooks.event)(format!("ramp {}: this node {text}", rec.id));
             rec.note(id, text);
             write(store, &rec, seen, Some(id)).await?;
-            return Ok(());
+            return Ok(true);
         }
     }
     let before = rec.log.len();
@@ -491,7 +514,7 @@ async fn tick(
         }
     }
     (hooks.gauges)(rec.at as i64, rec.gauge());
-    Ok(())
+    Ok(true)
 }
 
 fn elapsed(since: u64) -> u64 {
