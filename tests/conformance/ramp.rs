@@ -304,6 +304,11 @@ fn ramp_status(cluster: &Cluster) -> serde_json::Value {
 /// The two endpoints, the fleet, and load on both nodes until beijing served enough for a
 /// baseline.
 fn ramp_fleet(cluster: &Cluster) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
+    ramp_fleet_leased(cluster, "2s")
+}
+
+/// [`ramp_fleet`] with the nodes' `--lease-ttl`.
+fn ramp_fleet_leased(cluster: &Cluster, lease: &str) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
     let cfg = Cfg::from_text(TWO_GROUPS);
     let endpoints: Vec<Endpoint> = cfg.listeners()[0]["group"]
         .as_array()
@@ -311,7 +316,7 @@ fn ramp_fleet(cluster: &Cluster) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
         .iter()
         .map(|g| Endpoint::start(g["endpoint"][0]["address"].as_str().unwrap()))
         .collect();
-    let fleet = start_fleet(cluster, &cfg, &[]);
+    let fleet = start_fleet_leased(cluster, &cfg, &[], lease);
     let port = cfg.protocol("web").1;
     let load = Load::start(
         fleet
@@ -710,4 +715,59 @@ fn a_step_without_enough_traffic_holds_and_never_goes_back_on_its_own() {
         s["state"] != "running"
     });
     assert_eq!(s["state"], "aborted", "{s:#}");
+}
+
+#[test]
+fn a_node_that_does_not_apply_a_step_is_named_and_the_ramp_goes_back() {
+    let cluster = Cluster::start();
+    // Leases long enough that a frozen node stays registered through the step.
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet_leased(&cluster, "90s");
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // Shanghai's node freezes (SIGSTOP) before the ramp: still registered, never applying.
+    let frozen = fleet.node("cn-shanghai");
+    let pid = frozen.child.0.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "10s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    signal("-CONT");
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains("took: cn-shanghai@") && out.contains("still on revision 1"),
+        "{out}"
+    );
+    assert!(out.contains("going back to the starting revision"), "{out}");
+    let s = ramp_status(&cluster);
+    assert_eq!(s["state"], "reverted", "{s:#}");
+    assert_eq!(
+        s["owner"].as_str().map(|o| o.starts_with("cn-beijing@")),
+        Some(true)
+    );
 }
