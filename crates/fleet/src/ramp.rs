@@ -901,6 +901,19 @@ async fn store_and_follow(
         outcome: None,
         verdict: None,
     };
+    // etcd refuses a request above 1.5 MiB (--max-request-bytes): leave room for the log.
+    let size = serde_json::to_vec(&rec).map_or(0, |v| v.len());
+    if size > 1024 * 1024 {
+        return Ok(refuse(
+            out,
+            format!(
+                "gtd push --ramp: refused: the ramp's record (every step's config text) is {} \
+                 KiB, above the 1024 KiB it may take in etcd: ramp in fewer --steps; nothing \
+                 was published\n",
+                size / 1024
+            ),
+        ));
+    }
     if !drive::write(store, &rec, seen, None)
         .await
         .map_err(Error::Store)?
