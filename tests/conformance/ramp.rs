@@ -87,3 +87,687 @@ fn a_ramp_is_planned_per_node_and_refused_over_capacity_or_onto_a_sick_group() {
         "{published}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driven ramps: the plan stored in etcd, the fleet's nodes driving it, gates from their own
+// counters.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// One HTTP listener in both regions, each group one endpoint the test itself serves; no
+/// marks (`max_fails = 0`), so a group answering errors stays in rotation, and a rotation
+/// (`affinity = "none"`), so each node's shares are exact.
+const TWO_GROUPS: &str = r#"
+catalog = "regions/catalog.toml"
+[admin]
+bind = "127.0.0.1:1"
+
+[[listener]]
+name = "web"
+protocol = "http"
+port = 1001
+regions = ["cn-beijing", "cn-shanghai"]
+affinity = "none"
+
+  [[listener.group]]
+  name = "beijing"
+  region = "cn-beijing"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2001"
+    max_fails = 0
+
+  [[listener.group]]
+  name = "shanghai"
+  region = "cn-shanghai"
+  ratio = 50
+    [[listener.group.endpoint]]
+    address = "127.0.0.1:2002"
+    max_fails = 0
+"#;
+
+/// An HTTP endpoint served by a thread of the test: 200, or while `failing` is N > 0 every
+/// Nth answer a 503. Stops when `stop` is set (its listener closes with the thread).
+struct Endpoint {
+    failing: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Endpoint {
+    fn start(addr: &str) -> Endpoint {
+        let listener = TcpListener::bind(addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let failing = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, s) = (Arc::clone(&failing), Arc::clone(&stop));
+        let count = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let (f, s, count) = (Arc::clone(&f), Arc::clone(&s), Arc::clone(&count));
+                        std::thread::spawn(move || serve(conn, &f, &s, &count));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Endpoint {
+            failing,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(conn: TcpStream, failing: &AtomicU64, stop: &AtomicBool, count: &AtomicU64) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut conn = conn;
+    while !stop.load(Ordering::Relaxed) {
+        // One request's head (no bodies: the load sends GETs).
+        let mut line = String::new();
+        let mut any = false;
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    any = true;
+                    if line == "\r\n" || line == "\n" {
+                        break;
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if !any {
+                        continue;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        let n = count.fetch_add(1, Ordering::Relaxed);
+        let every = failing.load(Ordering::Relaxed);
+        let status = if every > 0 && n.is_multiple_of(every) {
+            "503 Service Unavailable"
+        } else {
+            "200 OK"
+        };
+        if write!(conn, "HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nok").is_err() {
+            return;
+        }
+    }
+}
+
+/// Requests to every node's listener, one after another per node, until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(targets: Vec<SocketAddr>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = targets
+            .into_iter()
+            .map(|t| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(mut s) = TcpStream::connect_timeout(&t, Duration::from_secs(2)) {
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = write!(s, "GET / HTTP/1.0\r\nHost: web\r\n\r\n");
+                            let _ = s.read_to_end(&mut Vec::new());
+                        }
+                        // A few hundred requests a second per node: a step's sample in seconds,
+                        // and room for the rest of a shared machine.
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `gtd ARGS` as the pusher, killed if it runs past `cap`: (status, stdout, stderr).
+fn gtd_capped(cluster: &Cluster, args: &[&str], cap: Duration) -> (Option<i32>, String, String) {
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(cluster.access(As::Pusher));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gtd"))
+        .args(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gtd");
+    let deadline = Instant::now() + cap;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `gtd ramp status --json`, asked again (up to 10 times) when etcd does not answer in time
+/// on a busy machine.
+fn ramp_status(cluster: &Cluster) -> serde_json::Value {
+    let mut last = String::new();
+    for _ in 0..10 {
+        let out = gtd_as(cluster, As::Pusher, &["ramp", "status", "--json"]);
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).unwrap();
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("gtd ramp status --json: {last}");
+}
+
+/// The two endpoints, the fleet, and load on both nodes until beijing served enough for a
+/// baseline.
+fn ramp_fleet(cluster: &Cluster) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
+    ramp_fleet_leased(cluster, "2s")
+}
+
+/// [`ramp_fleet`] with the nodes' `--lease-ttl`.
+fn ramp_fleet_leased(cluster: &Cluster, lease: &str) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
+    let cfg = Cfg::from_text(TWO_GROUPS);
+    let endpoints: Vec<Endpoint> = cfg.listeners()[0]["group"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| Endpoint::start(g["endpoint"][0]["address"].as_str().unwrap()))
+        .collect();
+    let fleet = start_fleet_leased(cluster, &cfg, &[], lease);
+    let port = cfg.protocol("web").1;
+    let load = Load::start(
+        fleet
+            .nodes
+            .iter()
+            .map(|n| SocketAddr::new(n.ip, port))
+            .collect(),
+    );
+    wait("load through both nodes", || {
+        fleet.nodes.iter().all(|n| {
+            n.status().listeners[0]
+                .groups
+                .iter()
+                .all(|g| g.served.unwrap_or(0) >= 100)
+        })
+    });
+    (cfg, endpoints, fleet, load)
+}
+
+#[test]
+fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let args = [
+        "push",
+        "--ramp",
+        "--config",
+        &config,
+        "--steps",
+        "50,100",
+        "--min-wait",
+        "1s",
+        "--max-wait",
+        "10s",
+        "--bake",
+        "0s",
+        "--on-inconclusive",
+        "proceed",
+        "-m",
+        "to beijing",
+    ];
+    let (code, out, err) = gtd_capped(&cluster, &args, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("stored under"), "{out}");
+    // A second ramp while this one runs: refused, nothing stored.
+    let (code, out2, err2) = gtd_capped(&cluster, &args, Duration::from_secs(60));
+    assert_eq!(code, Some(2), "{out2}{err2}");
+    assert!(err2.contains("is running"), "{err2}");
+
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        let s = ramp_status(&cluster);
+        if s["state"] != "running" {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the ramp did not end: {s:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(status["state"], "completed", "{text}");
+    // Each step's took gate, per node and group, within tolerance and stated.
+    for n in &fleet.nodes {
+        assert!(text.contains(&format!("took {}@", n.region)), "{text}");
+    }
+    assert!(text.contains("step 1/2 passed"), "{text}");
+    assert!(text.contains("step 2/2 passed"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+    // The steps were revisions 2 and 3, with their messages in the history.
+    wait_applied(&fleet, 3);
+    let history =
+        String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet", "history"]).stdout).unwrap();
+    assert!(history.contains("step 1/2"), "{history}");
+    assert!(history.contains("step 2/2"), "{history}");
+    assert!(history.contains("after step 1 passed"), "{history}");
+    // The driving node says so on its timeline and in its metrics.
+    let owner = status["owner"].as_str().unwrap().to_owned();
+    let driver = fleet
+        .nodes
+        .iter()
+        .find(|n| owner.starts_with(&format!("{}@", n.region)))
+        .expect("the owner is a node");
+    let (_, events) = http(driver.admin, "GET", "/events").unwrap();
+    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
+    let said: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ramp")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(
+        said.iter().any(|m| m.contains("step 2/2 passed")),
+        "{said:#?}"
+    );
+    let (_, metrics) = http(driver.admin, "GET", "/metrics").unwrap();
+    assert!(metrics.contains("gtd_ramp_step 2"), "{metrics}");
+    assert!(metrics.contains("gtd_ramp_state 4"), "{metrics}");
+}
+
+/// A ramp 50/50 -> Beijing 100 in three steps whose receiving group, Beijing, answers 503 to
+/// one request in `every` once the fleet is on revision `from` (step `from - 1`): what
+/// `--follow` printed, and the record at the end, the fleet on the starting ratios again.
+fn ramp_into_errors(every: u64, from: u64) -> (String, serde_json::Value) {
+    let cluster = Cluster::start();
+    let (mut cfg, endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let failing = Arc::clone(&endpoints[0].failing);
+    let nodes: Vec<SocketAddr> = fleet.nodes.iter().map(|n| n.admin).collect();
+    let flip = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let on_step = nodes.iter().any(|a| {
+                http(*a, "GET", "/status").is_some_and(|(_, b)| {
+                    serde_json::from_str::<serde_json::Value>(&b)
+                        .is_ok_and(|v| v["fleet"]["applied"].as_u64() >= Some(from))
+                })
+            });
+            if on_step {
+                failing.store(every, Ordering::Relaxed);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "20,50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "20s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    let _ = flip.join();
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains(": reverted ("), "{out}");
+    // The fleet is on the starting revision's config again.
+    let status = ramp_status(&cluster);
+    assert_eq!(status["state"], "reverted", "{status:#}");
+    assert_eq!(status["at"], 0, "{status:#}");
+    let last = status["revision"].as_u64().unwrap();
+    wait_applied(&fleet, last);
+    for n in &fleet.nodes {
+        let s = n.status();
+        let beijing = s.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 50.0, "{}", n.region);
+    }
+    (out, status)
+}
+
+#[test]
+fn a_ramp_goes_back_when_a_receiving_group_answers_errors() {
+    // 10 % of 503s from the first step: a severe breach, straight back to the start.
+    let (out, _) = ramp_into_errors(10, 2);
+    assert!(out.contains("errors web/beijing"), "{out}");
+    assert!(out.contains("FAIL (severe)"), "{out}");
+    assert!(out.contains("going back to the starting revision"), "{out}");
+}
+
+#[test]
+fn a_ramp_steps_back_down_on_a_smaller_error_increase() {
+    // 2 % of 503s from the second step: a failure, not a severe one: back down to step 1,
+    // then to the start.
+    let (out, _) = ramp_into_errors(50, 3);
+    assert!(out.contains("step 1/3 passed"), "{out}");
+    assert!(out.contains("step 2 failed the errors gate"), "{out}");
+    assert!(!out.contains("FAIL (severe)"), "{out}");
+    assert!(
+        out.contains("going back down the steps, to step 1"),
+        "{out}"
+    );
+    assert!(out.contains("back down to step 1 as revision"), "{out}");
+}
+
+/// Waits (up to `cap`) until the ramp's status satisfies `cond`; returns it.
+fn wait_ramp(
+    cluster: &Cluster,
+    what: &str,
+    cap: Duration,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + cap;
+    loop {
+        let s = ramp_status(cluster);
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_ramp_outlives_its_driving_node() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "3s",
+            "--max-wait",
+            "10s",
+            "--bake",
+            "0s",
+            "--on-inconclusive",
+            "proceed",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    // Once a node drives it and the first step is out, that node dies.
+    let s = wait_ramp(
+        &cluster,
+        "a driver and step 1",
+        Duration::from_secs(120),
+        |s| s["owner"].is_string() && s["at"].as_u64() >= Some(1),
+    );
+    let first = s["owner"].as_str().unwrap().to_owned();
+    let region = first.split('@').next().unwrap().to_owned();
+    fleet.kill_node(&region);
+    // Another takes it over and brings it to its end.
+    let s = wait_ramp(&cluster, "the ramp's end", Duration::from_secs(300), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(s["state"], "completed", "{text}");
+    assert_ne!(s["owner"].as_str(), Some(first.as_str()), "{text}");
+    assert!(
+        text.contains(&format!("took the ramp over from {first}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_ramp_is_paused_resumed_and_aborted_from_the_command_line() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let ramp = |what: &str| {
+        let out = gtd_as(&cluster, As::Pusher, &["ramp", what]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // Nothing to abort yet.
+    assert_eq!(ramp("abort").0, Some(1));
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "10,50,100",
+            "--min-wait",
+            "30s",
+            "--max-wait",
+            "60s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    let (code, said) = ramp("pause");
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(ramp_status(&cluster)["state"], "paused");
+    let (code, said) = ramp("resume");
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(ramp_status(&cluster)["state"], "running");
+    let (code, said) = ramp("abort");
+    assert_eq!(code, Some(0), "{said}");
+    let s = wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    assert_eq!(s["state"], "aborted", "{s:#}");
+    assert_eq!(s["at"], 0, "{s:#}");
+    wait_applied(&fleet, s["revision"].as_u64().unwrap());
+    for n in &fleet.nodes {
+        let st = n.status();
+        let beijing = st.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 50.0, "{}", n.region);
+    }
+    // Over: nothing to pause.
+    assert_eq!(ramp("pause").0, Some(1));
+}
+
+#[test]
+fn a_step_without_enough_traffic_holds_and_never_goes_back_on_its_own() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    // The baseline was taken under load; the steps see none.
+    drop(load);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "2s",
+            "--hold-limit",
+            "1h",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "the step held", Duration::from_secs(120), |s| {
+        s["phase"]["held"] == true
+    });
+    assert_eq!(s["state"], "running", "{s:#}");
+    assert_eq!(s["at"], 1, "{s:#}");
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert!(
+        text.contains("held: not enough traffic by --max-wait"),
+        "{text}"
+    );
+    assert!(text.contains("sample 0/"), "{text}");
+    // The driving node says it is held (what the GtdRampHeld alert reads).
+    let owner = s["owner"].as_str().unwrap().to_owned();
+    let driver = fleet
+        .nodes
+        .iter()
+        .find(|n| owner.starts_with(&format!("{}@", n.region)))
+        .expect("the owner is a node");
+    wait("gtd_ramp_state 7 on the driving node", || {
+        http(driver.admin, "GET", "/metrics").is_some_and(|(_, m)| m.contains("gtd_ramp_state 7"))
+    });
+    // Held: still on step 1 a while later, neither advanced nor gone back.
+    std::thread::sleep(Duration::from_secs(3));
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (s["state"].as_str(), s["at"].as_u64()),
+        (Some("running"), Some(1)),
+        "{s:#}"
+    );
+    let abort = gtd_as(&cluster, As::Pusher, &["ramp", "abort"]);
+    assert!(abort.status.success());
+    let s = wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] != "running"
+    });
+    assert_eq!(s["state"], "aborted", "{s:#}");
+}
+
+#[test]
+fn a_node_that_does_not_apply_a_step_is_named_and_the_ramp_goes_back() {
+    let cluster = Cluster::start();
+    // Leases long enough that a frozen node stays registered through the step.
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet_leased(&cluster, "90s");
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // Shanghai's node freezes (SIGSTOP) before the ramp: still registered, never applying.
+    let frozen = fleet.node("cn-shanghai");
+    let pid = frozen.child.0.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "10s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    signal("-CONT");
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains("took: cn-shanghai@") && out.contains("still on revision 1"),
+        "{out}"
+    );
+    assert!(out.contains("going back to the starting revision"), "{out}");
+    let s = ramp_status(&cluster);
+    assert_eq!(s["state"], "reverted", "{s:#}");
+    assert_eq!(
+        s["owner"].as_str().map(|o| o.starts_with("cn-beijing@")),
+        Some(true)
+    );
+}

@@ -127,6 +127,7 @@ fn every_alert_has_its_settings_tests_and_runbook() {
         "GtdEtcdDisconnected",
         "GtdDraining",
         "GtdRankFlapping",
+        "GtdRampHeld",
     ];
     let rules = alerts();
     let names: Vec<&str> = rules.iter().map(|r| str_of(&r["alert"], "alert")).collect();

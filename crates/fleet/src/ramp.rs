@@ -21,6 +21,10 @@ use serde_json::Value;
 
 use super::registry::Entry;
 
+pub mod drive;
+pub mod gates;
+mod text;
+
 /// The default steps, percent of the whole move.
 pub const DEFAULT_STEPS: [f64; 5] = [1.0, 5.0, 20.0, 50.0, 100.0];
 
@@ -244,6 +248,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Why the ramp may not start (empty: it may).
     pub refusals: Vec<String>,
+    /// The groups the move sends traffic to, `LISTENER/GROUP`.
+    pub receiving: Vec<String>,
 }
 
 /// What the planner needs beyond the two configs.
@@ -253,6 +259,10 @@ pub struct Inputs {
     pub steps: Vec<f64>,
     /// A scenario with `[demand]` for the capacity check.
     pub scenario: Option<PathBuf>,
+    /// How the stored ramp waits and judges.
+    pub settings: Option<drive::Settings>,
+    /// Print each step's gates until the ramp ends (`--follow`).
+    pub follow: bool,
 }
 
 /// The ratio changes from `old` to `new`; an error names a group the new config removes (a
@@ -445,6 +455,7 @@ pub fn plan(
         total,
         steps,
         refusals: Vec::new(),
+        receiving: receiving.keys().cloned().collect(),
     };
     plan.refusals = refusals(&plan, &receiving);
     Ok(Ok(plan))
@@ -492,7 +503,7 @@ fn refusals(plan: &Plan, receiving: &BTreeMap<String, f64>) -> Vec<String> {
 }
 
 /// A number as the plan prints it: up to 2 decimals, no trailing zeros.
-fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     let s = format!("{x:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" {
@@ -665,8 +676,9 @@ pub fn check_steps(steps: &[f64]) -> Result<(), String> {
 /// Runs `gtd push --ramp`: validates the config as `gtd push` does, plans the move from the
 /// running revision over the registered nodes, prints the plan and refuses (status 2, nothing
 /// published) when a step or a way back overflows a capacity or a receiving group is unhealthy.
-/// Only `--dry-run` is built: driving the steps (issue 38, items 3–7) is not, and a ramp
-/// without `--dry-run` says so and publishes nothing.
+/// Without `--dry-run` the ramp is stored under `PREFIX/ramp` for the fleet's nodes to drive
+/// ([`drive`]), refused (status 2) while another ramp is not over; `--follow` prints its log
+/// until it ends (status 0 completed, 3 went back).
 pub async fn run(
     opts: &super::push::Options,
     inputs: &Inputs,
@@ -743,20 +755,321 @@ pub async fn run(
             code: REFUSED,
         });
     }
-    if !opts.dry_run {
+    if opts.dry_run {
+        if let Some((rec, _)) = drive::read(&store).await.map_err(Error::Store)?
+            && !rec.state.done()
+        {
+            out.insert_str(
+                0,
+                &format!(
+                    "ramp {} is {}: this ramp would be refused until it ends\n",
+                    rec.id,
+                    rec.state.word()
+                ),
+            );
+        }
         return Ok(Outcome {
-            out,
-            err: "gtd push --ramp: driving the steps is not built yet; this plan was printed \
-                  and nothing was published (use --dry-run to plan)\n"
-                .to_owned(),
-            code: 1,
+            out: format!("dry run: nothing published\n{out}"),
+            err: String::new(),
+            code: 0,
         });
     }
-    Ok(Outcome {
-        out: format!("dry run: nothing published\n{out}"),
-        err: String::new(),
-        code: 0,
-    })
+    store_and_follow(&mut store, opts, inputs, &running, &plan, &new, out).await
+}
+
+/// The refusal of a ramp while another is not over.
+fn running_refusal(rec: &drive::Record) -> String {
+    format!(
+        "gtd push --ramp: refused: ramp {} is {} (step {}/{}, revision {}); see gtd ramp \
+         status, or end it with gtd ramp abort; nothing was published\n",
+        rec.id,
+        rec.state.word(),
+        rec.at,
+        rec.steps.len(),
+        rec.revision
+    )
+}
+
+/// Stores the ramp under `PREFIX/ramp` for the fleet's nodes to drive; with `--follow`,
+/// prints its log until it ends.
+async fn store_and_follow(
+    store: &mut super::Store,
+    opts: &super::push::Options,
+    inputs: &Inputs,
+    running: &super::Revision,
+    plan: &Plan,
+    new: &Config,
+    mut out: String,
+) -> Result<crate::outcome::Outcome, super::push::Error> {
+    use super::push::Error;
+    use crate::outcome::Outcome;
+    let refuse = |out: String, err: String| Outcome {
+        out,
+        err,
+        code: REFUSED,
+    };
+    let seen = match drive::read(store).await.map_err(Error::Store)? {
+        Some((rec, _)) if !rec.state.done() => return Ok(refuse(out, running_refusal(&rec))),
+        Some((_, m)) => m,
+        None => 0,
+    };
+    if plan.nodes.iter().any(|n| n.label.starts_with("catalogue ")) {
+        return Ok(refuse(
+            out,
+            "gtd push --ramp: refused: no node is registered, and a ramp is driven by the \
+             fleet's nodes; nothing was published\n"
+                .to_owned(),
+        ));
+    }
+    let whole = super::draft(new).map_err(|e| Error::Read(format!("{e:#}")))?;
+    let mut steps = Vec::new();
+    for s in &plan.steps {
+        let mut draft = whole.clone();
+        if s.t < 1.0 {
+            let Some(text) = text::with_ratios(&whole.config, &s.ratios) else {
+                return Ok(refuse(
+                    out,
+                    "gtd push --ramp: refused: the config's layout is not one whose ratios the \
+                     ramp can set line by line ([[listener.group]] blocks with name = and \
+                     ratio =); nothing was published\n"
+                        .to_owned(),
+                ));
+            };
+            draft.config = text;
+            // The step's text must say exactly the step's ratios.
+            let ok = draft.validate().is_ok_and(|cfg| {
+                s.ratios.iter().all(|(name, r)| {
+                    let (l, g) = name.split_once('/').unwrap_or_default();
+                    cfg.listeners.iter().any(|cl| {
+                        cl.name == l
+                            && cl
+                                .groups
+                                .iter()
+                                .any(|cg| cg.name == g && (cg.ratio - r).abs() < 1e-9)
+                    })
+                })
+            });
+            if !ok {
+                return Ok(refuse(
+                    out,
+                    format!(
+                        "gtd push --ramp: refused: step {}'s config, the ratios set in the \
+                         text, does not validate with those ratios; nothing was published\n",
+                        s.number
+                    ),
+                ));
+            }
+        }
+        steps.push(drive::Planned {
+            target: s.target,
+            moved: s.moved,
+            draft,
+            shares: plan
+                .nodes
+                .iter()
+                .map(|n| n.label.clone())
+                .zip(s.shares.iter().cloned())
+                .collect(),
+        });
+    }
+    let now = super::now_ms();
+    let rec = drive::Record {
+        id: format!("ramp-{}-{now}", running.revision),
+        state: drive::State::Running,
+        phase: drive::Phase::Publish { step: 1 },
+        by: super::who(),
+        message: opts.message.clone(),
+        created_at_ms: now,
+        start_revision: running.revision,
+        start: running.clone(),
+        receiving: plan.receiving.clone(),
+        steps,
+        settings: inputs.settings.clone().unwrap_or(drive::Settings {
+            min_wait_ms: 60_000,
+            max_wait_ms: 900_000,
+            bake_ms: 300_000,
+            hold_limit_ms: 1_800_000,
+            on_inconclusive: drive::Inconclusive::Hold,
+            keep: opts.keep,
+        }),
+        baseline: None,
+        at: 0,
+        revision: running.revision,
+        owner: None,
+        abort: false,
+        log: Vec::new(),
+        outcome: None,
+        verdict: None,
+    };
+    // etcd refuses a request above 1.5 MiB (--max-request-bytes): leave room for the log.
+    let size = serde_json::to_vec(&rec).map_or(0, |v| v.len());
+    if size > 1024 * 1024 {
+        return Ok(refuse(
+            out,
+            format!(
+                "gtd push --ramp: refused: the ramp's record (every step's config text) is {} \
+                 KiB, above the 1024 KiB it may take in etcd: ramp in fewer --steps; nothing \
+                 was published\n",
+                size / 1024
+            ),
+        ));
+    }
+    if !drive::write(store, &rec, seen, None)
+        .await
+        .map_err(Error::Store)?
+    {
+        let now = drive::read(store).await.map_err(Error::Store)?;
+        return Ok(refuse(
+            out,
+            now.filter(|(r, _)| !r.state.done()).map_or_else(
+                || {
+                    "gtd push --ramp: another ramp was stored meanwhile; nothing was published\n"
+                        .to_owned()
+                },
+                |(r, _)| running_refusal(&r),
+            ),
+        ));
+    }
+    out.push_str(&format!(
+        "\nramp {} stored under {}: the fleet's nodes drive it (gtd ramp status)\n",
+        rec.id,
+        drive::key(store)
+    ));
+    if !inputs.follow {
+        return Ok(Outcome::ok(out));
+    }
+    print!("{out}");
+    let mut shown = 0;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Ok(Some((now, _))) = drive::read(store).await else {
+            continue;
+        };
+        if now.id != rec.id {
+            return Ok(Outcome {
+                out: String::new(),
+                err: format!("ramp {} was replaced by ramp {}\n", rec.id, now.id),
+                code: 1,
+            });
+        }
+        for l in &now.log[shown.min(now.log.len())..] {
+            println!("[step {}] {}: {}", l.step, l.by, l.text);
+        }
+        shown = now.log.len();
+        if now.state.done() {
+            let outcome = now.outcome.clone().unwrap_or_default();
+            return Ok(Outcome {
+                out: format!("ramp {}: {} ({outcome})\n", now.id, now.state.word()),
+                err: String::new(),
+                code: if now.state == drive::State::Completed {
+                    0
+                } else {
+                    3
+                },
+            });
+        }
+    }
+}
+
+/// `gtd ramp status|abort|pause|resume`.
+pub async fn control(
+    access: &super::Access,
+    prefix: &str,
+    what: &str,
+    json: bool,
+) -> Result<crate::outcome::Outcome, super::Error> {
+    use crate::outcome::Outcome;
+    let store = super::Store::connect(access, prefix).await?;
+    loop {
+        let Some((mut rec, seen)) = drive::read(&store).await? else {
+            return Ok(Outcome {
+                out: String::new(),
+                err: format!("no ramp under {}\n", drive::key(&store)),
+                code: if what == "status" { 0 } else { 1 },
+            });
+        };
+        if what == "status" {
+            let out = if json {
+                let mut v = serde_json::to_value(&rec).map_err(super::Error::Encode)?;
+                // The drafts' texts are the bulk of the record and say nothing of its state.
+                for s in v["steps"].as_array_mut().into_iter().flatten() {
+                    if let Some(o) = s.as_object_mut() {
+                        o.remove("draft");
+                    }
+                }
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("start");
+                    o.insert("gauge".to_owned(), rec.gauge().into());
+                }
+                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+            } else {
+                rec.render()
+            };
+            return Ok(Outcome::ok(out));
+        }
+        if rec.state.done() {
+            return Ok(Outcome {
+                out: String::new(),
+                err: format!(
+                    "ramp {} is over ({}): nothing to {what}\n",
+                    rec.id,
+                    rec.state.word()
+                ),
+                code: 1,
+            });
+        }
+        let who = super::who();
+        let said = match what {
+            "abort" => {
+                rec.abort = true;
+                // A paused ramp goes back too.
+                rec.state = drive::State::Running;
+                "abort asked: the driving node goes back to the starting revision"
+            }
+            "pause" => {
+                if matches!(rec.phase, drive::Phase::Down { .. }) {
+                    return Ok(Outcome {
+                        out: String::new(),
+                        err: format!(
+                            "ramp {} is going back to its starting revision: it is not paused\n",
+                            rec.id
+                        ),
+                        code: 1,
+                    });
+                }
+                rec.state = drive::State::Paused;
+                "paused: the ramp neither advances nor judges until gtd ramp resume"
+            }
+            _ => {
+                if rec.state != drive::State::Paused {
+                    return Ok(Outcome {
+                        out: String::new(),
+                        err: format!("ramp {} is not paused\n", rec.id),
+                        code: 1,
+                    });
+                }
+                rec.state = drive::State::Running;
+                // The window starts again: what happened while paused is not judged.
+                if let drive::Phase::Judging { step, revision, .. } = rec.phase {
+                    rec.phase = drive::Phase::Applying {
+                        step,
+                        revision,
+                        since_ms: super::now_ms(),
+                    };
+                }
+                "resumed: the step's window starts again"
+            }
+        };
+        rec.log.push(drive::Logged {
+            at_ms: super::now_ms(),
+            step: rec.at,
+            by: who,
+            text: format!("gtd ramp {what}: {said}"),
+        });
+        if drive::write(&store, &rec, seen, None).await? {
+            return Ok(Outcome::ok(format!("ramp {}: {said}\n", rec.id)));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -800,7 +1113,7 @@ regions = ["cn-beijing", "cn-shanghai"]
     fn inputs() -> Inputs {
         Inputs {
             steps: DEFAULT_STEPS.to_vec(),
-            scenario: None,
+            ..Inputs::default()
         }
     }
 
@@ -856,6 +1169,7 @@ regions = ["cn-beijing", "cn-shanghai"]
         let inputs = Inputs {
             steps: DEFAULT_STEPS.to_vec(),
             scenario: Some(scenario),
+            ..Inputs::default()
         };
         let plan = plan(&old, &new, Node::catalogue(&new), &inputs)
             .unwrap()

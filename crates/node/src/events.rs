@@ -41,6 +41,8 @@ pub(crate) enum Kind {
     Check,
     /// A group became unhealthy, drained or healthy again.
     Group,
+    /// The ramp this node drives (`gtd push --ramp`) took a step, judged one, or went back.
+    Ramp,
 }
 
 impl Kind {
@@ -58,6 +60,7 @@ impl Kind {
             Kind::Admin => "admin",
             Kind::Check => "check",
             Kind::Group => "group",
+            Kind::Ramp => "ramp",
         }
     }
 }
@@ -178,6 +181,11 @@ pub(crate) fn drains_changed(
         };
         log.record(Kind::Drain, at, message);
     }
+}
+
+/// Puts a decision of the ramp this node drives on the timeline.
+pub(crate) fn ramp(log: &EventLog, message: String) {
+    log.record(Kind::Ramp, Place::default(), message);
 }
 
 #[cfg(test)]

@@ -164,6 +164,8 @@ pub(crate) struct Fleet {
     error: std::sync::Mutex<Option<String>>,
     /// `gtd_config_revision` and `gtd_etcd_connected` (no-ops until [`Fleet::export`]).
     gauges: (Gauge, Gauge),
+    /// `gtd_ramp_step` and `gtd_ramp_state` (no-ops until [`Fleet::export`]).
+    ramp_gauges: (Gauge, Gauge),
 }
 
 /// The revision a node starts with: etcd's current one when etcd answers, else the cached
@@ -194,6 +196,7 @@ impl Fleet {
             connected: AtomicBool::new(false),
             error: std::sync::Mutex::new(None),
             gauges: (Gauge::noop(), Gauge::noop()),
+            ramp_gauges: (Gauge::noop(), Gauge::noop()),
         }
     }
 
@@ -203,6 +206,10 @@ impl Fleet {
         self.gauges = (
             registry.gauge(&telemetry::CONFIG_REVISION, &[]),
             registry.gauge(&telemetry::ETCD_CONNECTED, &[]),
+        );
+        self.ramp_gauges = (
+            registry.gauge(&telemetry::RAMP_STEP, &[]),
+            registry.gauge(&telemetry::RAMP_STATE, &[]),
         );
         self.gauges.0.set(self.applied().revision as f64);
         let connected = self.connected.load(Ordering::Relaxed);
@@ -541,7 +548,8 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let compaction = tokio::spawn(compact(store.clone()));
     let _compaction = AbortOnDrop(compaction);
     let id = node_id(inner, fleet);
-    let _witness = AbortOnDrop(tokio::spawn(witness::watch(store.clone(), id)));
+    let _witness = AbortOnDrop(tokio::spawn(witness::watch(store.clone(), id.clone())));
+    let _ramp = AbortOnDrop(tokio::spawn(drive_ramps(Arc::clone(inner), fleet, id)));
     let was = fleet.error.lock().expect("fleet state").clone();
     fleet.set_error(None);
     if was.is_some() {
@@ -687,6 +695,26 @@ async fn redrain(inner: &Arc<Inner>) {
 }
 
 /// A task that ends when this value is dropped (with the session that started it).
+/// This node's part in driving the fleet's ramp ([`gtd_fleet::ramp::drive`]): it claims the
+/// ramp when no node holds it, and puts each decision it takes on its timeline.
+fn drive_ramps(inner: Arc<Inner>, fleet: &Fleet, id: String) -> impl Future<Output = ()> + use<> {
+    let events = Arc::clone(&inner);
+    let gauges = fleet.ramp_gauges.clone();
+    let hooks = gtd_fleet::ramp::drive::Hooks {
+        event: Box::new(move |text| super::events::ramp(events.registry.events(), text)),
+        gauges: Box::new(move |step, state| {
+            gauges.0.set(step as f64);
+            gauges.1.set(state as f64);
+        }),
+    };
+    gtd_fleet::ramp::drive::drive(
+        fleet.opts.etcd.clone(),
+        fleet.opts.prefix.clone(),
+        id,
+        hooks,
+    )
+}
+
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {

@@ -79,6 +79,20 @@ pub const DRAINING: Def = Def {
     labels: &[],
     help: "1 once the node began to drain (SIGTERM or SIGINT: listeners closed, /healthz 503, open connections finishing), else 0",
 };
+/// The step of the ramp this node drives.
+pub const RAMP_STEP: Def = Def {
+    name: "gtd_ramp_step",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "The step of the ramp (gtd push --ramp) the fleet is on, 0 for its starting revision, on the node driving it (0 on the others); only with --etcd",
+};
+/// The state of the ramp this node drives.
+pub const RAMP_STATE: Def = Def {
+    name: "gtd_ramp_state",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "The ramp this node drives: 0 none, 1 running, 2 paused, 3 going back, 4 completed, 5 reverted, 6 aborted, 7 held: a step without enough traffic to judge it (gtd ramp status says why); only with --etcd",
+};
 /// TCP connections and UDP flows handed to an endpoint.
 pub const CONNECTIONS_TOTAL: Def = Def {
     name: "gtd_connections_total",
@@ -329,6 +343,8 @@ pub const ALL: &[Def] = &[
     BUILD_INFO,
     CONFIG_REVISION,
     ETCD_CONNECTED,
+    RAMP_STEP,
+    RAMP_STATE,
     DRAINING,
     CONNECTIONS_TOTAL,
     CONNECTIONS_ACTIVE,

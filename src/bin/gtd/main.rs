@@ -32,6 +32,7 @@ mod fleet;
 mod logs;
 mod man;
 mod push;
+mod ramp;
 mod run;
 
 use std::process::ExitCode;
@@ -61,6 +62,9 @@ enum Command {
     Drain(drain::Drain),
     /// End a fleet-wide drain.
     Undrain(drain::Undrain),
+    /// The fleet's ramp (gtd push --ramp): its state and every decision, or abort, pause and
+    /// resume it.
+    Ramp(ramp::Ramp),
     /// See it work: one node per acceleration region of the config on loopback, with its
     /// endpoints and client load, and a live view of the split against what it should be.
     Demo(demo::Demo),
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Fleet(c) => c.apply(),
         Command::Drain(c) => c.apply(),
         Command::Undrain(c) => c.apply(),
+        Command::Ramp(c) => c.apply(),
         Command::Demo(c) => c.apply(),
         Command::Check(c) => c.apply(),
         Command::Explain(c) => c.apply(),

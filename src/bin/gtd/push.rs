@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::etcd::Etcd;
 
@@ -33,8 +34,10 @@ pub(crate) struct Push {
     #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
     /// Move in steps of moved traffic (the share of the fleet's decisions that change group)
-    /// instead of at once: with --dry-run, print the plan per step, node and group, with the
-    /// capacity check of every step and way back; exit 2 when it is refused.
+    /// instead of at once: the plan is stored in etcd and the fleet's nodes drive it, each
+    /// step judged by the nodes' own counters (gtd ramp status); with --dry-run, print the
+    /// plan per step, node and group, with the capacity check of every step and way back;
+    /// exit 2 when it is refused (or a ramp is already running).
     #[arg(long, conflicts_with = "rollback")]
     ramp: bool,
     /// The ramp's steps, percent of the whole move, the last 100.
@@ -48,6 +51,30 @@ pub(crate) struct Push {
     /// A scenario with [demand] for the ramp's capacity check (sim's rules).
     #[arg(long, value_name = "FILE", requires = "ramp")]
     scenario: Option<PathBuf>,
+    /// With --ramp: print each step's gates until the ramp ends; exit 0 when it completed,
+    /// 3 when it went back (the fleet on the starting revision), 2 when refused.
+    #[arg(long, requires = "ramp")]
+    follow: bool,
+    /// With --ramp: the least a step lasts.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration, requires = "ramp")]
+    min_wait: Duration,
+    /// With --ramp: the longest a step waits for enough traffic to judge it.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = duration, requires = "ramp")]
+    max_wait: Duration,
+    /// With --ramp: the least the last step lasts.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration, requires = "ramp")]
+    bake: Duration,
+    /// With --ramp: a step without enough traffic by --max-wait: hold (neither advance nor go
+    /// back, until --hold-limit), revert (go back) or proceed (advance on what was seen).
+    #[arg(long, value_name = "WHAT", default_value = "hold", value_parser = ["hold", "revert", "proceed"], requires = "ramp")]
+    on_inconclusive: String,
+    /// With --ramp: how long a held step waits before the ramp goes back.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = duration, requires = "ramp")]
+    hold_limit: Duration,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    gtd::config::parse_duration(s).map_err(|e| e.to_string())
 }
 
 impl Push {
@@ -69,9 +96,27 @@ impl Push {
     /// Publishes (or shows) the revision.
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
         if self.ramp {
+            use gtd::fleet::ramp::drive::{Inconclusive, Settings};
+            if self.min_wait > self.max_wait {
+                anyhow::bail!("--min-wait is longer than --max-wait");
+            }
+            let ms = |d: Duration| d.as_millis() as u64;
             let inputs = gtd::fleet::ramp::Inputs {
                 steps: self.steps.clone(),
                 scenario: self.scenario.clone(),
+                settings: Some(Settings {
+                    min_wait_ms: ms(self.min_wait),
+                    max_wait_ms: ms(self.max_wait),
+                    bake_ms: ms(self.bake),
+                    hold_limit_ms: ms(self.hold_limit),
+                    on_inconclusive: match self.on_inconclusive.as_str() {
+                        "revert" => Inconclusive::Revert,
+                        "proceed" => Inconclusive::Proceed,
+                        _ => Inconclusive::Hold,
+                    },
+                    keep: self.keep,
+                }),
+                follow: self.follow,
             };
             let opts = self.options()?;
             return crate::etcd::command(|| async {

@@ -1,0 +1,1136 @@
+//! A ramp that belongs to the fleet (issue 38, items 3–7): its plan and state in etcd under
+//! `PREFIX/ramp`, driven by one node at a time — the node holding `PREFIX/ramp-owner` under a
+//! lease of its own; when it dies the lease runs out and another node takes the ramp where the
+//! record says it is. Each step is published as a revision with its message; after each step
+//! the driver reads every node's own counters (its `/status` and `/metrics`, no store in
+//! between) and judges the step by the *took* and *errors* gates ([`super::gates`]).
+//!
+//! Every change of the record is a transaction guarded by the record's `mod_revision` (so
+//! that `gtd ramp pause`/`abort` are never overwritten) and, for the driver, by the owner key
+//! still naming it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::Shares;
+use super::gates::{Counts, ErrorGate, Took};
+use crate::etcd::pb::etcdserverpb as rpc;
+use crate::{Error, Revision, Store, now_ms};
+
+/// Where a ramp is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Moving (or going back).
+    Running,
+    /// `gtd ramp pause`: neither advancing nor judging.
+    Paused,
+    /// Every step passed: the fleet is on the new config.
+    Completed,
+    /// A gate failed: the fleet went back to the starting revision.
+    Reverted,
+    /// `gtd ramp abort`, or a push during the ramp: back to the start, or stopped.
+    Aborted,
+}
+
+impl State {
+    /// The ramp is over.
+    pub fn done(self) -> bool {
+        matches!(self, State::Completed | State::Reverted | State::Aborted)
+    }
+
+    /// In a word.
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Completed => "completed",
+            State::Reverted => "reverted",
+            State::Aborted => "aborted",
+        }
+    }
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// Publish step `step` (1-based).
+    Publish {
+        /// The step.
+        step: usize,
+    },
+    /// Step `step` is published as `revision`: wait until every node applied it.
+    Applying {
+        /// The step.
+        step: usize,
+        /// Its revision.
+        revision: u64,
+        /// Since when, ms since the epoch.
+        since_ms: u64,
+    },
+    /// Every node applied it: the window runs from the counters in `window`.
+    Judging {
+        /// The step.
+        step: usize,
+        /// Its revision.
+        revision: u64,
+        /// When the window started, ms since the epoch.
+        since_ms: u64,
+        /// Per node id, per `LISTENER/GROUP`, the counters at the window's start.
+        window: BTreeMap<String, BTreeMap<String, Counts>>,
+        /// The step is held (inconclusive at `--max-wait`, `--on-inconclusive hold`).
+        held: bool,
+    },
+    /// Going back: publish step `next` (0: the starting revision), then the one below.
+    Down {
+        /// The step to publish next; 0 is the starting revision.
+        next: usize,
+        /// When the last one was published (0: go now).
+        since_ms: u64,
+        /// What the ramp ends as.
+        ending: State,
+    },
+    /// Nothing more.
+    Done,
+}
+
+/// What `--on-inconclusive` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inconclusive {
+    /// Neither advance nor go back; go back after `--hold-limit`.
+    Hold,
+    /// Go back.
+    Revert,
+    /// Advance on what was seen.
+    Proceed,
+}
+
+/// How the ramp waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Least a step lasts, ms.
+    pub min_wait_ms: u64,
+    /// Longest a step waits for enough evidence, ms.
+    pub max_wait_ms: u64,
+    /// Least the last step lasts, ms.
+    pub bake_ms: u64,
+    /// How long a held step waits before going back, ms.
+    pub hold_limit_ms: u64,
+    /// An inconclusive step.
+    pub on_inconclusive: Inconclusive,
+    /// Revisions kept by each publish.
+    pub keep: u64,
+}
+
+/// One step as planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Planned {
+    /// Percent of the whole move.
+    pub target: f64,
+    /// Predicted moved share of decisions, percent.
+    pub moved: f64,
+    /// The revision to publish (its number set when published).
+    pub draft: Revision,
+    /// Per node id, the predicted shares.
+    pub shares: Vec<(String, Shares)>,
+}
+
+/// One line of the ramp's log (each decision, with its figures).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Logged {
+    /// When, ms since the epoch.
+    pub at_ms: u64,
+    /// The step the fleet was on.
+    pub step: usize,
+    /// Who wrote it (the driving node, or the command).
+    pub by: String,
+    /// What happened, one line or more.
+    pub text: String,
+}
+
+/// The ramp's record, `PREFIX/ramp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// `ramp-START-MS`.
+    pub id: String,
+    /// Where it is.
+    pub state: State,
+    /// What the driver does next.
+    pub phase: Phase,
+    /// Who pushed it.
+    pub by: String,
+    /// `-m`.
+    pub message: String,
+    /// When it was stored.
+    pub created_at_ms: u64,
+    /// The revision it started from.
+    pub start_revision: u64,
+    /// That revision's text, what going back publishes again.
+    pub start: Revision,
+    /// The groups the move sends traffic to, `LISTENER/GROUP`.
+    pub receiving: Vec<String>,
+    /// The steps.
+    pub steps: Vec<Planned>,
+    /// How it waits.
+    pub settings: Settings,
+    /// Per `LISTENER/GROUP`, the nodes' counters summed when the ramp began (the baseline
+    /// rates).
+    pub baseline: Option<BTreeMap<String, Counts>>,
+    /// The step the fleet is on (0: the starting revision).
+    pub at: usize,
+    /// The revision the ramp published last (the starting one at first).
+    pub revision: u64,
+    /// The node driving it.
+    pub owner: Option<String>,
+    /// `gtd ramp abort` asked to go back.
+    pub abort: bool,
+    /// Every decision.
+    pub log: Vec<Logged>,
+    /// How it ended.
+    pub outcome: Option<String>,
+    /// The last step's verdict in a line, said in the next revision's message (so that `gtd
+    /// fleet history` shows why each step was taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+}
+
+impl Record {
+    fn note(&mut self, by: &str, text: String) {
+        self.log.push(Logged {
+            at_ms: now_ms(),
+            step: self.at,
+            by: by.to_owned(),
+            text,
+        });
+    }
+
+    /// `gtd_ramp_state`: 0 none, 1 running, 2 paused, 3 going back, 4 completed, 5 reverted,
+    /// 6 aborted, 7 held (a step without enough traffic to judge it).
+    pub fn gauge(&self) -> i64 {
+        match (self.state, &self.phase) {
+            (State::Running, Phase::Down { .. }) => 3,
+            (State::Running, Phase::Judging { held: true, .. }) => 7,
+            (State::Running, _) => 1,
+            (State::Paused, _) => 2,
+            (State::Completed, _) => 4,
+            (State::Reverted, _) => 5,
+            (State::Aborted, _) => 6,
+        }
+    }
+
+    /// `gtd ramp status` in words.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "ramp {} · {} · step {}/{} · revision {} (started from {}) · driven by {}\n",
+            self.id,
+            self.state.word(),
+            self.at,
+            self.steps.len(),
+            self.revision,
+            self.start_revision,
+            self.owner.as_deref().unwrap_or("no node yet")
+        );
+        if let Some(o) = &self.outcome {
+            out.push_str(&format!("outcome: {o}\n"));
+        }
+        for l in &self.log {
+            out.push_str(&format!("[step {}] {}: {}\n", l.step, l.by, l.text));
+        }
+        out
+    }
+}
+
+/// `PREFIX/ramp`.
+pub fn key(store: &Store) -> String {
+    format!("{}/ramp", store.prefix())
+}
+
+/// `PREFIX/ramp-owner`: the driving node's id, under its lease.
+pub fn owner_key(store: &Store) -> String {
+    format!("{}/ramp-owner", store.prefix())
+}
+
+/// The record and its `mod_revision` (none: no ramp was ever stored).
+pub async fn read(store: &Store) -> Result<Option<(Record, i64)>, Error> {
+    let resp = store
+        .client()
+        .range(rpc::RangeRequest {
+            key: key(store).into_bytes(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|error| Error::Etcd {
+            doing: "reading the ramp".to_owned(),
+            error,
+        })?;
+    let Some(kv) = resp.kvs.first() else {
+        return Ok(None);
+    };
+    let rec = serde_json::from_slice(&kv.value).map_err(|error| Error::NotARevision {
+        key: key(store),
+        error,
+    })?;
+    Ok(Some((rec, kv.mod_revision)))
+}
+
+/// Writes `rec` if the record is still at `seen` (0: absent) and, with `owner`, the owner key
+/// still names it. Whether it was written.
+pub async fn write(
+    store: &Store,
+    rec: &Record,
+    seen: i64,
+    owner: Option<&str>,
+) -> Result<bool, Error> {
+    use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
+    use rpc::request_op::Request;
+    let k = key(store).into_bytes();
+    let mut compare = vec![rpc::Compare {
+        result: CompareResult::Equal.into(),
+        target: CompareTarget::Mod.into(),
+        key: k.clone(),
+        target_union: Some(TargetUnion::ModRevision(seen)),
+        ..Default::default()
+    }];
+    if let Some(o) = owner {
+        compare.push(rpc::Compare {
+            result: CompareResult::Equal.into(),
+            target: CompareTarget::Value.into(),
+            key: owner_key(store).into_bytes(),
+            target_union: Some(TargetUnion::Value(o.as_bytes().to_vec())),
+            ..Default::default()
+        });
+    }
+    let value = serde_json::to_vec(rec).map_err(Error::Encode)?;
+    let resp = store
+        .client()
+        .txn(rpc::TxnRequest {
+            compare,
+            success: vec![rpc::RequestOp {
+                request: Some(Request::RequestPut(rpc::PutRequest {
+                    key: k,
+                    value,
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![],
+        })
+        .await
+        .map_err(|error| Error::Etcd {
+            doing: "writing the ramp".to_owned(),
+            error,
+        })?;
+    Ok(resp.succeeded)
+}
+
+/// What the driving node reports: events for its timeline, and its gauges.
+pub struct Hooks {
+    /// A line for the node's event timeline.
+    pub event: Box<dyn Fn(String) + Send + Sync>,
+    /// `gtd_ramp_step`, `gtd_ramp_state` (both 0 when this node drives nothing).
+    pub gauges: Box<dyn Fn(i64, i64) + Send + Sync>,
+}
+
+/// How long the owner key outlives a dead driver, seconds.
+const OWNER_TTL: i64 = 5;
+/// How often the driver looks while a ramp runs.
+const TICK: Duration = Duration::from_millis(500);
+/// How often a node looks for a ramp while none runs.
+const IDLE: Duration = Duration::from_secs(2);
+/// Longest a node may take to apply a step before the took gate names it.
+const APPLY_LIMIT_MS: u64 = 30_000;
+
+struct Owned {
+    lease: i64,
+    keeper: crate::etcd::LeaseKeeper,
+    answers: crate::etcd::Answers<rpc::LeaseKeepAliveResponse>,
+}
+
+async fn claim(store: &Store, id: &str) -> Result<Option<Owned>, Error> {
+    use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
+    use rpc::request_op::Request;
+    let e = |doing: &str| {
+        let doing = doing.to_owned();
+        move |error| Error::Etcd { doing, error }
+    };
+    let lease = store
+        .client()
+        .lease_grant(OWNER_TTL)
+        .await
+        .map_err(e("granting the ramp lease"))?
+        .id;
+    let k = owner_key(store).into_bytes();
+    let resp = store
+        .client()
+        .txn(rpc::TxnRequest {
+            compare: vec![rpc::Compare {
+                result: CompareResult::Equal.into(),
+                target: CompareTarget::Create.into(),
+                key: k.clone(),
+                target_union: Some(TargetUnion::CreateRevision(0)),
+                ..Default::default()
+            }],
+            success: vec![rpc::RequestOp {
+                request: Some(Request::RequestPut(rpc::PutRequest {
+                    key: k,
+                    value: id.as_bytes().to_vec(),
+                    lease,
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![],
+        })
+        .await
+        .map_err(e("claiming the ramp"))?;
+    if !resp.succeeded {
+        let _ = store.client().lease_revoke(lease).await;
+        return Ok(None);
+    }
+    let (keeper, answers) = store
+        .client()
+        .lease_keep_alive(lease)
+        .await
+        .map_err(e("keeping the ramp lease"))?;
+    Ok(Some(Owned {
+        lease,
+        keeper,
+        answers,
+    }))
+}
+
+async fn renew(owned: &mut Owned) -> bool {
+    if owned.keeper.keep_alive().await.is_err() {
+        return false;
+    }
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), owned.answers.message()).await,
+        Ok(Ok(Some(r))) if r.ttl > 0
+    )
+}
+
+/// Drives whatever ramp is stored under `access`'s `prefix`, as node `id`, until the task is
+/// dropped: claims the ramp when nobody holds it, renews its claim, and moves the ramp on.
+pub async fn drive(access: crate::Access, prefix: String, id: String, hooks: Hooks) {
+    let mut store = None;
+    let mut owned: Option<Owned> = None;
+    let mut said = String::new();
+    let mut active = false;
+    loop {
+        tokio::time::sleep(if active { TICK } else { IDLE }).await;
+        let s = match &store {
+            Some(s) => s,
+            None => match Store::connect(&access, &prefix).await {
+                Ok(s) => store.insert(s),
+                Err(_) => continue,
+            },
+        };
+        let mut s = s.clone();
+        match tick(&mut s, &id, &hooks, &mut owned).await {
+            Ok(running) => {
+                active = running;
+                said.clear();
+            }
+            Err(e) => {
+                let e = crate::describe(&e);
+                if e != said {
+                    tracing::warn!(error = %e, "ramp: this node could not drive the ramp now");
+                    said = e;
+                }
+                if let Some(o) = owned.take() {
+                    let _ = s.client().lease_revoke(o.lease).await;
+                }
+                (hooks.gauges)(0, 0);
+            }
+        }
+    }
+}
+
+/// One look: whether a ramp is running (the next look comes sooner).
+async fn tick(
+    store: &mut Store,
+    id: &str,
+    hooks: &Hooks,
+    owned: &mut Option<Owned>,
+) -> Result<bool, Error> {
+    let Some((mut rec, seen)) = read(store).await? else {
+        return Ok(false);
+    };
+    if rec.state.done() {
+        if let Some(o) = owned.take() {
+            let _ = store.client().lease_revoke(o.lease).await;
+            (hooks.gauges)(rec.at as i64, rec.gauge());
+        }
+        return Ok(false);
+    }
+    match owned {
+        Some(o) => {
+            if !renew(o).await {
+                *owned = None;
+                (hooks.event)(format!("ramp {}: this node lost the ramp's lease", rec.id));
+                (hooks.gauges)(0, 0);
+                return Ok(true);
+            }
+        }
+        None => {
+            // Someone holds it: nothing to claim (no lease granted for nothing).
+            let held = store
+                .client()
+                .range(rpc::RangeRequest {
+                    key: owner_key(store).into_bytes(),
+                    count_only: true,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|error| Error::Etcd {
+                    doing: "reading the ramp's owner".to_owned(),
+                    error,
+                })?;
+            if held.count > 0 {
+                return Ok(true);
+            }
+            let Some(o) = claim(store, id).await? else {
+                return Ok(true);
+            };
+            *owned = Some(o);
+            let was = rec.owner.replace(id.to_owned());
+            let text = match was {
+                Some(w) if w != id => format!("took the ramp over from {w}"),
+                _ => "drives the ramp".to_owned(),
+            };
+            (hooks.event)(format!("ramp {}: this node {text}", rec.id));
+            rec.note(id, text);
+            write(store, &rec, seen, Some(id)).await?;
+            return Ok(true);
+        }
+    }
+    let before = rec.log.len();
+    if advance(store, &mut rec, id).await? && write(store, &rec, seen, Some(id)).await? {
+        for l in &rec.log[before..] {
+            (hooks.event)(format!("ramp {} step {}: {}", rec.id, l.step, l.text));
+        }
+    }
+    (hooks.gauges)(rec.at as i64, rec.gauge());
+    Ok(true)
+}
+
+fn elapsed(since: u64) -> u64 {
+    now_ms().saturating_sub(since)
+}
+
+/// Going back: straight to the start (`severe`, or from step 1), else down the steps taken.
+fn back(rec: &mut Record, id: &str, severe: bool, why: String) {
+    let next = if severe || rec.at <= 1 { 0 } else { rec.at - 1 };
+    rec.note(
+        id,
+        format!(
+            "going back{}: {why}",
+            if next == 0 {
+                " to the starting revision".to_owned()
+            } else {
+                format!(" down the steps, to step {next}")
+            }
+        ),
+    );
+    rec.outcome = Some(why);
+    rec.phase = Phase::Down {
+        next,
+        since_ms: 0,
+        ending: State::Reverted,
+    };
+}
+
+/// One move of the state machine; whether the record changed.
+async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, Error> {
+    if rec.abort && !matches!(rec.phase, Phase::Down { .. } | Phase::Done) {
+        rec.note(
+            id,
+            "aborted (gtd ramp abort): back to the starting revision".to_owned(),
+        );
+        rec.outcome = Some("aborted by gtd ramp abort".to_owned());
+        rec.phase = Phase::Down {
+            next: 0,
+            since_ms: 0,
+            ending: State::Aborted,
+        };
+        return Ok(true);
+    }
+    if rec.state == State::Paused {
+        return Ok(false);
+    }
+    let n = rec.steps.len();
+    let settings = rec.settings.clone();
+    match rec.phase.clone() {
+        Phase::Done => Ok(false),
+        Phase::Publish { step } => {
+            if rec.baseline.is_none() {
+                let entries = store.nodes().await?;
+                let mut base: BTreeMap<String, Counts> = BTreeMap::new();
+                for (node, _) in &rec.steps[step - 1].shares {
+                    if let Some(e) = entries.iter().find(|e| &e.id == node)
+                        && let Ok(c) = counters(&reach(&e.admin, &e.id)).await
+                    {
+                        for (g, c) in c {
+                            base.entry(g).or_default().add(&c);
+                        }
+                    }
+                }
+                rec.baseline = Some(base);
+            }
+            let p = &rec.steps[step - 1];
+            let message = format!(
+                "ramp {}: step {step}/{n}, {} % of the move ({} % of decisions moved){}",
+                rec.id,
+                super::num(p.target),
+                super::num(p.moved),
+                if rec.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", rec.message)
+                }
+            );
+            let message = match rec.verdict.take() {
+                Some(v) => format!("{message} (after {v})"),
+                None => message,
+            };
+            let draft = p.draft.clone();
+            match publish(store, rec, draft, message, id).await? {
+                Ok(r) => {
+                    rec.at = step;
+                    rec.revision = r;
+                    rec.note(id, format!("step {step}/{n} published as revision {r}"));
+                    rec.phase = Phase::Applying {
+                        step,
+                        revision: r,
+                        since_ms: now_ms(),
+                    };
+                }
+                Err(why) => stopped(rec, id, why),
+            }
+            Ok(true)
+        }
+        Phase::Applying {
+            step,
+            revision,
+            since_ms,
+        } => {
+            let entries = store.nodes().await?;
+            let mut lagging = Vec::new();
+            let mut window = BTreeMap::new();
+            for (node, _) in &rec.steps[step - 1].shares {
+                let Some(e) = entries.iter().find(|e| &e.id == node) else {
+                    continue;
+                };
+                if e.applied != Some(revision) {
+                    lagging.push(format!(
+                        "{node} still on revision {}",
+                        e.applied.map_or("none".to_owned(), |a| a.to_string())
+                    ));
+                    continue;
+                }
+                // One that does not answer is left out of the window (and of the gates).
+                if let Ok(c) = counters(&reach(&e.admin, &e.id)).await {
+                    window.insert(node.clone(), c);
+                }
+            }
+            if lagging.is_empty() {
+                rec.note(
+                    id,
+                    format!(
+                        "every node applied revision {revision}: the window starts ({} nodes)",
+                        window.len()
+                    ),
+                );
+                rec.phase = Phase::Judging {
+                    step,
+                    revision,
+                    since_ms: now_ms(),
+                    window,
+                    held: false,
+                };
+                return Ok(true);
+            }
+            if elapsed(since_ms) > APPLY_LIMIT_MS.max(settings.min_wait_ms) {
+                back(rec, id, true, format!("took: {}", lagging.join("; ")));
+                return Ok(true);
+            }
+            Ok(false)
+        }
+        Phase::Judging {
+            step,
+            revision,
+            since_ms,
+            window,
+            held,
+        } => {
+            let waited = elapsed(since_ms);
+            if waited < settings.min_wait_ms {
+                return Ok(false);
+            }
+            let (took, errors, lagging) = gates(store, rec, step, revision, &window).await?;
+            let figures = || {
+                let mut lines: Vec<String> = took.iter().map(Took::line).collect();
+                lines.extend(errors.iter().map(ErrorGate::line));
+                lines.join("\n  ")
+            };
+            if !lagging.is_empty() {
+                back(rec, id, true, format!("took: {}", lagging.join("; ")));
+                return Ok(true);
+            }
+            if let Some(bad) = errors.iter().find(|g| g.failed()) {
+                let severe = errors.iter().any(ErrorGate::severe);
+                rec.note(
+                    id,
+                    format!("step {step} failed the errors gate:\n  {}", figures()),
+                );
+                back(rec, id, severe, bad.line());
+                return Ok(true);
+            }
+            let conclusive = errors.iter().all(ErrorGate::conclusive);
+            let least = if step == n {
+                settings.min_wait_ms.max(settings.bake_ms)
+            } else {
+                settings.min_wait_ms
+            };
+            let short = !conclusive && waited >= settings.max_wait_ms;
+            if short {
+                match settings.on_inconclusive {
+                    Inconclusive::Proceed => {}
+                    Inconclusive::Revert => {
+                        rec.note(id, format!("step {step} inconclusive:\n  {}", figures()));
+                        back(
+                            rec,
+                            id,
+                            false,
+                            "inconclusive at --max-wait (--on-inconclusive revert)".to_owned(),
+                        );
+                        return Ok(true);
+                    }
+                    Inconclusive::Hold => {
+                        if waited >= settings.hold_limit_ms.max(settings.max_wait_ms) {
+                            back(
+                                rec,
+                                id,
+                                false,
+                                "held past --hold-limit without enough traffic".to_owned(),
+                            );
+                            return Ok(true);
+                        }
+                        if !held {
+                            rec.note(
+                                id,
+                                format!(
+                                    "held: not enough traffic by --max-wait to judge step {step}; \
+                                     neither advancing nor going back:\n  {}",
+                                    figures()
+                                ),
+                            );
+                            if let Phase::Judging { held, .. } = &mut rec.phase {
+                                *held = true;
+                            }
+                            return Ok(true);
+                        }
+                        return Ok(false);
+                    }
+                }
+            } else if !(conclusive && waited >= least) {
+                return Ok(false);
+            }
+            if let Some(bad) = took.iter().find(|t| !t.ok()) {
+                rec.note(
+                    id,
+                    format!("step {step} failed the took gate:\n  {}", figures()),
+                );
+                back(rec, id, false, bad.line());
+                return Ok(true);
+            }
+            rec.note(
+                id,
+                format!(
+                    "step {step}/{n} passed{}:\n  {}",
+                    if short {
+                        " on a short sample (--on-inconclusive proceed)"
+                    } else {
+                        ""
+                    },
+                    figures()
+                ),
+            );
+            let gap = took
+                .iter()
+                .map(|t| (t.observed - t.predicted).abs())
+                .fold(0.0, f64::max);
+            let errs: Vec<String> = errors
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} {:+.2} points at {} attempts",
+                        g.group,
+                        g.increase * 100.0,
+                        g.n1
+                    )
+                })
+                .collect();
+            rec.verdict = Some(format!(
+                "step {step} passed: took within tolerance (largest gap {gap:.2} points), errors {}",
+                if errs.is_empty() {
+                    "none receiving".to_owned()
+                } else {
+                    errs.join(", ")
+                }
+            ));
+            if step == n {
+                rec.state = State::Completed;
+                rec.phase = Phase::Done;
+                rec.outcome = Some(format!(
+                    "completed: the fleet is on revision {revision}, the new config"
+                ));
+            } else {
+                rec.phase = Phase::Publish { step: step + 1 };
+            }
+            Ok(true)
+        }
+        Phase::Down {
+            next,
+            since_ms,
+            ending,
+        } => {
+            if since_ms != 0 && elapsed(since_ms) < settings.min_wait_ms {
+                return Ok(false);
+            }
+            let (draft, message) = if next == 0 {
+                let mut d = rec.start.clone();
+                d.rollback_of = Some(rec.start_revision);
+                (
+                    d,
+                    format!(
+                        "ramp {}: back to revision {} ({})",
+                        rec.id,
+                        rec.start_revision,
+                        rec.outcome.clone().unwrap_or_default()
+                    ),
+                )
+            } else {
+                (
+                    rec.steps[next - 1].draft.clone(),
+                    format!("ramp {}: back down to step {next}/{n}", rec.id),
+                )
+            };
+            match publish(store, rec, draft, message, id).await? {
+                Ok(r) => {
+                    rec.at = next;
+                    rec.revision = r;
+                    if next == 0 {
+                        rec.note(
+                            id,
+                            format!(
+                                "back on the starting revision's config as revision {r}: the \
+                                 ramp {}",
+                                ending.word()
+                            ),
+                        );
+                        rec.state = ending;
+                        rec.phase = Phase::Done;
+                    } else {
+                        rec.note(id, format!("back down to step {next} as revision {r}"));
+                        rec.phase = Phase::Down {
+                            next: next - 1,
+                            since_ms: now_ms(),
+                            ending,
+                        };
+                    }
+                }
+                Err(why) => stopped(rec, id, why),
+            }
+            Ok(true)
+        }
+    }
+}
+
+fn stopped(rec: &mut Record, id: &str, why: String) {
+    rec.note(id, format!("stopped: {why}"));
+    rec.outcome = Some(why);
+    rec.state = State::Aborted;
+    rec.phase = Phase::Done;
+}
+
+/// Publishes `draft` after the ramp's last revision; `Err` (the ramp stops) when another
+/// push came in between.
+async fn publish(
+    store: &mut Store,
+    rec: &Record,
+    mut draft: Revision,
+    message: String,
+    id: &str,
+) -> Result<Result<u64, String>, Error> {
+    let seen = store.current().await?;
+    if seen.number != rec.revision {
+        // This driver (or the one before) published and died before recording it.
+        if seen.number > rec.revision
+            && let Some(cur) = store.revision(seen.number).await?
+            && cur.same_text(&draft)
+            && cur.message == message
+        {
+            return Ok(Ok(seen.number));
+        }
+        return Ok(Err(format!(
+            "revision {} was published during the ramp (the ramp's last is {}): the ramp \
+             stopped and left it",
+            seen.number, rec.revision
+        )));
+    }
+    draft.message = message;
+    draft.pushed_at_ms = now_ms();
+    draft.pushed_by = format!("{} (ramp {} driven by {id})", rec.by, rec.id);
+    let published = store.publish(seen, draft, rec.settings.keep).await?;
+    Ok(Ok(published.revision))
+}
+
+type Gates = (Vec<Took>, Vec<ErrorGate>, Vec<String>);
+
+/// The took and errors gates of step `step` (published as `revision`) since `window`.
+async fn gates(
+    store: &mut Store,
+    rec: &Record,
+    step: usize,
+    revision: u64,
+    window: &BTreeMap<String, BTreeMap<String, Counts>>,
+) -> Result<Gates, Error> {
+    let entries = store.nodes().await?;
+    let mut took = Vec::new();
+    let mut lagging = Vec::new();
+    let mut total: BTreeMap<String, Counts> = BTreeMap::new();
+    for (node, shares) in &rec.steps[step - 1].shares {
+        let Some(e) = entries.iter().find(|e| &e.id == node) else {
+            continue;
+        };
+        if e.applied != Some(revision) {
+            lagging.push(format!(
+                "{node} still on revision {}",
+                e.applied.map_or("none".to_owned(), |a| a.to_string())
+            ));
+            continue;
+        }
+        let Some(start) = window.get(node) else {
+            continue;
+        };
+        // A node that does not answer (stopped, restarting) is not judged: its registry
+        // entry leaves with its lease, and the others' counters still judge the step.
+        let Ok(now) = counters(&reach(&e.admin, &e.id)).await else {
+            continue;
+        };
+        let delta = |g: &str| {
+            now.get(g)
+                .copied()
+                .unwrap_or_default()
+                .since(&start.get(g).copied().unwrap_or_default())
+        };
+        for (g, c) in &now {
+            let _ = c;
+            total.entry(g.clone()).or_default().add(&delta(g));
+        }
+        for (l, gs) in shares {
+            let n: u64 = gs
+                .iter()
+                .map(|(g, _)| delta(&format!("{l}/{g}")).decisions)
+                .sum();
+            for (g, p) in gs {
+                let d = delta(&format!("{l}/{g}")).decisions;
+                took.push(Took {
+                    node: node.clone(),
+                    group: format!("{l}/{g}"),
+                    predicted: *p,
+                    observed: if n == 0 {
+                        *p
+                    } else {
+                        d as f64 * 100.0 / n as f64
+                    },
+                    sample: n,
+                    tolerance: super::gates::took_tolerance(*p, n),
+                });
+            }
+        }
+    }
+    let base = rec.baseline.clone().unwrap_or_default();
+    let mut others = Counts::default();
+    for (g, c) in &total {
+        if !rec.receiving.contains(g) {
+            others.add(c);
+        }
+    }
+    let errors = rec
+        .receiving
+        .iter()
+        .map(|g| {
+            let own = base.get(g).copied().unwrap_or_default();
+            let (against, b) = if own.attempts >= 100 {
+                ("its own before the ramp", own)
+            } else {
+                ("the groups not receiving, same window", others)
+            };
+            ErrorGate::judge(
+                g.clone(),
+                against.to_owned(),
+                b,
+                total.get(g).copied().unwrap_or_default(),
+            )
+        })
+        .collect();
+    Ok((took, errors, lagging))
+}
+
+/// One node's counters per `LISTENER/GROUP`, read from its admin server: decisions from
+/// `/status` (`served`), attempts and errors from `/metrics` (`gtd_requests_total`,
+/// `gtd_connect_failures_total`).
+pub async fn counters(admin: &str) -> Result<BTreeMap<String, Counts>, String> {
+    let status = get(admin, "/status").await?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&status).map_err(|e| format!("/status: {e}"))?;
+    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
+    for l in doc["listeners"].as_array().into_iter().flatten() {
+        let ln = l["name"].as_str().unwrap_or_default();
+        for g in l["groups"].as_array().into_iter().flatten() {
+            let gn = g["name"].as_str().unwrap_or_default();
+            out.entry(format!("{ln}/{gn}")).or_default().decisions =
+                g["served"].as_u64().unwrap_or(0);
+        }
+    }
+    let metrics = get(admin, "/metrics").await?;
+    let mut seen_attempts: BTreeMap<String, bool> = BTreeMap::new();
+    for line in metrics.lines() {
+        let (requests, connect) = (
+            line.starts_with("gtd_requests_total{"),
+            line.starts_with("gtd_connect_failures_total{"),
+        );
+        if !requests && !connect {
+            continue;
+        }
+        let Some((labels, value)) = line.split_once("} ") else {
+            continue;
+        };
+        let labels = parse_labels(labels.split_once('{').map_or("", |x| x.1));
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        let (Some(l), Some(g)) = (labels.get("listener"), labels.get("group")) else {
+            continue;
+        };
+        if g.is_empty() {
+            continue;
+        }
+        let name = format!("{l}/{g}");
+        let c = out.entry(name.clone()).or_default();
+        seen_attempts.insert(name, true);
+        c.attempts += value as u64;
+        if connect || labels.get("code_class").is_some_and(|c| c == "5xx") {
+            c.errors += value as u64;
+        }
+    }
+    for (g, c) in &mut out {
+        if !seen_attempts.contains_key(g) {
+            c.attempts = c.decisions;
+        }
+    }
+    Ok(out)
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut rest = s;
+    while let Some((k, v)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = v.char_indices();
+        let mut end = v.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        value.push(n);
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.insert(k.trim_start_matches(',').trim().to_owned(), value);
+        rest = &v[end..];
+    }
+    out
+}
+
+/// Where another node reaches `admin` (a registry entry's): an admin server bound to every
+/// address (`0.0.0.0:9100`) is asked at its host's name, from the node's id
+/// (`REGION@HOST:PORT`), when the id has one.
+pub fn reach(admin: &str, id: &str) -> String {
+    match admin.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => id
+            .split_once('@')
+            .and_then(|(_, rest)| rest.rsplit_once(':'))
+            .map_or_else(
+                || admin.to_owned(),
+                |(host, _)| format!("{host}:{}", a.port()),
+            ),
+        _ => admin.to_owned(),
+    }
+}
+
+/// An HTTP/1.0 GET to an admin server: the body of a 200.
+async fn get(admin: &str, path: &str) -> Result<String, String> {
+    let work = async {
+        let mut s = tokio::net::TcpStream::connect(admin)
+            .await
+            .map_err(|e| format!("connecting to {admin}: {e}"))?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| format!("asking {admin}{path}: {e}"))?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)
+            .await
+            .map_err(|e| format!("reading {admin}{path}: {e}"))?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("{admin}{path}: no HTTP answer"))?;
+        if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+            return Err(format!(
+                "{admin}{path}: {}",
+                head.lines().next().unwrap_or_default()
+            ));
+        }
+        Ok(body.to_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(5), work)
+        .await
+        .map_err(|_| format!("{admin}{path}: no answer in 5 s"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admin_bound_everywhere_is_reached_at_its_host() {
+        assert_eq!(
+            reach("0.0.0.0:9100", "cn-beijing@edge-1:9100"),
+            "edge-1:9100"
+        );
+        assert_eq!(
+            reach("10.0.0.5:9100", "cn-beijing@edge-1:9100"),
+            "10.0.0.5:9100"
+        );
+        assert_eq!(reach("0.0.0.0:9100", "custom"), "0.0.0.0:9100");
+    }
+
+    #[test]
+    fn labels_are_read() {
+        let l = parse_labels(r#"listener="web",group="a",endpoint="1.2.3.4:5",code_class="5xx""#);
+        assert_eq!(l["listener"], "web");
+        assert_eq!(l["group"], "a");
+        assert_eq!(l["endpoint"], "1.2.3.4:5");
+        assert_eq!(l["code_class"], "5xx");
+    }
+}
