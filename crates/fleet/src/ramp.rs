@@ -822,56 +822,10 @@ async fn store_and_follow(
         ));
     }
     let whole = super::draft(new).map_err(|e| Error::Read(format!("{e:#}")))?;
-    let mut steps = Vec::new();
-    for s in &plan.steps {
-        let mut draft = whole.clone();
-        if s.t < 1.0 {
-            let Some(text) = text::with_ratios(&whole.config, &s.ratios) else {
-                return Ok(refuse(
-                    out,
-                    "gtd push --ramp: refused: the config's layout is not one whose ratios the \
-                     ramp can set line by line ([[listener.group]] blocks with name = and \
-                     ratio =); nothing was published\n"
-                        .to_owned(),
-                ));
-            };
-            draft.config = text;
-            // The step's text must say exactly the step's ratios.
-            let ok = draft.validate().is_ok_and(|cfg| {
-                s.ratios.iter().all(|(name, r)| {
-                    let (l, g) = name.split_once('/').unwrap_or_default();
-                    cfg.listeners.iter().any(|cl| {
-                        cl.name == l
-                            && cl
-                                .groups
-                                .iter()
-                                .any(|cg| cg.name == g && (cg.ratio - r).abs() < 1e-9)
-                    })
-                })
-            });
-            if !ok {
-                return Ok(refuse(
-                    out,
-                    format!(
-                        "gtd push --ramp: refused: step {}'s config, the ratios set in the \
-                         text, does not validate with those ratios; nothing was published\n",
-                        s.number
-                    ),
-                ));
-            }
-        }
-        steps.push(drive::Planned {
-            target: s.target,
-            moved: s.moved,
-            draft,
-            shares: plan
-                .nodes
-                .iter()
-                .map(|n| n.label.clone())
-                .zip(s.shares.iter().cloned())
-                .collect(),
-        });
-    }
+    let steps = match step_drafts(plan, &whole) {
+        Ok(steps) => steps,
+        Err(why) => return Ok(refuse(out, why)),
+    };
     let now = super::now_ms();
     let rec = drive::Record {
         id: format!("ramp-{}-{now}", running.revision),
@@ -939,18 +893,77 @@ async fn store_and_follow(
         return Ok(Outcome::ok(out));
     }
     print!("{out}");
+    Ok(follow(store, &rec.id).await)
+}
+
+/// Each planned step as the config text the ramp publishes: the new config with the step's
+/// ratios set line by line, checked to validate with exactly those ratios; `Err` the refusal.
+fn step_drafts(plan: &Plan, whole: &super::Revision) -> Result<Vec<drive::Planned>, String> {
+    let mut steps = Vec::new();
+    for s in &plan.steps {
+        let mut draft = whole.clone();
+        if s.t < 1.0 {
+            let Some(text) = text::with_ratios(&whole.config, &s.ratios) else {
+                return Err(
+                    "gtd push --ramp: refused: the config's layout is not one whose ratios the \
+                     ramp can set line by line ([[listener.group]] blocks with name = and \
+                     ratio =); nothing was published\n"
+                        .to_owned(),
+                );
+            };
+            draft.config = text;
+            // The step's text must say exactly the step's ratios.
+            let ok = draft.validate().is_ok_and(|cfg| {
+                s.ratios.iter().all(|(name, r)| {
+                    let (l, g) = name.split_once('/').unwrap_or_default();
+                    cfg.listeners.iter().any(|cl| {
+                        cl.name == l
+                            && cl
+                                .groups
+                                .iter()
+                                .any(|cg| cg.name == g && (cg.ratio - r).abs() < 1e-9)
+                    })
+                })
+            });
+            if !ok {
+                return Err(format!(
+                    "gtd push --ramp: refused: step {}'s config, the ratios set in the \
+                         text, does not validate with those ratios; nothing was published\n",
+                    s.number
+                ));
+            }
+        }
+        steps.push(drive::Planned {
+            target: s.target,
+            moved: s.moved,
+            draft,
+            shares: plan
+                .nodes
+                .iter()
+                .map(|n| n.label.clone())
+                .zip(s.shares.iter().cloned())
+                .collect(),
+        });
+    }
+    Ok(steps)
+}
+
+/// `--follow`: prints the ramp's log as the driving node writes it, until the ramp ends: exit
+/// 0 completed, 3 went back (1 when another ramp replaced it).
+async fn follow(store: &mut super::Store, id: &str) -> crate::outcome::Outcome {
+    use crate::outcome::Outcome;
     let mut shown = 0;
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         let Ok(Some((now, _))) = drive::read(store).await else {
             continue;
         };
-        if now.id != rec.id {
-            return Ok(Outcome {
+        if now.id != id {
+            return Outcome {
                 out: String::new(),
-                err: format!("ramp {} was replaced by ramp {}\n", rec.id, now.id),
+                err: format!("ramp {id} was replaced by ramp {}\n", now.id),
                 code: 1,
-            });
+            };
         }
         for l in &now.log[shown.min(now.log.len())..] {
             println!("[step {}] {}: {}", l.step, l.by, l.text);
@@ -958,7 +971,7 @@ async fn store_and_follow(
         shown = now.log.len();
         if now.state.done() {
             let outcome = now.outcome.clone().unwrap_or_default();
-            return Ok(Outcome {
+            return Outcome {
                 out: format!("ramp {}: {} ({outcome})\n", now.id, now.state.word()),
                 err: String::new(),
                 code: if now.state == drive::State::Completed {
@@ -966,7 +979,7 @@ async fn store_and_follow(
                 } else {
                     3
                 },
-            });
+            };
         }
     }
 }

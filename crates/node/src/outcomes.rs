@@ -359,12 +359,13 @@ impl ListenerState {
             (out.kind(), format!("out of rotation: {why}{before}"))
         };
         let endpoint = e.address().to_string();
-        tracing::info!(
-            listener = %self.cfg.name,
-            group = %g.name,
-            endpoint = %endpoint,
-            "{message}"
-        );
+        // A mark's or an ejection's end has its own log line already, with what ended it
+        // (one line each way, as nginx logs them): this one would repeat it.
+        if out == Out::Serving && matches!(was, Out::Passive | Out::Ejected) {
+            tracing::debug!(listener = %self.cfg.name, group = %g.name, endpoint = %endpoint, "{message}");
+        } else {
+            tracing::info!(listener = %self.cfg.name, group = %g.name, endpoint = %endpoint, "{message}");
+        }
         self.events
             .record(kind, self.at(gi, Some(&endpoint)), message);
     }

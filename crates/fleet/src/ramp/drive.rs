@@ -565,100 +565,12 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
     let settings = rec.settings.clone();
     match rec.phase.clone() {
         Phase::Done => Ok(false),
-        Phase::Publish { step } => {
-            if rec.baseline.is_none() {
-                let entries = store.nodes().await?;
-                let mut base: BTreeMap<String, Counts> = BTreeMap::new();
-                for (node, _) in &rec.steps[step - 1].shares {
-                    if let Some(e) = entries.iter().find(|e| &e.id == node)
-                        && let Ok(c) = counters(&reach(&e.admin, &e.id)).await
-                    {
-                        for (g, c) in c {
-                            base.entry(g).or_default().add(&c);
-                        }
-                    }
-                }
-                rec.baseline = Some(base);
-            }
-            let p = &rec.steps[step - 1];
-            let message = format!(
-                "ramp {}: step {step}/{n}, {} % of the move ({} % of decisions moved){}",
-                rec.id,
-                super::num(p.target),
-                super::num(p.moved),
-                if rec.message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", rec.message)
-                }
-            );
-            let message = match rec.verdict.take() {
-                Some(v) => format!("{message} (after {v})"),
-                None => message,
-            };
-            let draft = p.draft.clone();
-            match publish(store, rec, draft, message, id).await? {
-                Ok(r) => {
-                    rec.at = step;
-                    rec.revision = r;
-                    rec.note(id, format!("step {step}/{n} published as revision {r}"));
-                    rec.phase = Phase::Applying {
-                        step,
-                        revision: r,
-                        since_ms: now_ms(),
-                    };
-                }
-                Err(why) => stopped(rec, id, why),
-            }
-            Ok(true)
-        }
+        Phase::Publish { step } => publish_step(store, rec, id, n, step).await,
         Phase::Applying {
             step,
             revision,
             since_ms,
-        } => {
-            let entries = store.nodes().await?;
-            let mut lagging = Vec::new();
-            let mut window = BTreeMap::new();
-            for (node, _) in &rec.steps[step - 1].shares {
-                let Some(e) = entries.iter().find(|e| &e.id == node) else {
-                    continue;
-                };
-                if e.applied != Some(revision) {
-                    lagging.push(format!(
-                        "{node} still on revision {}",
-                        e.applied.map_or("none".to_owned(), |a| a.to_string())
-                    ));
-                    continue;
-                }
-                // One that does not answer is left out of the window (and of the gates).
-                if let Ok(c) = counters(&reach(&e.admin, &e.id)).await {
-                    window.insert(node.clone(), c);
-                }
-            }
-            if lagging.is_empty() {
-                rec.note(
-                    id,
-                    format!(
-                        "every node applied revision {revision}: the window starts ({} nodes)",
-                        window.len()
-                    ),
-                );
-                rec.phase = Phase::Judging {
-                    step,
-                    revision,
-                    since_ms: now_ms(),
-                    window,
-                    held: false,
-                };
-                return Ok(true);
-            }
-            if elapsed(since_ms) > APPLY_LIMIT_MS.max(settings.min_wait_ms) {
-                back(rec, id, true, format!("took: {}", lagging.join("; ")));
-                return Ok(true);
-            }
-            Ok(false)
-        }
+        } => applying(store, rec, id, &settings, (step, revision, since_ms)).await,
         Phase::Judging {
             step,
             revision,
@@ -666,188 +578,331 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
             window,
             held,
         } => {
-            let waited = elapsed(since_ms);
-            if waited < settings.min_wait_ms {
-                return Ok(false);
-            }
-            let (took, errors, lagging) = gates(store, rec, step, revision, &window).await?;
-            let figures = || {
-                let mut lines: Vec<String> = took.iter().map(Took::line).collect();
-                lines.extend(errors.iter().map(ErrorGate::line));
-                lines.join("\n  ")
-            };
-            if !lagging.is_empty() {
-                back(rec, id, true, format!("took: {}", lagging.join("; ")));
-                return Ok(true);
-            }
-            if let Some(bad) = errors.iter().find(|g| g.failed()) {
-                let severe = errors.iter().any(ErrorGate::severe);
-                rec.note(
-                    id,
-                    format!("step {step} failed the errors gate:\n  {}", figures()),
-                );
-                back(rec, id, severe, bad.line());
-                return Ok(true);
-            }
-            let conclusive = errors.iter().all(ErrorGate::conclusive);
-            let least = if step == n {
-                settings.min_wait_ms.max(settings.bake_ms)
-            } else {
-                settings.min_wait_ms
-            };
-            let short = !conclusive && waited >= settings.max_wait_ms;
-            if short {
-                match settings.on_inconclusive {
-                    Inconclusive::Proceed => {}
-                    Inconclusive::Revert => {
-                        rec.note(id, format!("step {step} inconclusive:\n  {}", figures()));
-                        back(
-                            rec,
-                            id,
-                            false,
-                            "inconclusive at --max-wait (--on-inconclusive revert)".to_owned(),
-                        );
-                        return Ok(true);
-                    }
-                    Inconclusive::Hold => {
-                        if waited >= settings.hold_limit_ms.max(settings.max_wait_ms) {
-                            back(
-                                rec,
-                                id,
-                                false,
-                                "held past --hold-limit without enough traffic".to_owned(),
-                            );
-                            return Ok(true);
-                        }
-                        if !held {
-                            rec.note(
-                                id,
-                                format!(
-                                    "held: not enough traffic by --max-wait to judge step {step}; \
-                                     neither advancing nor going back:\n  {}",
-                                    figures()
-                                ),
-                            );
-                            if let Phase::Judging { held, .. } = &mut rec.phase {
-                                *held = true;
-                            }
-                            return Ok(true);
-                        }
-                        return Ok(false);
-                    }
-                }
-            } else if !(conclusive && waited >= least) {
-                return Ok(false);
-            }
-            if let Some(bad) = took.iter().find(|t| !t.ok()) {
-                rec.note(
-                    id,
-                    format!("step {step} failed the took gate:\n  {}", figures()),
-                );
-                back(rec, id, false, bad.line());
-                return Ok(true);
-            }
-            rec.note(
+            judging(
+                store,
+                rec,
                 id,
-                format!(
-                    "step {step}/{n} passed{}:\n  {}",
-                    if short {
-                        " on a short sample (--on-inconclusive proceed)"
-                    } else {
-                        ""
-                    },
-                    figures()
-                ),
-            );
-            let gap = took
-                .iter()
-                .map(|t| (t.observed - t.predicted).abs())
-                .fold(0.0, f64::max);
-            let errs: Vec<String> = errors
-                .iter()
-                .map(|g| {
-                    format!(
-                        "{} {:+.2} points at {} attempts",
-                        g.group,
-                        g.increase * 100.0,
-                        g.n1
-                    )
-                })
-                .collect();
-            rec.verdict = Some(format!(
-                "step {step} passed: took within tolerance (largest gap {gap:.2} points), errors {}",
-                if errs.is_empty() {
-                    "none receiving".to_owned()
-                } else {
-                    errs.join(", ")
-                }
-            ));
-            if step == n {
-                rec.state = State::Completed;
-                rec.phase = Phase::Done;
-                rec.outcome = Some(format!(
-                    "completed: the fleet is on revision {revision}, the new config"
-                ));
-            } else {
-                rec.phase = Phase::Publish { step: step + 1 };
-            }
-            Ok(true)
+                n,
+                &settings,
+                (step, revision, since_ms),
+                &window,
+                held,
+            )
+            .await
         }
         Phase::Down {
             next,
             since_ms,
             ending,
-        } => {
-            if since_ms != 0 && elapsed(since_ms) < settings.min_wait_ms {
-                return Ok(false);
-            }
-            let (draft, message) = if next == 0 {
-                let mut d = rec.start.clone();
-                d.rollback_of = Some(rec.start_revision);
-                (
-                    d,
-                    format!(
-                        "ramp {}: back to revision {} ({})",
-                        rec.id,
-                        rec.start_revision,
-                        rec.outcome.clone().unwrap_or_default()
-                    ),
-                )
-            } else {
-                (
-                    rec.steps[next - 1].draft.clone(),
-                    format!("ramp {}: back down to step {next}/{n}", rec.id),
-                )
-            };
-            match publish(store, rec, draft, message, id).await? {
-                Ok(r) => {
-                    rec.at = next;
-                    rec.revision = r;
-                    if next == 0 {
-                        rec.note(
-                            id,
-                            format!(
-                                "back on the starting revision's config as revision {r}: the \
-                                 ramp {}",
-                                ending.word()
-                            ),
-                        );
-                        rec.state = ending;
-                        rec.phase = Phase::Done;
-                    } else {
-                        rec.note(id, format!("back down to step {next} as revision {r}"));
-                        rec.phase = Phase::Down {
-                            next: next - 1,
-                            since_ms: now_ms(),
-                            ending,
-                        };
-                    }
+        } => going_down(store, rec, id, n, &settings, (next, since_ms, ending)).await,
+    }
+}
+
+/// [`Phase::Publish`]: the step's revision goes out (the baseline counters first, once).
+async fn publish_step(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    n: usize,
+    step: usize,
+) -> Result<bool, Error> {
+    if rec.baseline.is_none() {
+        let entries = store.nodes().await?;
+        let mut base: BTreeMap<String, Counts> = BTreeMap::new();
+        for (node, _) in &rec.steps[step - 1].shares {
+            if let Some(e) = entries.iter().find(|e| &e.id == node)
+                && let Ok(c) = counters(&reach(&e.admin, &e.id)).await
+            {
+                for (g, c) in c {
+                    base.entry(g).or_default().add(&c);
                 }
-                Err(why) => stopped(rec, id, why),
             }
-            Ok(true)
+        }
+        rec.baseline = Some(base);
+    }
+    let p = &rec.steps[step - 1];
+    let message = format!(
+        "ramp {}: step {step}/{n}, {} % of the move ({} % of decisions moved){}",
+        rec.id,
+        super::num(p.target),
+        super::num(p.moved),
+        if rec.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", rec.message)
+        }
+    );
+    let message = match rec.verdict.take() {
+        Some(v) => format!("{message} (after {v})"),
+        None => message,
+    };
+    let draft = p.draft.clone();
+    match publish(store, rec, draft, message, id).await? {
+        Ok(r) => {
+            rec.at = step;
+            rec.revision = r;
+            rec.note(id, format!("step {step}/{n} published as revision {r}"));
+            rec.phase = Phase::Applying {
+                step,
+                revision: r,
+                since_ms: now_ms(),
+            };
+        }
+        Err(why) => stopped(rec, id, why),
+    }
+    Ok(true)
+}
+
+/// [`Phase::Applying`]: waits until every node judged applied the step's revision, or goes
+/// back naming those that did not.
+async fn applying(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    settings: &Settings,
+    (step, revision, since_ms): (usize, u64, u64),
+) -> Result<bool, Error> {
+    let entries = store.nodes().await?;
+    let mut lagging = Vec::new();
+    let mut window = BTreeMap::new();
+    for (node, _) in &rec.steps[step - 1].shares {
+        let Some(e) = entries.iter().find(|e| &e.id == node) else {
+            continue;
+        };
+        if e.applied != Some(revision) {
+            lagging.push(format!(
+                "{node} still on revision {}",
+                e.applied.map_or("none".to_owned(), |a| a.to_string())
+            ));
+            continue;
+        }
+        // One that does not answer is left out of the window (and of the gates).
+        if let Ok(c) = counters(&reach(&e.admin, &e.id)).await {
+            window.insert(node.clone(), c);
         }
     }
+    if lagging.is_empty() {
+        rec.note(
+            id,
+            format!(
+                "every node applied revision {revision}: the window starts ({} nodes)",
+                window.len()
+            ),
+        );
+        rec.phase = Phase::Judging {
+            step,
+            revision,
+            since_ms: now_ms(),
+            window,
+            held: false,
+        };
+        return Ok(true);
+    }
+    if elapsed(since_ms) > APPLY_LIMIT_MS.max(settings.min_wait_ms) {
+        back(rec, id, true, format!("took: {}", lagging.join("; ")));
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// [`Phase::Judging`]: the step's gates once its window has enough evidence; advances, holds
+/// or goes back.
+#[allow(clippy::too_many_arguments)]
+async fn judging(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    n: usize,
+    settings: &Settings,
+    (step, revision, since_ms): (usize, u64, u64),
+    window: &BTreeMap<String, BTreeMap<String, Counts>>,
+    held: bool,
+) -> Result<bool, Error> {
+    let waited = elapsed(since_ms);
+    if waited < settings.min_wait_ms {
+        return Ok(false);
+    }
+    let (took, errors, lagging) = gates(store, rec, step, revision, window).await?;
+    let figures = || {
+        let mut lines: Vec<String> = took.iter().map(Took::line).collect();
+        lines.extend(errors.iter().map(ErrorGate::line));
+        lines.join("\n  ")
+    };
+    if !lagging.is_empty() {
+        back(rec, id, true, format!("took: {}", lagging.join("; ")));
+        return Ok(true);
+    }
+    if let Some(bad) = errors.iter().find(|g| g.failed()) {
+        let severe = errors.iter().any(ErrorGate::severe);
+        rec.note(
+            id,
+            format!("step {step} failed the errors gate:\n  {}", figures()),
+        );
+        back(rec, id, severe, bad.line());
+        return Ok(true);
+    }
+    let conclusive = errors.iter().all(ErrorGate::conclusive);
+    let least = if step == n {
+        settings.min_wait_ms.max(settings.bake_ms)
+    } else {
+        settings.min_wait_ms
+    };
+    let short = !conclusive && waited >= settings.max_wait_ms;
+    if short {
+        match settings.on_inconclusive {
+            Inconclusive::Proceed => {}
+            Inconclusive::Revert => {
+                rec.note(id, format!("step {step} inconclusive:\n  {}", figures()));
+                back(
+                    rec,
+                    id,
+                    false,
+                    "inconclusive at --max-wait (--on-inconclusive revert)".to_owned(),
+                );
+                return Ok(true);
+            }
+            Inconclusive::Hold => {
+                if waited >= settings.hold_limit_ms.max(settings.max_wait_ms) {
+                    back(
+                        rec,
+                        id,
+                        false,
+                        "held past --hold-limit without enough traffic".to_owned(),
+                    );
+                    return Ok(true);
+                }
+                if !held {
+                    rec.note(
+                        id,
+                        format!(
+                            "held: not enough traffic by --max-wait to judge step {step}; \
+                             neither advancing nor going back:\n  {}",
+                            figures()
+                        ),
+                    );
+                    if let Phase::Judging { held, .. } = &mut rec.phase {
+                        *held = true;
+                    }
+                    return Ok(true);
+                }
+                return Ok(false);
+            }
+        }
+    } else if !(conclusive && waited >= least) {
+        return Ok(false);
+    }
+    if let Some(bad) = took.iter().find(|t| !t.ok()) {
+        rec.note(
+            id,
+            format!("step {step} failed the took gate:\n  {}", figures()),
+        );
+        back(rec, id, false, bad.line());
+        return Ok(true);
+    }
+    rec.note(
+        id,
+        format!(
+            "step {step}/{n} passed{}:\n  {}",
+            if short {
+                " on a short sample (--on-inconclusive proceed)"
+            } else {
+                ""
+            },
+            figures()
+        ),
+    );
+    let gap = took
+        .iter()
+        .map(|t| (t.observed - t.predicted).abs())
+        .fold(0.0, f64::max);
+    let errs: Vec<String> = errors
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {:+.2} points at {} attempts",
+                g.group,
+                g.increase * 100.0,
+                g.n1
+            )
+        })
+        .collect();
+    rec.verdict = Some(format!(
+        "step {step} passed: took within tolerance (largest gap {gap:.2} points), errors {}",
+        if errs.is_empty() {
+            "none receiving".to_owned()
+        } else {
+            errs.join(", ")
+        }
+    ));
+    if step == n {
+        rec.state = State::Completed;
+        rec.phase = Phase::Done;
+        rec.outcome = Some(format!(
+            "completed: the fleet is on revision {revision}, the new config"
+        ));
+    } else {
+        rec.phase = Phase::Publish { step: step + 1 };
+    }
+    Ok(true)
+}
+
+/// [`Phase::Down`]: the next revision on the way back, spaced by `--min-wait`.
+async fn going_down(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    n: usize,
+    settings: &Settings,
+    (next, since_ms, ending): (usize, u64, State),
+) -> Result<bool, Error> {
+    if since_ms != 0 && elapsed(since_ms) < settings.min_wait_ms {
+        return Ok(false);
+    }
+    let (draft, message) = if next == 0 {
+        let mut d = rec.start.clone();
+        d.rollback_of = Some(rec.start_revision);
+        (
+            d,
+            format!(
+                "ramp {}: back to revision {} ({})",
+                rec.id,
+                rec.start_revision,
+                rec.outcome.clone().unwrap_or_default()
+            ),
+        )
+    } else {
+        (
+            rec.steps[next - 1].draft.clone(),
+            format!("ramp {}: back down to step {next}/{n}", rec.id),
+        )
+    };
+    match publish(store, rec, draft, message, id).await? {
+        Ok(r) => {
+            rec.at = next;
+            rec.revision = r;
+            if next == 0 {
+                rec.note(
+                    id,
+                    format!(
+                        "back on the starting revision's config as revision {r}: the \
+                         ramp {}",
+                        ending.word()
+                    ),
+                );
+                rec.state = ending;
+                rec.phase = Phase::Done;
+            } else {
+                rec.note(id, format!("back down to step {next} as revision {r}"));
+                rec.phase = Phase::Down {
+                    next: next - 1,
+                    since_ms: now_ms(),
+                    ending,
+                };
+            }
+        }
+        Err(why) => stopped(rec, id, why),
+    }
+    Ok(true)
 }
 
 fn stopped(rec: &mut Record, id: &str, why: String) {
