@@ -504,6 +504,9 @@ pub(super) struct Parkable {
     io: Moving<TcpStream>,
     prefix: Bytes,
     conn: Arc<Conn>,
+    /// Bytes read since the exchange that ended at move count `head_from` (the next head's).
+    head_bytes: usize,
+    head_from: u64,
 }
 
 impl Parkable {
@@ -512,6 +515,8 @@ impl Parkable {
             io,
             prefix: Bytes::new(),
             conn,
+            head_bytes: 0,
+            head_from: 0,
         }
     }
 }
@@ -529,22 +534,39 @@ impl AsyncRead for Parkable {
             this.prefix.advance(n);
             return Poll::Ready(Ok(()));
         }
-        // A request head is read at most HEAD_READ bytes at a time, so that hyper's 64 KiB
-        // limit on it (`max_buf_size`, checked between reads) holds whatever the socket has
-        // queued: one read into hyper's spare capacity could take a 70 KiB head whole.
-        if this.conn.exchanges.load(Ordering::Relaxed) == 0 && buf.remaining() > HEAD_READ {
+        // While a request head is read (no exchange open), reads stop at MAX_HEAD bytes since
+        // the last exchange ended: hyper checks its 64 KiB limit (`max_buf_size`) only while a
+        // head is incomplete, so a read crossing the limit that completed the head would pass
+        // a 70 KiB head whole.
+        let mut limit = usize::MAX;
+        if this.conn.exchanges.load(Ordering::Relaxed) == 0 {
+            let ended = this.conn.ended_at.load(Ordering::Relaxed);
+            if ended != this.head_from {
+                this.head_from = ended;
+                this.head_bytes = 0;
+            }
+            limit = MAX_HEAD.saturating_sub(this.head_bytes).min(HEAD_READ);
+        }
+        if limit > 0 && buf.remaining() > limit {
             let mut head = [0_u8; HEAD_READ];
-            let mut part = ReadBuf::new(&mut head);
+            let mut part = ReadBuf::new(&mut head[..limit]);
             let read = Pin::new(&mut this.io).poll_read(cx, &mut part);
+            this.head_bytes += part.filled().len();
             buf.put_slice(part.filled());
             return read;
         }
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        this.head_bytes += buf.filled().len() - before;
+        read
     }
 }
 
 /// The most of a request head read at once (see [`Parkable`]'s `poll_read`).
 const HEAD_READ: usize = 16 * 1024;
+
+/// The largest request head: hyper's `max_buf_size` for HTTP/1 (`state.rs`).
+pub(super) const MAX_HEAD: usize = 64 * 1024;
 
 impl AsyncWrite for Parkable {
     fn poll_write(

@@ -125,7 +125,7 @@ impl HttpState {
         let mut h1 = hyper::server::conn::http1::Builder::new();
         h1.timer(TokioTimer::new())
             .header_read_timeout(l.header_timeout)
-            .max_buf_size(64 * 1024)
+            .max_buf_size(super::server::MAX_HEAD)
             .writev(false);
         server
             .http2()
