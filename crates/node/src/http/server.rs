@@ -31,7 +31,7 @@ use crate::timers::{First, HeadTimer, Moving, Watched, quiet, reads};
 use super::answers::{PLAIN_TO_HTTPS, answer_and_close, class};
 use super::conn::{Conn, Exchange};
 use super::proxy::proxy;
-use super::state::HttpState;
+use super::state::{HttpState, MAX_HEAD};
 
 /// Serves one accepted connection of an HTTP or HTTPS listener until it closes (or the node
 /// stops: then in-flight requests finish and idle connections close).
@@ -564,9 +564,6 @@ impl AsyncRead for Parkable {
 
 /// The most of a request head read at once (see [`Parkable`]'s `poll_read`).
 const HEAD_READ: usize = 16 * 1024;
-
-/// The largest request head: hyper's `max_buf_size` for HTTP/1 (`state.rs`).
-pub(super) const MAX_HEAD: usize = 64 * 1024;
 
 impl AsyncWrite for Parkable {
     fn poll_write(

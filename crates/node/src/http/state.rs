@@ -91,6 +91,10 @@ impl StickyCookies {
 /// docs/performance.md).
 const H2_SEND_BUF: usize = 64 * 1024;
 
+/// The largest HTTP/1 request head: hyper's `max_buf_size`, and where the cleartext HTTP/1
+/// connection stops reading a head (`server::Parkable`).
+pub(super) const MAX_HEAD: usize = 64 * 1024;
+
 impl HttpState {
     /// The HTTP state of listener `l` (`None` for a TCP or UDP listener).
     #[inline]
@@ -125,7 +129,7 @@ impl HttpState {
         let mut h1 = hyper::server::conn::http1::Builder::new();
         h1.timer(TokioTimer::new())
             .header_read_timeout(l.header_timeout)
-            .max_buf_size(super::server::MAX_HEAD)
+            .max_buf_size(MAX_HEAD)
             .writev(false);
         server
             .http2()
