@@ -150,6 +150,31 @@ fn completions_are_written_for_each_shell_from_the_command_line() {
     assert_eq!(o.status.code(), Some(2), "{}", said(&o));
 }
 
+/// `gtd completions bash | head` and `gtd man | head`: a reader that stops early ends the
+/// output quietly (exit 0), not with a panic's backtrace (clap_complete panicked on the broken
+/// pipe) or an error.
+#[test]
+fn a_reader_that_stops_early_gets_no_panic() {
+    for args in [&["completions", "bash"][..], &["man"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The pipe's reading end goes before gtd writes: every write finds no reader.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert!(
+            out.status.success(),
+            "gtd {args:?}: {:?}\n{err}",
+            out.status
+        );
+        assert!(!err.contains("panicked"), "gtd {args:?}: {err}");
+    }
+}
+
 #[test]
 fn the_manual_pages_are_written_from_the_command_line() {
     let o = gtd(None, &["man"]);

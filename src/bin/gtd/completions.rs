@@ -16,7 +16,11 @@ impl Completions {
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
         let mut command = crate::command();
         let name = command.get_name().to_owned();
-        clap_complete::generate(self.shell, &mut command, name, &mut std::io::stdout());
+        // Into a buffer first: clap_complete panics when its writer fails, as stdout does when
+        // the reader goes away (`gtd completions bash | head`).
+        let mut script = Vec::new();
+        clap_complete::generate(self.shell, &mut command, name, &mut script);
+        crate::print_bytes(&script)?;
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -113,6 +113,17 @@ fn main() -> ExitCode {
 /// usual soft limit of 1024 open files would cap a node near 500 connections. Like HAProxy and
 /// Go programs, gtd raises the soft limit to the hard one at start (`ulimit -Hn`, or systemd's
 /// `LimitNOFILE=`, sets how far).
+/// Writes `bytes` to stdout; a reader that went away (`gtd man | head`) ends the output
+/// quietly, as it ends any Unix tool's.
+fn print_bytes(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 fn raise_open_files_limit() {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);

@@ -33,9 +33,13 @@ impl Man {
                 clap_mangen::generate_to(command, &dir)
                     .with_context(|| format!("writing the pages into {}", dir.display()))?;
             }
-            None => clap_mangen::Man::new(command)
-                .render(&mut std::io::stdout())
-                .context("writing the page")?,
+            None => {
+                let mut page = Vec::new();
+                clap_mangen::Man::new(command)
+                    .render(&mut page)
+                    .context("writing the page")?;
+                crate::print_bytes(&page)?;
+            }
         }
         Ok(ExitCode::SUCCESS)
     }
