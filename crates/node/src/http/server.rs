@@ -223,59 +223,10 @@ pub(super) async fn run<I, S>(
         }
     };
     tokio::pin!(watch);
-    let result = match Watched::new(conn.as_mut(), watch.as_mut()).await {
-        First::Main(r) => r,
-        First::Watch(Watchdog::Stop) => {
-            // What this listener's `drain_timeout` leaves of the node's drain: the connection
-            // is dropped then, its requests with it (each writes its access-log line).
-            let cut = tokio::time::Instant::now() + l.cfg.drain_timeout;
-            // An idle HTTP/1 connection closed now could cross a request the client is sending
-            // (lost, and not retried when it is a POST): it stays open for a moment, and a
-            // request that comes is answered with `Connection: close` (hyper adds it once keep-
-            // alive is off). HTTP/2 gets its GOAWAY at once; a request in flight ends with
-            // `Connection: close`.
-            if !conn_state.h2.load(Ordering::Relaxed)
-                && conn_state.inflight.load(Ordering::Relaxed) == 0
-            {
-                let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
-                tokio::select! {
-                    r = conn.as_mut() => return ended(r),
-                    () = conn_state.drain_wake.notified() => {}
-                    () = tokio::time::sleep(grace) => {}
-                }
-            }
-            conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout_at(cut, conn).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::debug!(listener = %l.cfg.name, "drain_timeout: connection cut");
-                    return;
-                }
-            }
-        }
-        // Shut down gracefully (HTTP/2: GOAWAY, which tells a browser's unused preconnection
-        // why), for at most another idle_timeout, or a second when no request ever came.
-        First::Watch(dog) => {
-            let (why, grace) = match dog {
-                Watchdog::Unasked => (
-                    "no request head within header_timeout",
-                    Duration::from_secs(1),
-                ),
-                // HTTP/1: the 503 goes out with `Connection: close`; HTTP/2: GOAWAY. The
-                // client's next request opens a new connection, which the port now refuses or
-                // its new listener serves.
-                Watchdog::Gone => ("its listener is gone", Duration::from_secs(1)),
-                _ => ("idle client connection", idle),
-            };
-            tracing::debug!(listener = %l.cfg.name, why, "shutting the connection down");
-            conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout(grace, conn).await {
-                Ok(r) => r,
-                Err(_) => return,
-            }
-        }
-    };
-    ended(result);
+    match Watched::new(conn.as_mut(), watch.as_mut()).await {
+        First::Main(r) => ended(r),
+        First::Watch(dog) => watchdog(l, conn, dog, conn_state).await,
+    }
 }
 
 /// How long a stopping node keeps an idle HTTP/1 connection open for a request that may be on
@@ -445,15 +396,25 @@ async fn rest(node: &Inner, l: &ListenerState, stream: &Parkable, moves: &Atomic
     }
 }
 
-/// What a watchdog's firing does to a connection being served: the node's stop drains it; idle
-/// or a listener gone shut it down gracefully.
-async fn watchdog<C>(l: &ListenerState, mut conn: Pin<&mut C>, dog: Watchdog, conn_state: &Conn)
+/// What a watchdog's firing does to a connection being served. The node's stop: what this
+/// listener's `drain_timeout` leaves of the drain, then the connection is dropped, its requests
+/// with it (each writes its access-log line). An idle HTTP/1 connection closed at once could
+/// cross a request the client is sending (lost, and not retried when it is a POST): it stays
+/// open for a moment, and a request that comes is answered with `Connection: close` (hyper adds
+/// it once keep-alive is off); HTTP/2 gets its GOAWAY at once. The other watchdogs shut the
+/// connection down gracefully (HTTP/2: GOAWAY, which tells a browser's unused preconnection
+/// why), for at most another `idle_timeout`, or a second when no request ever came or its
+/// listener is gone (HTTP/1: the 503 went out with `Connection: close`).
+async fn watchdog<C, E>(l: &ListenerState, mut conn: Pin<&mut C>, dog: Watchdog, conn_state: &Conn)
 where
-    C: Future<Output = hyper::Result<()>> + Graceful,
+    C: Future<Output = Result<(), E>> + Graceful + ?Sized,
+    E: std::fmt::Display,
 {
     if let Watchdog::Stop = dog {
         let cut = tokio::time::Instant::now() + l.cfg.drain_timeout;
-        if conn_state.inflight.load(Ordering::Relaxed) == 0 {
+        if !conn_state.h2.load(Ordering::Relaxed)
+            && conn_state.inflight.load(Ordering::Relaxed) == 0
+        {
             let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
             tokio::select! {
                 r = conn.as_mut() => return ended(r),
@@ -469,6 +430,10 @@ where
         return;
     }
     let (why, grace) = match dog {
+        Watchdog::Unasked => (
+            "no request head within header_timeout",
+            Duration::from_secs(1),
+        ),
         Watchdog::Gone => ("its listener is gone", Duration::from_secs(1)),
         _ => ("idle client connection", l.cfg.idle_timeout),
     };
@@ -491,6 +456,20 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S::ResBody: hyper::body::Body + 'static,
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn shut_down(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, E> Graceful for auto::UpgradeableConnection<'_, I, S, E>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: hyper::body::Body + Send + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
 {
     fn shut_down(self: Pin<&mut Self>) {
         self.graceful_shutdown();
