@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 ///
 /// Where the second write lands after the proxy had already sent its next request, no proxy
 /// could tell the two apart (HTTP/1.1 has no request ids): the backend sees that request
-/// waiting when its write returns, or arriving within 1 ms, and excuses its id.
+/// waiting when its write returns, or arriving within [`RACE`], and excuses its id.
 struct Hostile {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -155,14 +155,14 @@ fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<St
         if s.write_all(extra.as_bytes()).is_err() {
             return;
         }
-        // The proxy's next request there at once (within 1 ms): it may have been sent before
+        // The proxy's next request there at once (within RACE): it may have been sent before
         // the unasked bytes arrived, or as they did, which no proxy could tell. Its answer is
         // excused; any later request must not be answered with them.
         // (Already there when the write returned: sent before the bytes existed.)
         let _ = s.set_nonblocking(true);
         let waiting = s.peek(&mut [0_u8; 1]).is_ok_and(|n| n > 0);
         let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(Duration::from_millis(1)));
+        let _ = s.set_read_timeout(Some(RACE));
         let mut sniff = [0_u8; 512];
         if let Ok(n) = s.peek(&mut sniff) {
             let text = String::from_utf8_lossy(&sniff[..n]);
@@ -173,6 +173,15 @@ fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<St
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     }
 }
+
+/// How long after its unasked bytes a request may reach the backend and still have been
+/// checked before them. A proxy asks whether an idle connection is quiet just before it writes
+/// the next request there; between the two, a thread of a loaded 2-core machine can be taken
+/// off its core for milliseconds (CI saw a request come 1-2 ms after the bytes, once in 1,000).
+/// A correct proxy sends nothing on a connection once its bytes are there, so a wider window
+/// excuses no more of its requests; a proxy that does not look reuses such connections for
+/// most of the later requests, and the test's cap on excused ones fails it.
+const RACE: Duration = Duration::from_millis(50);
 
 /// Reads a request head from a blocking socket (what was read past it comes back too).
 fn blocking_head(s: &mut StdStream, pending: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
@@ -263,7 +272,7 @@ async fn no_client_ever_gets_another_clients_response() {
     let sent_before = excused.values().filter(|&&waiting| waiting).count();
     eprintln!(
         "{own} of {CLIENTS} clients got their own response, {} another's, {} excused (the \
-         next request came within 1 ms of the unasked bytes, {sent_before} of them already \
+         next request came within {RACE:?} of the unasked bytes, {sent_before} of them already \
          waiting when they were written; {excused_wrong} of them got another's), {} endpoint \
          connections",
         wrong.len(),
@@ -279,8 +288,10 @@ async fn no_client_ever_gets_another_clients_response() {
     // The others were answered by gtd itself (502: hyper's client found the unasked bytes as
     // the request was about to leave, and `retry = false`): a few at most.
     assert!(own >= CLIENTS * 9 / 10, "{own} got their own: {answers:?}");
+    // (A loaded machine stretches the backend's 300 µs pause, so more requests are already
+    // waiting when its bytes go out: 30-65 of 1,000 in runs beside four busy loops.)
     assert!(
-        excused.len() <= CLIENTS / 10,
+        excused.len() <= CLIENTS * 15 / 100,
         "too many races to be meaningful: {}",
         excused.len()
     );
