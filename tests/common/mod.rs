@@ -22,9 +22,10 @@ pub(crate) use geoip::*;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream as StdTcpStream, UdpSocket as StdUdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream as StdTcpStream, UdpSocket as StdUdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use gtd::node::{Node, Options};
@@ -52,20 +53,25 @@ impl Refusing {
     }
 }
 
-/// A port the OS says is free right now (bound and released).
-pub(crate) fn free_port(udp: bool) -> u16 {
-    if udp {
-        StdUdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    } else {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+/// A port that is free for TCP and UDP on every address right now, below the ephemeral range
+/// (32768 and up on Linux): the nodes' own outgoing connections (checks, relays, from
+/// 127.0.0.N) and the clients' take ephemeral ports on the same addresses, and a listener
+/// bound later to a port the OS had just handed out and taken back could find it taken by one
+/// of them (CI saw `AddrInUse` for 127.0.0.1:32833 beside a test opening 1,000 connections).
+/// Each test process walks its own part of 20000..32000, chosen by its pid, so that parallel
+/// runs rarely meet; a port in use is skipped. (`_udp`: every port is free for both.)
+pub(crate) fn free_port(_udp: bool) -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id() % 12 * 1000;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (20000 + (base + n) % 12000) as u16;
+        let any = Ipv4Addr::UNSPECIFIED;
+        if std::net::TcpListener::bind((any, port)).is_ok()
+            && StdUdpSocket::bind((any, port)).is_ok()
+        {
+            return port;
+        }
     }
 }
 

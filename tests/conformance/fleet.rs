@@ -3,6 +3,7 @@
 //! per acceleration region), `/status` and `sim --format json` read side by side, client load
 //! from many 127.1.x.y addresses, and the comparison with its tolerance.
 
+pub(crate) use crate::common::free_port;
 use crate::common::{Child, root};
 
 use std::collections::BTreeMap;
@@ -10,7 +11,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream as StdTcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use gtd::view::{FleetView, Status};
@@ -23,27 +23,6 @@ pub(crate) const WAIT: Duration = Duration::from_secs(60);
 pub(crate) const DECISIONS: usize = 400;
 /// Decisions in flight at once per measurement.
 pub(crate) const IN_FLIGHT: usize = 24;
-
-/// A port that is free for TCP and UDP on every address right now, below the ephemeral range
-/// (32768 and up on Linux): the nodes' own outgoing connections (checks, relays, from
-/// 127.0.0.N) and the clients' take ephemeral ports on the same addresses, and a listener
-/// bound later could find its port taken by one of them. Each test process walks its own
-/// part of 20000..32000, chosen by its pid, so that parallel runs rarely meet; a port in use
-/// is skipped.
-pub(crate) fn free_port(_udp: bool) -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = std::process::id() % 12 * 1000;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (20000 + (base + n) % 12000) as u16;
-        let any = Ipv4Addr::UNSPECIFIED;
-        if std::net::TcpListener::bind((any, port)).is_ok()
-            && std::net::UdpSocket::bind((any, port)).is_ok()
-        {
-            return port;
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Configs

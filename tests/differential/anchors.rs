@@ -35,20 +35,12 @@ impl Drop for Anchor {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// nginx as a plain reverse proxy: HTTP/1.1 with keep-alive to the endpoint, the client's Host
 /// passed on (as gtd and HAProxy do), everything else at its defaults.
 pub(crate) fn nginx(bin: &Path, endpoint: SocketAddr) -> Anchor {
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path().display().to_string();
-    let port = free_port();
+    let port = crate::common::free_port(false);
     let conf = format!(
         "worker_processes 1;\ndaemon off;\nmaster_process off;\npid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\nhttp {{\n\
@@ -74,7 +66,7 @@ pub(crate) fn nginx(bin: &Path, endpoint: SocketAddr) -> Anchor {
 /// HAProxy in HTTP mode with keep-alive to the endpoint, everything else at its defaults.
 pub(crate) fn haproxy(bin: &Path, endpoint: SocketAddr) -> Anchor {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_port();
+    let port = crate::common::free_port(false);
     let conf = format!(
         "global\n  nbthread 1\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n\
          timeout server 30s\n  timeout http-request 10s\n  option http-keep-alive\n\
