@@ -266,8 +266,14 @@ async fn a_reload_resolves_a_new_name_before_serving_it_and_a_rejected_one_chang
     let refused = node.reload().await.unwrap_err();
     assert!(refused.contains("binding tcp"), "{refused}");
     dns.set("one.test", &ips(&["127.0.0.3"]), 1);
+    // The name's table, then the snapshot built from it (the endpoints traffic goes to): the
+    // table alone can show the new address a moment before the rebuild puts it in service.
+    let id = format!("one.test:{port}@127.0.0.3");
     until("one.test followed after a rejected reload", || {
         addresses(&name_state(&node, "one.test")) == ["127.0.0.3"]
+            && endpoints(&node)
+                .iter()
+                .any(|e| e.id.as_deref() == Some(&id))
     })
     .await;
     assert_eq!(tcp_name(addr).await.unwrap(), "127.0.0.3");
