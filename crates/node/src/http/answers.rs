@@ -104,7 +104,9 @@ pub(crate) async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
     if stream.write_all(answer).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
-    let mut sink = [0_u8; 4096];
+    // On the heap, taken only here: a 4 KiB array would live in the future, and so in the
+    // task of every HTTP connection (whose future may come here), idle or not.
+    let mut sink = vec![0_u8; 4096];
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut left: usize = 64 * 1024;
         while left > 0 {

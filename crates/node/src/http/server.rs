@@ -310,62 +310,115 @@ async fn serve_h1<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let moves = &*conn_state.moves;
     // Bytes of a next request that hyper had read when the connection was parked: a parked
     // connection with such bytes is served again at once and not parked again (so that a
     // stalled request head meets header_timeout, hyper's own timer).
     let mut may_park = true;
     loop {
-        let mut conn = Box::pin(
-            builder
-                .serve_connection(TokioIo::new(stream), service.clone())
-                .with_upgrades(),
-        );
-        let parked = async {
-            loop {
-                quiet(moves, PARK_AFTER, Some(&conn_state.inflight)).await;
-                if may_park && parkable(conn_state) {
-                    return;
-                }
+        // Boxed: the serving state (hyper's connection, its watchdogs) is on the heap only
+        // while the connection is served, so that a parked connection's task holds no more
+        // than its rest.
+        let busy = Box::pin(busy(
+            node,
+            l,
+            builder,
+            stream,
+            service.clone(),
+            conn_state,
+            may_park,
+        ));
+        match busy.await {
+            Busy::Ended => return,
+            Busy::Read(s) => {
+                stream = s;
+                may_park = false;
             }
-        };
-        let outcome = {
-            let watch = async {
-                tokio::select! {
-                    () = node.stop.cancelled() => Some(Watchdog::Stop),
-                    () = quiet(moves, l.cfg.idle_timeout, Some(&conn_state.inflight)) => Some(Watchdog::Idle),
-                    () = conn_state.listener_gone.notified() => Some(Watchdog::Gone),
-                    () = parked => None,
-                }
-            };
-            tokio::pin!(watch);
-            match Watched::new(conn.as_mut(), watch.as_mut()).await {
-                First::Main(r) => return ended(r),
-                First::Watch(w) => w,
-            }
-        };
-        match outcome {
-            // Parked: hyper's state goes, the socket stays.
-            None => {
-                let Some(parts) = Pin::into_inner(conn).into_parts() else {
-                    return;
-                };
-                stream = parts.io.into_inner();
-                if !parts.read_buf.is_empty() {
-                    stream.prefix = parts.read_buf;
-                    may_park = false;
-                    continue;
-                }
+            Busy::Rested(s) => {
+                stream = s;
                 parked_now.increment(1.0);
-                let woken = rest(node, l, &stream, moves).await;
+                let woken = rest(node, l, &stream, &conn_state.moves).await;
                 parked_now.decrement(1.0);
                 if !woken {
                     return;
                 }
             }
-            Some(dog) => return watchdog(l, conn.as_mut(), dog, conn_state).await,
         }
     }
+}
+
+/// How a connection's service by hyper ended.
+enum Busy {
+    /// The connection is done (closed, or shut down by a watchdog).
+    Ended,
+    /// Parked with bytes of a next request hyper had read: to be served again at once.
+    Read(Parkable),
+    /// Parked, rested for [`PARK_AFTER`]: to wait for bytes.
+    Rested(Parkable),
+}
+
+/// Serves the connection with hyper until it ends or rests for [`PARK_AFTER`] (when
+/// `may_park`), under the connection's watchdogs.
+async fn busy<S>(
+    node: &Inner,
+    l: &ListenerState,
+    builder: &hyper::server::conn::http1::Builder,
+    stream: Parkable,
+    service: S,
+    conn_state: &Conn,
+    may_park: bool,
+) -> Busy
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<DownBody>, Error = h2::Error>
+        + Clone
+        + Send
+        + Unpin
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let moves = &*conn_state.moves;
+    let mut conn = Box::pin(
+        builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades(),
+    );
+    let parked = async {
+        loop {
+            quiet(moves, PARK_AFTER, Some(&conn_state.inflight)).await;
+            if may_park && parkable(conn_state) {
+                return;
+            }
+        }
+    };
+    let watch = async {
+        tokio::select! {
+            () = node.stop.cancelled() => Some(Watchdog::Stop),
+            () = quiet(moves, l.cfg.idle_timeout, Some(&conn_state.inflight)) => Some(Watchdog::Idle),
+            () = conn_state.listener_gone.notified() => Some(Watchdog::Gone),
+            () = parked => None,
+        }
+    };
+    tokio::pin!(watch);
+    let outcome = match Watched::new(conn.as_mut(), watch.as_mut()).await {
+        First::Main(r) => {
+            ended(r);
+            return Busy::Ended;
+        }
+        First::Watch(w) => w,
+    };
+    let Some(dog) = outcome else {
+        // Parked: hyper's state goes, the socket stays.
+        let Some(parts) = Pin::into_inner(conn).into_parts() else {
+            return Busy::Ended;
+        };
+        let mut stream = parts.io.into_inner();
+        if parts.read_buf.is_empty() {
+            return Busy::Rested(stream);
+        }
+        stream.prefix = parts.read_buf;
+        return Busy::Read(stream);
+    };
+    watchdog(l, conn.as_mut(), dog, conn_state).await;
+    Busy::Ended
 }
 
 /// Between exchanges, as far as its counts tell: no request in flight or answered in part,
