@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Shares;
-use super::gates::{Counts, ErrorGate, Judged, Timing, Took};
+use super::gates::{Counts, ErrorGate, Judged, LatencyGate, Timing, Took};
 use super::read::{reach, reading};
 use crate::etcd::pb::etcdserverpb as rpc;
 use crate::{Error, Revision, Store, now_ms};
@@ -789,7 +789,9 @@ async fn judging(
     }
     let errors = &judged.errors;
     let took = &judged.took;
-    let conclusive = errors.iter().all(ErrorGate::conclusive);
+    // A p99 over its limit on a short sample keeps the step from passing until it is judged.
+    let conclusive = errors.iter().all(ErrorGate::conclusive)
+        && !judged.latency.iter().any(LatencyGate::pending);
     let least = if step == n {
         settings.min_wait_ms.max(settings.bake_ms)
     } else {

@@ -369,6 +369,12 @@ impl LatencyGate {
         self.judged() && self.observed_ms > self.limit_ms
     }
 
+    /// Above the limit on fewer samples than it judges: the step may not pass on it yet
+    /// (it waits for the samples, as for a short errors sample).
+    pub fn pending(&self) -> bool {
+        !self.judged() && self.samples > 0 && self.observed_ms > self.limit_ms
+    }
+
     /// In words.
     pub fn line(&self) -> String {
         format!(
@@ -384,7 +390,12 @@ impl LatencyGate {
             self.against,
             self.rtt_ms,
             self.limit_ms,
-            if !self.judged() {
+            if self.pending() {
+                format!(
+                    "over the limit, not judged yet: {} of {LATENCY_SAMPLES} samples",
+                    self.samples
+                )
+            } else if !self.judged() {
                 format!("not judged: {} of {LATENCY_SAMPLES} samples", self.samples)
             } else if self.failed() {
                 "FAIL".to_owned()
@@ -759,17 +770,18 @@ mod tests {
         );
         assert!((g.observed_ms - 497.5).abs() < 1e-9, "{}", g.line());
         assert!(g.failed(), "{}", g.line());
-        // The same at 999 samples: not judged.
+        // The same at 999 samples: not judged, but the step may not pass on it yet.
         let short = hist(&[(0.25, 0), (0.5, 999)], 999);
-        let g = LatencyGate::judge(
-            "n".into(),
-            "web/a".into(),
-            "web/b".into(),
-            &base,
-            40.0,
-            &short,
-        );
-        assert!(!g.failed() && !g.judged(), "{}", g.line());
+        let judge = |w: &Latency| {
+            LatencyGate::judge("n".into(), "web/a".into(), "web/b".into(), &base, 40.0, w)
+        };
+        let g = judge(&short);
+        assert!(!g.failed() && !g.judged() && g.pending(), "{}", g.line());
+        let end = "over the limit, not judged yet: 999 of 1000 samples";
+        assert!(g.line().ends_with(end), "{}", g.line());
+        // Within the limit at 999: not judged, nothing pending.
+        let g = judge(&hist(&[(0.025, 0), (0.05, 999)], 999));
+        assert!(!g.failed() && !g.pending(), "{}", g.line());
         assert!(
             g.line().ends_with("not judged: 999 of 1000 samples"),
             "{}",
