@@ -1018,13 +1018,17 @@ async fn gates(
             // A node that restarted counts from 0 again.
             *served.entry(ep.clone()).or_default() += if *n >= was { n - was } else { *n };
         }
-        judged.latency.extend(super::gates::latency_gates(
-            node,
-            &rec.receiving,
-            before.get(node).unwrap_or(&none),
-            start_timing,
-            &now_timing,
-        ));
+        // Only a node read when the ramp began and when the window began (not one that did
+        // not answer then, nor a record stored before this gate) has a latency gate.
+        if let (Some(b), Some(st)) = (before.get(node), timing.get(node)) {
+            judged.latency.extend(super::gates::latency_gates(
+                node,
+                &rec.receiving,
+                b,
+                st,
+                &now_timing,
+            ));
+        }
         judged.took.extend(took(node, shares, &delta));
     }
     for (g, c) in &total {
