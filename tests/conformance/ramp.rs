@@ -131,9 +131,11 @@ affinity = "none"
 "#;
 
 /// An HTTP endpoint served by a thread of the test: 200, or while `failing` is N > 0 every
-/// Nth answer a 503. Stops when `stop` is set (its listener closes with the thread).
+/// Nth answer a 503, each answer `delay` ms after its request. Stops when `stop` is set (its
+/// listener closes with the thread).
 struct Endpoint {
     failing: Arc<AtomicU64>,
+    delay: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -143,15 +145,21 @@ impl Endpoint {
         let listener = TcpListener::bind(addr).unwrap();
         listener.set_nonblocking(true).unwrap();
         let failing = Arc::new(AtomicU64::new(0));
+        let delay = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (f, s) = (Arc::clone(&failing), Arc::clone(&stop));
+        let (f, d, s) = (Arc::clone(&failing), Arc::clone(&delay), Arc::clone(&stop));
         let count = Arc::new(AtomicU64::new(0));
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (f, s, count) = (Arc::clone(&f), Arc::clone(&s), Arc::clone(&count));
-                        std::thread::spawn(move || serve(conn, &f, &s, &count));
+                        let (f, d, s, count) = (
+                            Arc::clone(&f),
+                            Arc::clone(&d),
+                            Arc::clone(&s),
+                            Arc::clone(&count),
+                        );
+                        std::thread::spawn(move || serve(conn, (&f, &d), &s, &count));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -159,6 +167,7 @@ impl Endpoint {
         });
         Endpoint {
             failing,
+            delay,
             stop,
             thread: Some(thread),
         }
@@ -174,7 +183,12 @@ impl Drop for Endpoint {
     }
 }
 
-fn serve(conn: TcpStream, failing: &AtomicU64, stop: &AtomicBool, count: &AtomicU64) {
+fn serve(
+    conn: TcpStream,
+    (failing, delay): (&AtomicU64, &AtomicU64),
+    stop: &AtomicBool,
+    count: &AtomicU64,
+) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
     let mut reader = BufReader::new(conn.try_clone().unwrap());
@@ -207,6 +221,10 @@ fn serve(conn: TcpStream, failing: &AtomicU64, stop: &AtomicBool, count: &Atomic
                 Err(_) => return,
             }
         }
+        let wait = delay.load(Ordering::Relaxed);
+        if wait > 0 {
+            std::thread::sleep(Duration::from_millis(wait));
+        }
         let n = count.fetch_add(1, Ordering::Relaxed);
         let every = failing.load(Ordering::Relaxed);
         let status = if every > 0 && n.is_multiple_of(every) {
@@ -220,17 +238,24 @@ fn serve(conn: TcpStream, failing: &AtomicU64, stop: &AtomicBool, count: &Atomic
     }
 }
 
-/// Requests to every node's listener, one after another per node, until dropped.
+/// Requests to every node's listener, one after another per node and thread, until dropped.
 struct Load {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// One thread per node pausing 3 ms: a few hundred requests a second per node, a step's
+/// sample in seconds, and room for the rest of a shared machine.
+const STEADY: (usize, Duration) = (1, Duration::from_millis(3));
+
 impl Load {
-    fn start(targets: Vec<SocketAddr>) -> Load {
+    /// `per` threads sending to each target, each pausing `pause` between its requests (for
+    /// endpoints that answer slowly: many threads, longer pauses).
+    fn threads(targets: Vec<SocketAddr>, (per, pause): (usize, Duration)) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = targets
             .into_iter()
+            .flat_map(|t| std::iter::repeat_n(t, per))
             .map(|t| {
                 let stop = Arc::clone(&stop);
                 std::thread::spawn(move || {
@@ -240,9 +265,7 @@ impl Load {
                             let _ = write!(s, "GET / HTTP/1.0\r\nHost: web\r\n\r\n");
                             let _ = s.read_to_end(&mut Vec::new());
                         }
-                        // A few hundred requests a second per node: a step's sample in seconds,
-                        // and room for the rest of a shared machine.
-                        std::thread::sleep(Duration::from_millis(3));
+                        std::thread::sleep(pause);
                     }
                 })
             })
@@ -309,21 +332,35 @@ fn ramp_fleet(cluster: &Cluster) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
 
 /// [`ramp_fleet`] with the nodes' `--lease-ttl`.
 fn ramp_fleet_leased(cluster: &Cluster, lease: &str) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
-    let cfg = Cfg::from_text(TWO_GROUPS);
+    ramp_fleet_of(cluster, TWO_GROUPS, lease, STEADY, 0)
+}
+
+/// [`ramp_fleet`] of config `text`, with `load` threads per node and their pause (see
+/// [`Load::threads`]), web/beijing answering `delay` ms late from the start.
+fn ramp_fleet_of(
+    cluster: &Cluster,
+    text: &str,
+    lease: &str,
+    load: (usize, Duration),
+    delay: u64,
+) -> (Cfg, Vec<Endpoint>, Fleet, Load) {
+    let cfg = Cfg::from_text(text);
     let endpoints: Vec<Endpoint> = cfg.listeners()[0]["group"]
         .as_array()
         .unwrap()
         .iter()
         .map(|g| Endpoint::start(g["endpoint"][0]["address"].as_str().unwrap()))
         .collect();
+    endpoints[0].delay.store(delay, Ordering::Relaxed);
     let fleet = start_fleet_leased(cluster, &cfg, &[], lease);
     let port = cfg.protocol("web").1;
-    let load = Load::start(
+    let load = Load::threads(
         fleet
             .nodes
             .iter()
             .map(|n| SocketAddr::new(n.ip, port))
             .collect(),
+        load,
     );
     wait("load through both nodes", || {
         fleet.nodes.iter().all(|n| {
@@ -420,18 +457,15 @@ fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
     assert!(metrics.contains("gtd_ramp_state 4"), "{metrics}");
 }
 
-/// A ramp 50/50 -> Beijing 100 in three steps whose receiving group, Beijing, answers 503 to
-/// one request in `every` once the fleet is on revision `from` (step `from - 1`): what
-/// `--follow` printed, and the record at the end, the fleet on the starting ratios again.
-fn ramp_into_errors(every: u64, from: u64) -> (String, serde_json::Value) {
-    let cluster = Cluster::start();
-    let (mut cfg, endpoints, mut fleet, load) = ramp_fleet(&cluster);
-    cfg.set_ratio("web/beijing", 100.0);
-    fleet.rewrite(&cfg);
-    let config = fleet.config.display().to_string();
-    let failing = Arc::clone(&endpoints[0].failing);
+/// Sets `what` to `value` once a node of `fleet` applied revision `from` (within 120 s).
+fn set_on_revision(
+    fleet: &Fleet,
+    from: u64,
+    what: Arc<AtomicU64>,
+    value: u64,
+) -> std::thread::JoinHandle<()> {
     let nodes: Vec<SocketAddr> = fleet.nodes.iter().map(|n| n.admin).collect();
-    let flip = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
             let on_step = nodes.iter().any(|a| {
@@ -441,12 +475,24 @@ fn ramp_into_errors(every: u64, from: u64) -> (String, serde_json::Value) {
                 })
             });
             if on_step {
-                failing.store(every, Ordering::Relaxed);
+                what.store(value, Ordering::Relaxed);
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    });
+    })
+}
+
+/// A ramp 50/50 -> Beijing 100 in three steps whose receiving group, Beijing, answers 503 to
+/// one request in `every` once the fleet is on revision `from` (step `from - 1`): what
+/// `--follow` printed, and the record at the end, the fleet on the starting ratios again.
+fn ramp_into_errors(every: u64, from: u64) -> (String, serde_json::Value) {
+    let cluster = Cluster::start();
+    let (mut cfg, endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let flip = set_on_revision(&fleet, from, Arc::clone(&endpoints[0].failing), every);
     let (code, out, err) = gtd_capped(
         &cluster,
         &[
@@ -770,4 +816,229 @@ fn a_node_that_does_not_apply_a_step_is_named_and_the_ramp_goes_back() {
         s["owner"].as_str().map(|o| o.starts_with("cn-beijing@")),
         Some(true)
     );
+}
+
+/// [`TWO_GROUPS`] with every endpoint checked over HTTP every second and the groups' RTTs timed
+/// to the checks' answers (`rtt_from = "check"`): on loopback, where there is no distance, an
+/// endpoint that answers late measures as far as its lateness.
+fn checked_groups() -> String {
+    TWO_GROUPS
+        .replace(
+            "affinity = \"none\"\n",
+            "affinity = \"none\"\nrtt_from = \"check\"\n",
+        )
+        .replace(
+            "    max_fails = 0\n",
+            "    max_fails = 0\n  [listener.group.health_check]\n  protocol = \"http\"\n  \
+             interval = \"1s\"\n",
+        )
+}
+
+/// The lines of `text` that are a latency gate's for `region`'s node.
+fn latency_lines<'a>(text: &'a str, region: &str) -> Vec<&'a str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(&format!("latency {region}@")))
+        .collect()
+}
+
+/// The `RTT +N ms` a latency gate's line credits.
+fn rtt_credit(line: &str) -> f64 {
+    let at = line.find("RTT +").expect("an RTT credit") + 5;
+    line[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_move_to_a_group_40_ms_farther_passes_the_latency_gate() {
+    let cluster = Cluster::start();
+    // web/beijing answers 40 ms late, checks included: 40 ms farther, measured.
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet_of(
+        &cluster,
+        &checked_groups(),
+        "2s",
+        (8, Duration::from_millis(3)),
+        40,
+    );
+    wait("every node measuring web/beijing 35 ms farther", || {
+        fleet.nodes.iter().all(|n| {
+            let s = n.status();
+            let rtt = |g: &str| {
+                s.listeners[0]
+                    .groups
+                    .iter()
+                    .find(|x| x.name == g)
+                    .and_then(|x| x.rtt_ms)
+                    .unwrap_or(0.0)
+            };
+            rtt("beijing") - rtt("shanghai") >= 35.0
+        })
+    });
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // The last step bakes 15 s: each node sends web/beijing 1,000 requests well within it.
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "30s",
+            "--bake",
+            "15s",
+        ],
+        Duration::from_secs(300),
+    );
+    drop(load);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("step 2/2 passed"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    // Every node's p99 to web/beijing was judged on the last step, and passed only with the
+    // RTT difference credited: about 40 ms over web/shanghai's before the ramp.
+    let last = &out[out.find("step 2/2 passed").unwrap()..];
+    for n in &fleet.nodes {
+        let lines = latency_lines(last, &n.region);
+        assert_eq!(lines.len(), 1, "{last}");
+        let line = lines[0];
+        assert!(
+            line.contains(" web/beijing: ") && line.ends_with("-> pass"),
+            "{line}"
+        );
+        assert!(rtt_credit(line) >= 30.0, "{line}");
+    }
+    // The record says the same (gtd ramp status --json), and the history each step's verdict.
+    let status = ramp_status(&cluster);
+    assert_eq!(status["state"], "completed", "{status:#}");
+    let logged = status["log"].to_string();
+    assert!(logged.contains("latency cn-beijing@"), "{logged}");
+    assert!(logged.contains("saturation: not judged"), "{logged}");
+    wait_applied(&fleet, 3);
+    let history =
+        String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet", "history"]).stdout).unwrap();
+    assert!(history.contains("after step 1 passed"), "{history}");
+    assert!(history.contains(", latency "), "{history}");
+}
+
+#[test]
+fn a_receiving_group_that_turns_300_ms_slower_fails_the_latency_gate_and_the_ramp_goes_back() {
+    let cluster = Cluster::start();
+    // Many slow requests in flight per node: 1,000 answers from a 300 ms group in seconds.
+    let (mut cfg, endpoints, mut fleet, load) = ramp_fleet_of(
+        &cluster,
+        TWO_GROUPS,
+        "2s",
+        (40, Duration::from_millis(100)),
+        0,
+    );
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // From step 2 (revision 3) web/beijing answers 300 ms late; its RTT (the connect) stays.
+    let flip = set_on_revision(&fleet, 3, Arc::clone(&endpoints[0].delay), 300);
+    // Step 2's p99, over its limit before it has 1,000 samples, keeps the step from passing
+    // on the errors gate's sample until it is judged.
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "20,50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "30s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    let _ = flip.join();
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("step 1/3 passed"), "{out}");
+    assert!(out.contains("step 2 failed the latency gate"), "{out}");
+    assert!(!out.contains("failed the errors gate"), "{out}");
+    // Not severe: down the steps taken, then the start.
+    assert!(
+        out.contains("going back down the steps, to step 1"),
+        "{out}"
+    );
+    let failed = out
+        .lines()
+        .find(|l| l.trim().starts_with("latency ") && l.ends_with("-> FAIL"))
+        .expect("a failed latency line");
+    assert!(failed.contains(" web/beijing: "), "{failed}");
+    let status = ramp_status(&cluster);
+    assert_eq!(status["state"], "reverted", "{status:#}");
+    assert_eq!(status["at"], 0, "{status:#}");
+    assert!(
+        status["outcome"].as_str().unwrap().starts_with("latency "),
+        "{status:#}"
+    );
+    wait_applied(&fleet, status["revision"].as_u64().unwrap());
+    for n in &fleet.nodes {
+        let s = n.status();
+        let beijing = s.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 50.0, "{}", n.region);
+    }
+}
+
+#[test]
+fn a_receiving_group_taking_more_than_its_capacity_fails_the_saturation_gate() {
+    let cluster = Cluster::start();
+    // web/beijing can carry 20 requests a second, by the config; the load sends it hundreds.
+    let text = TWO_GROUPS.replace(
+        "  name = \"beijing\"\n",
+        "  name = \"beijing\"\n  capacity = 20\n",
+    );
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet_of(&cluster, &text, "2s", STEADY, 0);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--follow",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "2s",
+            "--max-wait",
+            "30s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(300),
+    );
+    drop(load);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("step 1 failed the saturation gate"), "{out}");
+    let failed = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("saturation web/beijing: ") && l.ends_with("-> FAIL"))
+        .expect("a failed saturation line");
+    assert!(failed.contains("vs capacity 20"), "{failed}");
+    let status = ramp_status(&cluster);
+    assert_eq!(status["state"], "reverted", "{status:#}");
+    assert_eq!(status["at"], 0, "{status:#}");
 }

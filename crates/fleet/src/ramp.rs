@@ -23,6 +23,7 @@ use super::registry::Entry;
 
 pub mod drive;
 pub mod gates;
+pub mod read;
 mod text;
 
 /// The default steps, percent of the whole move.
@@ -847,6 +848,8 @@ async fn store_and_follow(
             keep: opts.keep,
         }),
         baseline: None,
+        timing: None,
+        capacity: capacities(new, &plan.receiving),
         at: 0,
         revision: running.revision,
         owner: None,
@@ -894,6 +897,30 @@ async fn store_and_follow(
     }
     print!("{out}");
     Ok(follow(store, &rec.id).await)
+}
+
+/// The capacity the plan assumes of each receiving group (its own, or its endpoints' sum:
+/// `capacity_when` with every endpoint usable) and of each of its endpoints with one, from
+/// the new config, `LISTENER/GROUP[/ENDPOINT]`: what the saturation gate holds them to.
+fn capacities(new: &Config, receiving: &[String]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for l in &new.listeners {
+        for g in &l.groups {
+            let name = format!("{}/{}", l.name, g.name);
+            if !receiving.contains(&name) {
+                continue;
+            }
+            if let Some(c) = g.capacity_when(|_| true) {
+                out.insert(name.clone(), c);
+            }
+            for e in &g.endpoints {
+                if let Some(c) = e.capacity {
+                    out.insert(format!("{name}/{}", e.address.text), c);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Each planned step as the config text the ramp publishes: the new config with the step's

@@ -3,7 +3,8 @@
 //! lease of its own; when it dies the lease runs out and another node takes the ramp where the
 //! record says it is. Each step is published as a revision with its message; after each step
 //! the driver reads every node's own counters (its `/status` and `/metrics`, no store in
-//! between) and judges the step by the *took* and *errors* gates ([`super::gates`]).
+//! between, [`super::read`]) and judges the step by the *took*, *errors*, *latency* and
+//! *saturation* gates ([`super::gates`]).
 //!
 //! Every change of the record is a transaction guarded by the record's `mod_revision` (so
 //! that `gtd ramp pause`/`abort` are never overwritten) and, for the driver, by the owner key
@@ -13,10 +14,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Shares;
-use super::gates::{Counts, ErrorGate, Took};
+use super::gates::{Counts, ErrorGate, Judged, LatencyGate, Timing, Took};
+use super::read::{reach, reading};
 use crate::etcd::pb::etcdserverpb as rpc;
 use crate::{Error, Revision, Store, now_ms};
 
@@ -82,6 +83,11 @@ pub enum Phase {
         since_ms: u64,
         /// Per node id, per `LISTENER/GROUP`, the counters at the window's start.
         window: BTreeMap<String, BTreeMap<String, Counts>>,
+        /// Per node id, its response-time histograms and endpoints' served at the window's
+        /// start (a record written before the latency gate has none: those gates see the
+        /// whole of each node's history).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        timing: BTreeMap<String, Timing>,
         /// The step is held (inconclusive at `--max-wait`, `--on-inconclusive hold`).
         held: bool,
     },
@@ -181,6 +187,14 @@ pub struct Record {
     /// Per `LISTENER/GROUP`, the nodes' counters summed when the ramp began (the baseline
     /// rates).
     pub baseline: Option<BTreeMap<String, Counts>>,
+    /// Per node id, its response-time histograms and measured RTTs when the ramp began (the
+    /// latency gate's baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<BTreeMap<String, Timing>>,
+    /// The capacity the plan assumed (the new config's) of each receiving group and endpoint
+    /// that has one, `LISTENER/GROUP[/ENDPOINT]`: the saturation gate's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, f64>,
     /// The step the fleet is on (0: the starting revision).
     pub at: usize,
     /// The revision the ramp published last (the starting one at first).
@@ -576,6 +590,7 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
             revision,
             since_ms,
             window,
+            timing,
             held,
         } => {
             judging(
@@ -585,7 +600,7 @@ async fn advance(store: &mut Store, rec: &mut Record, id: &str) -> Result<bool, 
                 n,
                 &settings,
                 (step, revision, since_ms),
-                &window,
+                (&window, &timing),
                 held,
             )
             .await
@@ -609,16 +624,19 @@ async fn publish_step(
     if rec.baseline.is_none() {
         let entries = store.nodes().await?;
         let mut base: BTreeMap<String, Counts> = BTreeMap::new();
+        let mut timing = BTreeMap::new();
         for (node, _) in &rec.steps[step - 1].shares {
             if let Some(e) = entries.iter().find(|e| &e.id == node)
-                && let Ok(c) = counters(&reach(&e.admin, &e.id)).await
+                && let Ok((c, t)) = reading(&reach(&e.admin, &e.id)).await
             {
                 for (g, c) in c {
                     base.entry(g).or_default().add(&c);
                 }
+                timing.insert(node.clone(), t);
             }
         }
         rec.baseline = Some(base);
+        rec.timing = Some(timing);
     }
     let p = &rec.steps[step - 1];
     let message = format!(
@@ -665,6 +683,7 @@ async fn applying(
     let entries = store.nodes().await?;
     let mut lagging = Vec::new();
     let mut window = BTreeMap::new();
+    let mut timing = BTreeMap::new();
     for (node, _) in &rec.steps[step - 1].shares {
         let Some(e) = entries.iter().find(|e| &e.id == node) else {
             continue;
@@ -677,8 +696,9 @@ async fn applying(
             continue;
         }
         // One that does not answer is left out of the window (and of the gates).
-        if let Ok(c) = counters(&reach(&e.admin, &e.id)).await {
+        if let Ok((c, t)) = reading(&reach(&e.admin, &e.id)).await {
             window.insert(node.clone(), c);
+            timing.insert(node.clone(), t);
         }
     }
     if lagging.is_empty() {
@@ -694,6 +714,7 @@ async fn applying(
             revision,
             since_ms: now_ms(),
             window,
+            timing,
             held: false,
         };
         return Ok(true);
@@ -703,6 +724,36 @@ async fn applying(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// A step's window as it started: per node its counters and its [`Timing`].
+type Window<'a> = (
+    &'a BTreeMap<String, BTreeMap<String, Counts>>,
+    &'a BTreeMap<String, Timing>,
+);
+
+/// Goes back when the errors, latency or saturation gate failed (back to the start at once
+/// on a severe error increase, else down the steps); whether it did.
+fn failed(rec: &mut Record, id: &str, step: usize, judged: &Judged) -> bool {
+    let (gate, bad, severe) = if let Some(bad) = judged.errors.iter().find(|g| g.failed()) {
+        let severe = judged.errors.iter().any(ErrorGate::severe);
+        ("errors", bad.line(), severe)
+    } else if let Some(bad) = judged.latency.iter().find(|g| g.failed()) {
+        ("latency", bad.line(), false)
+    } else if let Some(bad) = judged.saturation.iter().find(|g| g.failed()) {
+        ("saturation", bad.line(), false)
+    } else {
+        return false;
+    };
+    rec.note(
+        id,
+        format!(
+            "step {step} failed the {gate} gate:\n  {}",
+            judged.figures()
+        ),
+    );
+    back(rec, id, severe, bad);
+    true
 }
 
 /// [`Phase::Judging`]: the step's gates once its window has enough evidence; advances, holds
@@ -715,33 +766,32 @@ async fn judging(
     n: usize,
     settings: &Settings,
     (step, revision, since_ms): (usize, u64, u64),
-    window: &BTreeMap<String, BTreeMap<String, Counts>>,
+    window: Window<'_>,
     held: bool,
 ) -> Result<bool, Error> {
     let waited = elapsed(since_ms);
     if waited < settings.min_wait_ms {
         return Ok(false);
     }
-    let (took, errors, lagging) = gates(store, rec, step, revision, window).await?;
-    let figures = || {
-        let mut lines: Vec<String> = took.iter().map(Took::line).collect();
-        lines.extend(errors.iter().map(ErrorGate::line));
-        lines.join("\n  ")
-    };
-    if !lagging.is_empty() {
-        back(rec, id, true, format!("took: {}", lagging.join("; ")));
-        return Ok(true);
-    }
-    if let Some(bad) = errors.iter().find(|g| g.failed()) {
-        let severe = errors.iter().any(ErrorGate::severe);
-        rec.note(
+    let judged = gates(store, rec, (step, revision, since_ms), window).await?;
+    let figures = || judged.figures();
+    if !judged.lagging.is_empty() {
+        back(
+            rec,
             id,
-            format!("step {step} failed the errors gate:\n  {}", figures()),
+            true,
+            format!("took: {}", judged.lagging.join("; ")),
         );
-        back(rec, id, severe, bad.line());
         return Ok(true);
     }
-    let conclusive = errors.iter().all(ErrorGate::conclusive);
+    if failed(rec, id, step, &judged) {
+        return Ok(true);
+    }
+    let errors = &judged.errors;
+    let took = &judged.took;
+    // A p99 over its limit on a short sample keeps the step from passing until it is judged.
+    let conclusive = errors.iter().all(ErrorGate::conclusive)
+        && !judged.latency.iter().any(LatencyGate::pending);
     let least = if step == n {
         settings.min_wait_ms.max(settings.bake_ms)
     } else {
@@ -811,29 +861,7 @@ async fn judging(
             figures()
         ),
     );
-    let gap = took
-        .iter()
-        .map(|t| (t.observed - t.predicted).abs())
-        .fold(0.0, f64::max);
-    let errs: Vec<String> = errors
-        .iter()
-        .map(|g| {
-            format!(
-                "{} {:+.2} points at {} attempts",
-                g.group,
-                g.increase * 100.0,
-                g.n1
-            )
-        })
-        .collect();
-    rec.verdict = Some(format!(
-        "step {step} passed: took within tolerance (largest gap {gap:.2} points), errors {}",
-        if errs.is_empty() {
-            "none receiving".to_owned()
-        } else {
-            errs.join(", ")
-        }
-    ));
+    rec.verdict = Some(judged.summary(step));
     if step == n {
         rec.state = State::Completed;
         rec.phase = Phase::Done;
@@ -944,26 +972,24 @@ async fn publish(
     Ok(Ok(published.revision))
 }
 
-type Gates = (Vec<Took>, Vec<ErrorGate>, Vec<String>);
-
-/// The took and errors gates of step `step` (published as `revision`) since `window`.
+/// Every gate of step `step` (published as `revision`) since `window` began at `since_ms`.
 async fn gates(
     store: &mut Store,
     rec: &Record,
-    step: usize,
-    revision: u64,
-    window: &BTreeMap<String, BTreeMap<String, Counts>>,
-) -> Result<Gates, Error> {
+    (step, revision, since_ms): (usize, u64, u64),
+    (window, timing): Window<'_>,
+) -> Result<Judged, Error> {
     let entries = store.nodes().await?;
-    let mut took = Vec::new();
-    let mut lagging = Vec::new();
+    let mut judged = Judged::default();
     let mut total: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut served: BTreeMap<String, u64> = BTreeMap::new();
+    let (none, before) = (Timing::default(), rec.timing.clone().unwrap_or_default());
     for (node, shares) in &rec.steps[step - 1].shares {
         let Some(e) = entries.iter().find(|e| &e.id == node) else {
             continue;
         };
         if e.applied != Some(revision) {
-            lagging.push(format!(
+            judged.lagging.push(format!(
                 "{node} still on revision {}",
                 e.applied.map_or("none".to_owned(), |a| a.to_string())
             ));
@@ -974,7 +1000,7 @@ async fn gates(
         };
         // A node that does not answer (stopped, restarting) is not judged: its registry
         // entry leaves with its lease, and the others' counters still judge the step.
-        let Ok(now) = counters(&reach(&e.admin, &e.id)).await else {
+        let Ok((now, now_timing)) = reading(&reach(&e.admin, &e.id)).await else {
             continue;
         };
         let delta = |g: &str| {
@@ -983,41 +1009,76 @@ async fn gates(
                 .unwrap_or_default()
                 .since(&start.get(g).copied().unwrap_or_default())
         };
-        for (g, c) in &now {
-            let _ = c;
+        for g in now.keys() {
             total.entry(g.clone()).or_default().add(&delta(g));
         }
-        for (l, gs) in shares {
-            let n: u64 = gs
-                .iter()
-                .map(|(g, _)| delta(&format!("{l}/{g}")).decisions)
-                .sum();
-            for (g, p) in gs {
-                let d = delta(&format!("{l}/{g}")).decisions;
-                took.push(Took {
-                    node: node.clone(),
-                    group: format!("{l}/{g}"),
-                    predicted: *p,
-                    observed: if n == 0 {
-                        *p
-                    } else {
-                        d as f64 * 100.0 / n as f64
-                    },
-                    sample: n,
-                    tolerance: super::gates::took_tolerance(*p, n),
-                });
-            }
+        let start_timing = timing.get(node).unwrap_or(&none);
+        for (ep, n) in &now_timing.served {
+            let was = start_timing.served.get(ep).copied().unwrap_or(0);
+            // A node that restarted counts from 0 again.
+            *served.entry(ep.clone()).or_default() += if *n >= was { n - was } else { *n };
+        }
+        // Only a node read when the ramp began and when the window began (not one that did
+        // not answer then, nor a record stored before this gate) has a latency gate.
+        if let (Some(b), Some(st)) = (before.get(node), timing.get(node)) {
+            judged.latency.extend(super::gates::latency_gates(
+                node,
+                &rec.receiving,
+                b,
+                st,
+                &now_timing,
+            ));
+        }
+        judged.took.extend(took(node, shares, &delta));
+    }
+    for (g, c) in &total {
+        served.insert(g.clone(), c.decisions);
+    }
+    judged.saturation =
+        super::gates::saturation(&rec.capacity, &served, elapsed(since_ms) as f64 / 1000.0);
+    judged.errors = errors(rec, &total);
+    Ok(judged)
+}
+
+/// The took gate of one node: per listener and group its share of the window's decisions
+/// (`delta` of each `LISTENER/GROUP`) against the prediction `shares`.
+fn took(node: &str, shares: &Shares, delta: &dyn Fn(&str) -> Counts) -> Vec<Took> {
+    let mut out = Vec::new();
+    for (l, gs) in shares {
+        let n: u64 = gs
+            .iter()
+            .map(|(g, _)| delta(&format!("{l}/{g}")).decisions)
+            .sum();
+        for (g, p) in gs {
+            let d = delta(&format!("{l}/{g}")).decisions;
+            out.push(Took {
+                node: node.to_owned(),
+                group: format!("{l}/{g}"),
+                predicted: *p,
+                observed: if n == 0 {
+                    *p
+                } else {
+                    d as f64 * 100.0 / n as f64
+                },
+                sample: n,
+                tolerance: super::gates::took_tolerance(*p, n),
+            });
         }
     }
+    out
+}
+
+/// The errors gate of each receiving group, from the judged nodes' counts in the window
+/// summed (`total`).
+fn errors(rec: &Record, total: &BTreeMap<String, Counts>) -> Vec<ErrorGate> {
     let base = rec.baseline.clone().unwrap_or_default();
     let mut others = Counts::default();
-    for (g, c) in &total {
+    for (g, c) in total {
         if !rec.receiving.contains(g) {
             others.add(c);
         }
     }
-    let errors = rec
-        .receiving
+    rec.receiving
         .iter()
         .map(|g| {
             let own = base.get(g).copied().unwrap_or_default();
@@ -1033,159 +1094,5 @@ async fn gates(
                 total.get(g).copied().unwrap_or_default(),
             )
         })
-        .collect();
-    Ok((took, errors, lagging))
-}
-
-/// One node's counters per `LISTENER/GROUP`, read from its admin server: decisions from
-/// `/status` (`served`), attempts and errors from `/metrics` (`gtd_requests_total`,
-/// `gtd_connect_failures_total`).
-pub async fn counters(admin: &str) -> Result<BTreeMap<String, Counts>, String> {
-    let status = get(admin, "/status").await?;
-    let doc: serde_json::Value =
-        serde_json::from_str(&status).map_err(|e| format!("/status: {e}"))?;
-    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
-    for l in doc["listeners"].as_array().into_iter().flatten() {
-        let ln = l["name"].as_str().unwrap_or_default();
-        for g in l["groups"].as_array().into_iter().flatten() {
-            let gn = g["name"].as_str().unwrap_or_default();
-            out.entry(format!("{ln}/{gn}")).or_default().decisions =
-                g["served"].as_u64().unwrap_or(0);
-        }
-    }
-    let metrics = get(admin, "/metrics").await?;
-    let mut seen_attempts: BTreeMap<String, bool> = BTreeMap::new();
-    for line in metrics.lines() {
-        let (requests, connect) = (
-            line.starts_with("gtd_requests_total{"),
-            line.starts_with("gtd_connect_failures_total{"),
-        );
-        if !requests && !connect {
-            continue;
-        }
-        let Some((labels, value)) = line.split_once("} ") else {
-            continue;
-        };
-        let labels = parse_labels(labels.split_once('{').map_or("", |x| x.1));
-        let value: f64 = value.trim().parse().unwrap_or(0.0);
-        let (Some(l), Some(g)) = (labels.get("listener"), labels.get("group")) else {
-            continue;
-        };
-        if g.is_empty() {
-            continue;
-        }
-        let name = format!("{l}/{g}");
-        let c = out.entry(name.clone()).or_default();
-        seen_attempts.insert(name, true);
-        c.attempts += value as u64;
-        if connect || labels.get("code_class").is_some_and(|c| c == "5xx") {
-            c.errors += value as u64;
-        }
-    }
-    for (g, c) in &mut out {
-        if !seen_attempts.contains_key(g) {
-            c.attempts = c.decisions;
-        }
-    }
-    Ok(out)
-}
-
-fn parse_labels(s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut rest = s;
-    while let Some((k, v)) = rest.split_once("=\"") {
-        let mut value = String::new();
-        let mut chars = v.char_indices();
-        let mut end = v.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(n);
-                    }
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(k.trim_start_matches(',').trim().to_owned(), value);
-        rest = &v[end..];
-    }
-    out
-}
-
-/// Where another node reaches `admin` (a registry entry's): an admin server bound to every
-/// address (`0.0.0.0:9100`) is asked at its host's name, from the node's id
-/// (`REGION@HOST:PORT`), when the id has one.
-pub fn reach(admin: &str, id: &str) -> String {
-    match admin.parse::<std::net::SocketAddr>() {
-        Ok(a) if a.ip().is_unspecified() => id
-            .split_once('@')
-            .and_then(|(_, rest)| rest.rsplit_once(':'))
-            .map_or_else(
-                || admin.to_owned(),
-                |(host, _)| format!("{host}:{}", a.port()),
-            ),
-        _ => admin.to_owned(),
-    }
-}
-
-/// An HTTP/1.0 GET to an admin server: the body of a 200.
-async fn get(admin: &str, path: &str) -> Result<String, String> {
-    let work = async {
-        let mut s = tokio::net::TcpStream::connect(admin)
-            .await
-            .map_err(|e| format!("connecting to {admin}: {e}"))?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
-            .await
-            .map_err(|e| format!("asking {admin}{path}: {e}"))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("reading {admin}{path}: {e}"))?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("{admin}{path}: no HTTP answer"))?;
-        if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-            return Err(format!(
-                "{admin}{path}: {}",
-                head.lines().next().unwrap_or_default()
-            ));
-        }
-        Ok(body.to_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(5), work)
-        .await
-        .map_err(|_| format!("{admin}{path}: no answer in 5 s"))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_admin_bound_everywhere_is_reached_at_its_host() {
-        assert_eq!(
-            reach("0.0.0.0:9100", "cn-beijing@edge-1:9100"),
-            "edge-1:9100"
-        );
-        assert_eq!(
-            reach("10.0.0.5:9100", "cn-beijing@edge-1:9100"),
-            "10.0.0.5:9100"
-        );
-        assert_eq!(reach("0.0.0.0:9100", "custom"), "0.0.0.0:9100");
-    }
-
-    #[test]
-    fn labels_are_read() {
-        let l = parse_labels(r#"listener="web",group="a",endpoint="1.2.3.4:5",code_class="5xx""#);
-        assert_eq!(l["listener"], "web");
-        assert_eq!(l["group"], "a");
-        assert_eq!(l["endpoint"], "1.2.3.4:5");
-        assert_eq!(l["code_class"], "5xx");
-    }
+        .collect()
 }
