@@ -11,6 +11,9 @@
 #                     one request each, then idle: idle.py --mode http1)
 #   idle_h2_bytes     the same for an HTTP/2 (h2c, prior knowledge) connection, one request
 #   idle_tcp_bytes    the same for a TCP relay with both sides connected (one exchange)
+#   idle_http1_parked_bytes  idle HTTP/1.1 connections again, the clients arriving 100 every
+#                     2.5 s (idle.py --pause 2.5 --batch 100): what a connection holds once
+#                     it rests, without the peak of a burst that malloc keeps afterwards
 #   syscalls_per_req  the proxy's syscalls per proxied keep-alive request (strace -f -c over
 #                     every thread while wrk -t1 -c50 runs S seconds); io_per_req counts only
 #                     reads and writes (recvfrom/sendto/read/write/readv/writev/recvmsg/sendmsg)
@@ -265,14 +268,16 @@ declare -A fig
 for t in $targets; do
   # A fresh process for each kind: memory a proxy freed after one kind (to its pools or to
   # malloc's free lists) would otherwise be counted as free for the next.
-  for mode in http1 h2 tcp; do
-    log "$t: $conns idle $mode connections"
+  for kind in http1 h2 tcp http1_parked; do
+    log "$t: $conns idle $kind connections"
     start "$t"
-    port=18180
+    mode=${kind%_parked} port=18180 paced=()
     [[ $mode == h2 ]] && port=18184
     [[ $mode == tcp ]] && port=18185
-    out=$("${pin_load[@]}" python3 "$here/idle.py" --mode "$mode" --port "$port" --pid "$proxy" --conns "$conns")
-    fig[$t,idle_${mode}_bytes]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_per_conn"])' <<<"$out")
+    [[ $kind == *_parked ]] && paced=(--pause 2.5 --batch 100)
+    out=$("${pin_load[@]}" python3 "$here/idle.py" --mode "$mode" --port "$port" --pid "$proxy" \
+      --conns "$conns" "${paced[@]}")
+    fig[$t,idle_${kind}_bytes]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_per_conn"])' <<<"$out")
     stop
   done
   log "$t: syscalls per request"
@@ -311,7 +316,7 @@ for t in $targets; do
   stop
 done
 
-rows="idle_http1_bytes idle_h2_bytes idle_tcp_bytes syscalls_per_req io_per_req instr_per_req"
+rows="idle_http1_bytes idle_http1_parked_bytes idle_h2_bytes idle_tcp_bytes syscalls_per_req io_per_req instr_per_req"
 printf '| per … |'; for t in $targets; do printf ' %s |' "$t"; done; echo
 printf '|---|'; for t in $targets; do printf -- '---:|'; done; echo
 for r in $rows; do
