@@ -7,8 +7,7 @@
 //! An import is any path a file names that resolves to another module file of its crate:
 //! `use crate::a::b`, `use super::{a, b}`, `super::a::f()`, `child::f()`. A module naming the
 //! modules below it (a `mod.rs` or `lib.rs` declaring, re-exporting or calling them) is their
-//! front, not a circle. `crates/node`'s functions are not measured yet: its two long ones
-//! (`ListenerState::build`, `proxy`) are to be split with the data planes' typed state.
+//! front, not a circle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -452,6 +451,7 @@ fn no_function_over_150_lines_outside_tests() {
         "crates/core/src",
         "crates/sim/src",
         "crates/fleet/src",
+        "crates/node/src",
         "crates/demo/src",
         "src",
         "sim",

@@ -41,13 +41,6 @@ mod tls;
 mod toggle;
 pub(crate) mod watch;
 
-/// What the wings attach to each snapshot (the snapshot lies beneath them and names none).
-pub(crate) const WINGS: snapshot::Wings = snapshot::Wings {
-    http: http::HttpState::attach,
-    upstream: http::upstream::Upstream::attach,
-    probe: checks::attach_probe,
-};
-
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -255,7 +248,6 @@ impl Node {
             &registry,
             &names.table(),
             now,
-            &WINGS,
         )
         .map_err(Error::Snapshot)?;
         let access = AccessLog::new(opts.log_format, &registry);
@@ -571,7 +563,6 @@ impl Inner {
                 &inner.registry,
                 &inner.names.table(),
                 Instant::now(),
-                &WINGS,
             )
         })
         .await
@@ -763,7 +754,7 @@ async fn planner(inner: Arc<Inner>) {
         if n.is_multiple_of(4) {
             for l in &inner.snapshot.load().listeners {
                 for g in &l.groups {
-                    if let Some(up) = http::upstream::Upstream::of(g) {
+                    if let Some(up) = g.upstream.as_deref() {
                         up.sweep();
                     }
                 }

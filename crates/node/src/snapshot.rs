@@ -3,10 +3,11 @@
 //! sticky cookies and each group's pooled client, each group's check. Read lock-free by every
 //! decision; writers (reload, the planner, the admin API) build new values and swap them in.
 //!
-//! The snapshot lies beneath the wings (`http/`, `l4/`, `checks/`, `admin/`): what a wing
-//! attaches to it (an HTTP listener's state, a group's upstream or check, the access log's
-//! handle) the wing builds ([`Wings`], handed down by the node) and reads back ([`Attached`]);
-//! this layer holds it without naming its type.
+//! The snapshot lies beneath the data planes (`http/`, `l4/`, `checks/`, `admin/`) and above
+//! the state they keep per listener and group, which it holds by type: an HTTP listener's
+//! [`HttpState`], a group's [`Upstream`] and check [`Spec`], the access log's [`Handle`]. Those
+//! types' files import nothing of the snapshot (the data planes that read them do), so the
+//! compiler checks what each plane reads, with no downcast on the request path.
 //!
 //! Two levels of swapping:
 //! - [`Snapshot`] (whole config) is replaced on reload; balancers are rebuilt with
@@ -17,85 +18,31 @@
 //!
 //! Certificates are read here, so a bad one fails the start or reload that wanted it.
 
-use std::any::Any;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 
 use gtd_core::balance::GroupBalancer;
-use gtd_core::config::{Config, Group, Listener, PriorityBy, RttFrom};
+use gtd_core::config::{Config, Listener, PriorityBy};
 use gtd_core::geoip::Place;
 use gtd_core::health::rtt::group_rtt;
 use gtd_core::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
+use super::access::Handle;
+use super::checks::probe::Spec;
 use super::descriptors::{self, Share, Shared};
 use super::dns;
 use super::events::EventLog;
+use super::http::HttpState;
+use super::http::upstream::Upstream;
 use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
 use super::watch::{CheckResult, Watch};
-
-/// What a wing attaches to the snapshot, built by the wing and read back by it with
-/// [`Attached::get`]: held here without naming its type, as this layer lies beneath the wings.
-#[derive(Clone)]
-pub struct Attached(Arc<dyn Any + Send + Sync>);
-
-impl Attached {
-    /// Attaches `value`.
-    pub fn new<T: Any + Send + Sync>(value: T) -> Attached {
-        Attached(Arc::new(value))
-    }
-
-    /// The value, when it is a `T`.
-    #[inline]
-    pub fn get<T: Any>(&self) -> Option<&T> {
-        self.0.downcast_ref()
-    }
-
-    /// The value, shared, when it is a `T`.
-    pub fn shared<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        Arc::clone(&self.0).downcast().ok()
-    }
-}
-
-impl std::fmt::Debug for Attached {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attached").finish_non_exhaustive()
-    }
-}
-
-/// How the wings build what they attach to a snapshot; the node, which knows the wings, hands
-/// them to [`Snapshot::build`]. Each fails with a message naming the file it could not use.
-#[derive(Clone, Copy)]
-pub struct Wings {
-    /// An HTTP listener's state (its rules, sticky cookies, TLS acceptor).
-    pub http: fn(&Listener, &Registry) -> Result<Attached, String>,
-    /// An HTTP group's way to its endpoints, given its connect-time histogram and endpoint
-    /// series.
-    pub upstream: fn(&Listener, &Group, &Config, &GroupSeries<'_>) -> Result<Attached, String>,
-    /// A group's check or light probe (`None`: a UDP group without checks); see the checks.
-    pub probe: BuildProbe,
-}
-
-/// How [`Wings::probe`] builds the check of a group: from the listener's name, whether it is
-/// UDP, the group, the node's region, the light probe's timeout and the listener's `rtt_from`.
-pub type BuildProbe =
-    fn(&str, bool, &Group, &str, Duration, RttFrom) -> Result<Option<Attached>, String>;
-
-/// The series of a group an upstream counts into, as [`Wings::upstream`] gets them.
-pub struct GroupSeries<'a> {
-    /// The scoped registry of the snapshot being built.
-    pub registry: &'a Registry,
-    /// The group's connect-time histogram.
-    pub connect_seconds: &'a Histogram,
-    /// The group's endpoints' series (config order).
-    pub endpoints: &'a [EndpointMetrics],
-}
 
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
@@ -113,7 +60,7 @@ pub struct Snapshot {
     pub series: Registered,
     /// Where HTTP requests send their access log lines; `None` when `[log] access` is off.
     /// Set once the node's writer has the config's sink (the HTTP wing's access log).
-    pub(crate) access: Option<Attached>,
+    pub(crate) access: Option<Handle>,
     /// The shared part of the open files (carried from the snapshot before) and its size
     /// for this config, set when it goes into service.
     fds: (Arc<Shared>, isize),
@@ -153,7 +100,7 @@ pub struct ListenerState {
     /// so `max_connections` counts connections accepted under an older config too).
     pub active: Arc<AtomicUsize>,
     /// HTTP/HTTPS listeners: rules, sticky table, TLS (the HTTP wing's state).
-    pub http: Option<Attached>,
+    pub http: Option<Box<HttpState>>,
     /// The `[geoip]` database clients are looked up in (`None` without `[geoip]`).
     pub geoip: Option<Arc<gtd_core::geoip::Database>>,
     /// `priority_by = "client-location"`: the plans by the client's order of groups.
@@ -180,11 +127,11 @@ pub struct GroupState {
     /// Connect time histogram.
     pub connect_seconds: Histogram,
     /// HTTP listeners: the pooled client towards the group's endpoints (the HTTP wing's).
-    pub upstream: Option<Attached>,
+    pub upstream: Option<Box<Upstream>>,
     /// Each endpoint's check state (config order).
     pub(crate) watches: Vec<Arc<Watch>>,
     /// The group's check (or light probe); `None` for a UDP group without checks.
-    pub(crate) probe: Option<Attached>,
+    pub(crate) probe: Option<Arc<Spec>>,
     share: Gauge,
     healthy: Gauge,
     drained: Gauge,
@@ -273,7 +220,6 @@ impl Snapshot {
         registry: &Registry,
         names: &dns::Table,
         now: Instant,
-        wings: &Wings,
     ) -> Result<Snapshot, String> {
         let registry = &registry.scope();
         let serving: Vec<&Listener> = config
@@ -305,7 +251,7 @@ impl Snapshot {
                 let l = dns::expand(l, names);
                 let at = (region, fds);
                 let old = old.map(|o| o.as_ref());
-                ListenerState::build(&l, old, registry, &config, at, now, wings).map(Arc::new)
+                ListenerState::build(&l, old, registry, &config, at, now).map(Arc::new)
             })
             .collect::<Result<Vec<Arc<ListenerState>>, _>>()?;
         let udp: Vec<&ListenerState> = listeners
@@ -405,140 +351,19 @@ impl ListenerState {
         config: &Config,
         (region, (fds, fds_own)): (&str, (Arc<Share>, isize)),
         now: Instant,
-        wings: &Wings,
     ) -> Result<ListenerState, String> {
         let name = l.name.as_str();
-        let old_cfg = old.map(|o| &*o.cfg);
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == gtd_core::config::Protocol::Udp;
-        let groups: Vec<GroupState> =
-            l.groups
-                .iter()
-                .map(|g| {
-                    let previous = old.and_then(|o| o.groups.iter().find(|x| x.name == g.name));
-                    let balancer = match previous {
-                        Some(p) if old.is_some_and(|o| o.cfg.protocol == l.protocol) => {
-                            GroupBalancer::rebuild(g, l.protocol, &p.balancer, now)
-                        }
-                        _ => GroupBalancer::new(g, l.protocol, now),
-                    };
-                    let gname = g.name.as_str();
-                    let checked = g.health_check.is_some();
-                    // What the timeline last said of an endpoint that stays.
-                    let was = |e: &gtd_core::config::Endpoint| {
-                        previous
-                            .and_then(|p| {
-                                let i = p
-                                    .balancer
-                                    .endpoints()
-                                    .iter()
-                                    .position(|x| x.address() == &e.address)?;
-                                Some(p.endpoints[i].state.load(Ordering::Relaxed))
-                            })
-                            .unwrap_or(crate::outcomes::UNKNOWN)
-                    };
-                    let endpoints: Vec<EndpointMetrics> = g
-                        .endpoints
-                        .iter()
-                        .map(|e| {
-                            let id = e.address.id();
-                            let labels = [name, gname, &*id];
-                            let checks = std::array::from_fn(|i| {
-                                if checked {
-                                    let [l, g, e] = labels;
-                                    let result = CheckResult::ALL[i].as_str();
-                                    registry.counter(&m::HEALTH_CHECKS_TOTAL, &[l, g, e, result])
-                                } else {
-                                    Counter::noop()
-                                }
-                            });
-                            EndpointMetrics {
-                                checks,
-                                connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
-                                failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
-                                ejections: if http_listener {
-                                    registry.counter(&m::OUTLIER_EJECTIONS_TOTAL, &labels)
-                                } else {
-                                    Counter::noop()
-                                },
-                                marks: registry.counter(&m::PASSIVE_MARKS_TOTAL, &labels),
-                                healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
-                                drained: registry.gauge(&m::ENDPOINT_DRAINED, &labels),
-                                checks_healthy: if checked {
-                                    registry.gauge(&m::ENDPOINT_CHECKS_HEALTHY, &labels)
-                                } else {
-                                    Gauge::noop()
-                                },
-                                state: AtomicU8::new(was(e)),
-                                requests: if http_listener {
-                                    code_classes(registry, &labels)
-                                } else {
-                                    std::array::from_fn(|_| Counter::noop())
-                                },
-                            }
-                        })
-                        .collect();
-                    let connect_seconds = registry.histogram(&m::CONNECT_SECONDS, &[name, gname]);
-                    let upstream = if http_listener {
-                        let series = GroupSeries {
-                            registry,
-                            connect_seconds: &connect_seconds,
-                            endpoints: &endpoints,
-                        };
-                        Some((wings.upstream)(l, g, config, &series).map_err(|e| {
-                            format!("listener {:?} group {:?}: {e}", l.name, g.name)
-                        })?)
-                    } else {
-                        None
-                    };
-                    // Endpoints that stay keep their check state (docs/design.md §5).
-                    let watches = g
-                        .endpoints
-                        .iter()
-                        .map(|e| {
-                            let kept = previous.and_then(|p| {
-                                let old = p
-                                    .balancer
-                                    .endpoints()
-                                    .iter()
-                                    .position(|x| x.address() == &e.address)?;
-                                let was = old_listener_group(old_cfg, &p.name)?;
-                                let w = Watch::carried(
-                                    &p.watches[old],
-                                    was.health_check.as_ref(),
-                                    g.health_check.as_ref(),
-                                );
-                                // Samples of another kind of round trip do not average in.
-                                if old_cfg.is_some_and(|o| o.rtt_from != l.rtt_from) {
-                                    w.forget_rtt();
-                                }
-                                Some(w)
-                            });
-                            kept.unwrap_or_else(|| Arc::new(Watch::new(g.health_check.as_ref())))
-                        })
-                        .collect();
-                    let probe = (wings.probe)(name, udp, g, region, l.connect_timeout, l.rtt_from)
-                        .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?;
-                    Ok(GroupState {
-                        name: g.name.clone(),
-                        balancer: Arc::new(balancer),
-                        endpoints,
-                        connect_seconds,
-                        upstream,
-                        watches,
-                        probe,
-                        share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
-                        healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
-                        drained: registry.gauge(&m::GROUP_DRAINED, &[name, gname]),
-                        rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
-                        state: AtomicU8::new(previous.map_or(crate::outcomes::UNKNOWN, |p| {
-                            p.state.load(Ordering::Relaxed)
-                        })),
-                    })
-                })
-                .collect::<Result<_, String>>()?;
+        let groups: Vec<GroupState> = l
+            .groups
+            .iter()
+            .map(|g| GroupState::build(l, g, old, registry, config, region, now))
+            .collect::<Result<_, String>>()?;
         let http = if http_listener {
-            Some((wings.http)(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?)
+            let http =
+                HttpState::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?;
+            Some(Box::new(http))
         } else {
             None
         };
@@ -875,4 +700,165 @@ fn facts(l: &Listener, groups: &[GroupState], now: Instant) -> Vec<GroupFacts> {
         groups.iter().map(|g| g.balancer.as_ref()),
         now,
     )
+}
+
+impl GroupState {
+    /// Group `g` of listener `l` (`old`: the listener before a reload, whose groups that stay
+    /// keep their balancer state, check state and timeline state): its balancer, its metric
+    /// series, an HTTP group's upstream and the group's check.
+    fn build(
+        l: &Listener,
+        g: &gtd_core::config::Group,
+        old: Option<&ListenerState>,
+        registry: &Registry,
+        config: &Config,
+        region: &str,
+        now: Instant,
+    ) -> Result<GroupState, String> {
+        let name = l.name.as_str();
+        let old_cfg = old.map(|o| &*o.cfg);
+        let http_listener = l.protocol.is_http();
+        let udp = l.protocol == gtd_core::config::Protocol::Udp;
+        let previous = old.and_then(|o| o.groups.iter().find(|x| x.name == g.name));
+        let balancer = match previous {
+            Some(p) if old.is_some_and(|o| o.cfg.protocol == l.protocol) => {
+                GroupBalancer::rebuild(g, l.protocol, &p.balancer, now)
+            }
+            _ => GroupBalancer::new(g, l.protocol, now),
+        };
+        let gname = g.name.as_str();
+        let checked = g.health_check.is_some();
+        // What the timeline last said of an endpoint that stays.
+        let was = |e: &gtd_core::config::Endpoint| {
+            previous
+                .and_then(|p| {
+                    let i = p
+                        .balancer
+                        .endpoints()
+                        .iter()
+                        .position(|x| x.address() == &e.address)?;
+                    Some(p.endpoints[i].state.load(Ordering::Relaxed))
+                })
+                .unwrap_or(crate::outcomes::UNKNOWN)
+        };
+        let endpoints: Vec<EndpointMetrics> = g
+            .endpoints
+            .iter()
+            .map(|e| {
+                EndpointMetrics::register(
+                    registry,
+                    [name, gname],
+                    e,
+                    checked,
+                    http_listener,
+                    was(e),
+                )
+            })
+            .collect();
+        let connect_seconds = registry.histogram(&m::CONNECT_SECONDS, &[name, gname]);
+        let upstream = if http_listener {
+            // The connections its clients open count into the endpoints' series.
+            let opened = endpoints.iter().map(|e| e.connections.clone()).collect();
+            let up = Upstream::attach(l, g, config, registry, &connect_seconds, opened)
+                .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?;
+            Some(Box::new(up))
+        } else {
+            None
+        };
+        // Endpoints that stay keep their check state (docs/design.md §5).
+        let watches = g
+            .endpoints
+            .iter()
+            .map(|e| {
+                let kept = previous.and_then(|p| {
+                    let old = p
+                        .balancer
+                        .endpoints()
+                        .iter()
+                        .position(|x| x.address() == &e.address)?;
+                    let was = old_listener_group(old_cfg, &p.name)?;
+                    let w = Watch::carried(
+                        &p.watches[old],
+                        was.health_check.as_ref(),
+                        g.health_check.as_ref(),
+                    );
+                    // Samples of another kind of round trip do not average in.
+                    if old_cfg.is_some_and(|o| o.rtt_from != l.rtt_from) {
+                        w.forget_rtt();
+                    }
+                    Some(w)
+                });
+                kept.unwrap_or_else(|| Arc::new(Watch::new(g.health_check.as_ref())))
+            })
+            .collect();
+        let probe = Spec::of(name, udp, g, region, l.connect_timeout, l.rtt_from)
+            .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
+            .map(Arc::new);
+        Ok(GroupState {
+            name: g.name.clone(),
+            balancer: Arc::new(balancer),
+            endpoints,
+            connect_seconds,
+            upstream,
+            watches,
+            probe,
+            share: registry.gauge(&m::GROUP_SHARE, &[name, gname]),
+            healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
+            drained: registry.gauge(&m::GROUP_DRAINED, &[name, gname]),
+            rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
+            state: AtomicU8::new(previous.map_or(crate::outcomes::UNKNOWN, |p| {
+                p.state.load(Ordering::Relaxed)
+            })),
+        })
+    }
+}
+
+impl EndpointMetrics {
+    /// Registers the series of endpoint `e` of group `labels` (listener, group): its check
+    /// results when the group is `checked`, its HTTP answers on an `http` listener; `was` is
+    /// what the timeline last said of it.
+    fn register(
+        registry: &Registry,
+        [name, gname]: [&str; 2],
+        e: &gtd_core::config::Endpoint,
+        checked: bool,
+        http_listener: bool,
+        was: u8,
+    ) -> EndpointMetrics {
+        let id = e.address.id();
+        let labels = [name, gname, &*id];
+        let checks = std::array::from_fn(|i| {
+            if checked {
+                let [l, g, e] = labels;
+                let result = CheckResult::ALL[i].as_str();
+                registry.counter(&m::HEALTH_CHECKS_TOTAL, &[l, g, e, result])
+            } else {
+                Counter::noop()
+            }
+        });
+        EndpointMetrics {
+            checks,
+            connections: registry.counter(&m::CONNECTIONS_TOTAL, &labels),
+            failures: registry.counter(&m::CONNECT_FAILURES_TOTAL, &labels),
+            ejections: if http_listener {
+                registry.counter(&m::OUTLIER_EJECTIONS_TOTAL, &labels)
+            } else {
+                Counter::noop()
+            },
+            marks: registry.counter(&m::PASSIVE_MARKS_TOTAL, &labels),
+            healthy: registry.gauge(&m::ENDPOINT_HEALTHY, &labels),
+            drained: registry.gauge(&m::ENDPOINT_DRAINED, &labels),
+            checks_healthy: if checked {
+                registry.gauge(&m::ENDPOINT_CHECKS_HEALTHY, &labels)
+            } else {
+                Gauge::noop()
+            },
+            state: AtomicU8::new(was),
+            requests: if http_listener {
+                code_classes(registry, &labels)
+            } else {
+                std::array::from_fn(|_| Counter::noop())
+            },
+        }
+    }
 }

@@ -205,7 +205,6 @@ fn start(config: Config) -> Result<(), String> {
             &Registry::new(),
             &names,
             Instant::now(),
-            &super::WINGS,
         )
         .map_err(|e| format!("{region}: {e}"))?;
     }

@@ -32,7 +32,6 @@ use std::time::{Duration, Instant, SystemTime};
 use metrics::Counter;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::snapshot::Attached;
 use crate::telemetry::{self as m, Registry};
 use crate::timers::Pace;
 use gtd_core::config;
@@ -128,8 +127,8 @@ impl AccessLog {
     /// Makes `sink` where lines go from now on (`None`: nowhere, the log is off), once the
     /// writer has taken it (or [`HANDOVER`] passed); the handle requests send their lines
     /// with, `None` when off.
-    /// (The handle goes into the snapshot, which holds it as [`Attached`].)
-    pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Attached>, String> {
+    /// (The handle goes into the snapshot.)
+    pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Handle>, String> {
         let on = sink.is_some();
         let handle = {
             let mut slot = self.handle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -151,7 +150,7 @@ impl AccessLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(sink);
         handle.flush().await;
-        Ok(on.then(|| Attached::new(handle)))
+        Ok(on.then_some(handle))
     }
 
     /// Waits (at most [`HANDOVER`]) until every line queued so far is written: at the end of a

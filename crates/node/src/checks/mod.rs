@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use gtd_core::health::Change;
 
 use super::Inner;
-use super::snapshot::{Attached, ListenerState, Snapshot};
+use super::snapshot::{ListenerState, Snapshot};
 pub(crate) use super::watch::{Last, Watch};
 
 impl Watch {
@@ -49,21 +49,6 @@ impl Watch {
     }
 }
 
-/// The check (or light probe) of group `group` of listener `listener`, attached to the
-/// snapshot (see [`probe::Spec::of`]).
-pub(crate) fn attach_probe(
-    listener: &str,
-    udp: bool,
-    group: &gtd_core::config::Group,
-    region: &str,
-    light_timeout: std::time::Duration,
-    rtt_from: gtd_core::config::RttFrom,
-) -> Result<Option<Attached>, String> {
-    let spec = probe::Spec::of(listener, udp, group, region, light_timeout, rtt_from)
-        .map_err(|e| e.to_string())?;
-    Ok(spec.map(Attached::new))
-}
-
 /// Starts the checks of `snap` (the snapshot now running) and stops those of the one before:
 /// first writes every endpoint's current verdict to its balancer state (a new `essential`
 /// endpoint is out until it passes), then one task per endpoint that is not `down`.
@@ -81,7 +66,7 @@ pub(crate) fn start(inner: &Arc<Inner>, snap: &Snapshot) {
             for (ei, ep) in g.balancer.endpoints().iter().enumerate() {
                 let watch = &g.watches[ei];
                 ep.set_active_healthy(watch.healthy(), now);
-                if let Some(spec) = g.probe.as_ref().and_then(Attached::shared::<probe::Spec>)
+                if let Some(spec) = g.probe.clone()
                     && !ep.config().down
                 {
                     tokio::spawn(run(

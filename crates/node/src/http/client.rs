@@ -154,7 +154,7 @@ impl RawPool {
         Fut: Future<Output = io::Result<TcpStream>>,
     {
         let head_request = *request.method == Method::HEAD;
-        let replayable = super::retry::idempotent(request.method);
+        let replayable = super::methods::idempotent(request.method);
         loop {
             let idle = if reuse { self.take(index) } else { None };
             let (mut conn, reused) = match idle {

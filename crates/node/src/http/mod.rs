@@ -44,6 +44,7 @@ mod conn;
 pub(crate) mod failure;
 pub mod h1;
 mod headers;
+mod methods;
 pub(crate) mod pool;
 mod progress;
 mod proxy;

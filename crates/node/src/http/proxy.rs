@@ -29,9 +29,8 @@ use super::retry::{Ended, Last, Next, Resend};
 use super::state::HttpState;
 use super::upstream::{Sending, Upstream};
 use crate::Inner;
-use crate::access::Handle;
 use crate::attempt::{Attempt, Attempts, Budget};
-use crate::snapshot::{Attached, ListenerState};
+use crate::snapshot::ListenerState;
 use crate::timers::{Busy, Pace};
 
 /// An HTTP/2 request the h2 crate passes on that RFC 9113 calls malformed: a field value that
@@ -117,18 +116,7 @@ pub(super) async fn proxy(
     if req.version() == http::Version::HTTP_2 && h2_malformed(&req) {
         return Err(h2::Reason::PROTOCOL_ERROR.into());
     }
-    let (listener, mut line) = {
-        let snap = node.snapshot.load();
-        let l = snap
-            .listener_on(conn.port, false)
-            .filter(|l| l.http.is_some())
-            .cloned();
-        let line = match snap.access.as_ref().and_then(Attached::get::<Handle>) {
-            Some(log) => Line::begin(log, conn.client, conn.place, &req),
-            None => Line::off(),
-        };
-        (l, line)
-    };
+    let (listener, mut line) = begin(&node, &conn, &req);
     // The access log line follows the request (each of its calls below is one branch when the
     // log is off) and goes with the response body, or with this future if the client leaves.
     let mut held = None;
@@ -137,22 +125,12 @@ pub(super) async fn proxy(
         // is answered 503 and the connection shut down, so that a keep-alive client does not
         // get 503s for as long as it keeps the connection busy.
         let Some(l) = listener.as_deref() else {
-            conn.listener_gone.notify_one();
-            let mut gone = bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n");
-            // HTTP/1 says so in the answer (HTTP/2 has its GOAWAY), so that the client sends
-            // no other request on a connection about to close.
-            if req.version() < http::Version::HTTP_2 {
-                gone.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
-            break 'request gone;
+            break 'request listener_gone(&conn, req.version());
         };
         line.listener(&l.cfg);
         let _busy = Busy::new(&conn.inflight);
         l.count_request(conn.place.as_ref());
-        let http = HttpState::of(l).expect("looked up with http state");
+        let http = l.http.as_deref().expect("looked up with http state");
         let cfg = &l.cfg;
         let (parts, body) = req.into_parts();
         let mut req = match Forward::of(http, &conn, parts) {
@@ -197,7 +175,7 @@ pub(super) async fn proxy(
         // `reuse = "safe"`: a client's first request goes on an endpoint connection of its own,
         // and only a request that may be sent again takes one another request left.
         let first = conn.first_request();
-        let safe_to_reuse = !first && body.held() && super::retry::idempotent(&req.method);
+        let safe_to_reuse = !first && body.held() && super::methods::idempotent(&req.method);
         let mut router = Attempts::for_client(l, req.route, conn.peer, conn.place.as_ref());
         let mut budget = Budget::new(cfg, now);
         let Some(mut attempt) = req.first(http, &conn, &mut router, now) else {
@@ -208,7 +186,7 @@ pub(super) async fn proxy(
             if retry {
                 l.metrics.retries.increment(1);
             }
-            let Some(up) = Upstream::of(&l.groups[attempt.group]) else {
+            let Some(up) = l.groups[attempt.group].upstream.as_deref() else {
                 break 'request failed(http, l, Last::Nothing);
             };
             let index = attempt.pick.index();
@@ -273,17 +251,59 @@ pub(super) async fn proxy(
             }
         }
     };
-    // The line goes into the response's body in place (not by rebuilding the response, a
-    // move of a few hundred bytes per request), and only when it travels at all.
+    Ok(finish(response, line, held, exchange))
+}
+
+/// The response as it goes to the client: its body holds what the exchange keeps until it
+/// ends (the endpoint connection's place and descriptor, the exchange's count) and the access
+/// log line. The line goes into the body in place (not by rebuilding the response, a move of
+/// a few hundred bytes per request), and only when it travels at all.
+#[inline]
+fn finish(
+    mut response: Response<DownBody>,
+    mut line: Line,
+    held: Option<Held>,
+    exchange: Exchange,
+) -> Response<DownBody> {
     if let Some(held) = held {
         line.hold(held);
     }
-    let mut response = response;
     if line.travels() {
         with_line(&mut response, line);
     }
     response.body_mut().ends(exchange);
-    Ok(response)
+    response
+}
+
+/// The HTTP listener on the connection's port as the running snapshot has it (`None` when a
+/// reload removed it or changed its protocol), and the request's access log line (off when
+/// the log is).
+fn begin(node: &Inner, conn: &Conn, req: &Request<Incoming>) -> (Option<Arc<ListenerState>>, Line) {
+    let snap = node.snapshot.load();
+    let l = snap
+        .listener_on(conn.port, false)
+        .filter(|l| l.http.is_some())
+        .cloned();
+    let line = match snap.access.as_ref() {
+        Some(log) => Line::begin(log, conn.client, conn.place, req),
+        None => Line::off(),
+    };
+    (l, line)
+}
+
+/// The answer to a request whose listener is gone: 503, and the connection told to shut
+/// down. HTTP/1 says so in the answer (HTTP/2 has its GOAWAY), so that the client sends no
+/// other request on a connection about to close.
+fn listener_gone(conn: &Conn, version: http::Version) -> Response<DownBody> {
+    conn.listener_gone.notify_one();
+    let mut gone = bare(StatusCode::SERVICE_UNAVAILABLE, "no such listener\n");
+    if version < http::Version::HTTP_2 {
+        gone.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    gone
 }
 
 /// An unhealthy answer the client will not see, as a retry follows: its connection goes back

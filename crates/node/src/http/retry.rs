@@ -20,15 +20,8 @@ use std::time::Instant;
 use http::Method;
 
 use super::failure::Failure;
+use super::methods::idempotent;
 use crate::attempt::Budget;
-
-/// Methods a request may be sent again with (RFC 9110 9.2.2).
-pub(crate) fn idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS | Method::TRACE
-    )
-}
 
 /// What the last failed attempt left.
 #[derive(Debug)]
@@ -154,16 +147,6 @@ mod tests {
             assert_ne!(got, Got::Retry);
         }
         got
-    }
-
-    #[test]
-    fn idempotent_methods_per_rfc_9110() {
-        for m in ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"] {
-            assert!(idempotent(&m.parse().unwrap()), "{m}");
-        }
-        for m in ["POST", "PATCH", "CONNECT", "PURGE"] {
-            assert!(!idempotent(&m.parse().unwrap()), "{m}");
-        }
     }
 
     #[test]

@@ -41,7 +41,9 @@ pub(crate) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
 ) {
-    let Some(http) = HttpState::of(l) else { return };
+    let Some(http) = l.http.as_deref() else {
+        return;
+    };
     let _ = stream.set_nodelay(true);
     // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
     // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or

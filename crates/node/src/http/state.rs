@@ -1,8 +1,7 @@
 //! The HTTP side of a listener's runtime state: its forwarding rules, sticky cookies, TLS
 //! acceptor and hyper's server settings, and each group's way to its endpoints
-//! ([`super::upstream::Upstream`]). Built by this wing when a snapshot is built; the snapshot
-//! holds it without naming its type (it lies beneath the wings), and [`HttpState::of`] reads it
-//! back.
+//! ([`super::upstream::Upstream`]). Built when a snapshot is built, which holds it by type
+//! (`ListenerState::http`); this file imports nothing of the snapshot, so the snapshot can.
 
 use http::header::HeaderValue;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -14,7 +13,6 @@ use gtd_core::config::{Listener, Protocol};
 use gtd_core::split::StickyTable;
 use gtd_core::split::rules::Rules;
 
-use crate::snapshot::{Attached, ListenerState};
 use crate::telemetry::{self as m, Registry, code_classes};
 use crate::tls;
 
@@ -96,17 +94,6 @@ const H2_SEND_BUF: usize = 64 * 1024;
 pub(super) const MAX_HEAD: usize = 64 * 1024;
 
 impl HttpState {
-    /// The HTTP state of listener `l` (`None` for a TCP or UDP listener).
-    #[inline]
-    pub(crate) fn of(l: &ListenerState) -> Option<&HttpState> {
-        l.http.as_ref()?.get()
-    }
-
-    /// Builds the HTTP state of listener `l` as the snapshot holds it (see [`crate::snapshot::Wings`]).
-    pub(crate) fn attach(l: &Listener, registry: &Registry) -> Result<Attached, String> {
-        HttpState::build(l, registry).map(Attached::new)
-    }
-
     /// Builds the HTTP state of listener `l` (certificates are read here).
     pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpState, String> {
         let name = l.name.as_str();

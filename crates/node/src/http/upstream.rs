@@ -35,8 +35,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
-use crate::snapshot::{Attached, GroupSeries, GroupState};
-use crate::telemetry as m;
+use crate::telemetry::{self as m, Registry};
 use gtd_core::config::{Address, Balance, Config, Group, Listener, Reuse};
 
 use super::bodies::{
@@ -89,35 +88,24 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// The upstream of group `g` of an HTTP listener.
-    #[inline]
-    pub(crate) fn of(g: &GroupState) -> Option<&Upstream> {
-        g.upstream.as_ref()?.get()
-    }
-
-    /// Builds the upstream of `group` of listener `l` as the snapshot holds it (see
-    /// [`crate::snapshot::Wings`]): its connections count into the group's and its
-    /// endpoints' series.
+    /// Builds the upstream of `group` of listener `l` as the snapshot holds it: its
+    /// connections count into the group's connect-time histogram `connect_seconds` and into
+    /// `opened`, its endpoints' connection counters (config order).
     pub(crate) fn attach(
         l: &Listener,
         group: &Group,
         config: &Config,
-        series: &GroupSeries<'_>,
-    ) -> Result<Attached, String> {
+        registry: &Registry,
+        connect_seconds: &Histogram,
+        opened: Vec<Counter>,
+    ) -> Result<Upstream, String> {
         let labels = [l.name.as_str(), group.name.as_str()];
-        let seconds = series
-            .registry
-            .histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
-        // The connections the HTTP clients open count into the endpoints' series.
+        let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
         let connects = Connects {
-            seconds: series.connect_seconds.clone(),
-            opened: series
-                .endpoints
-                .iter()
-                .map(|e| e.connections.clone())
-                .collect(),
+            seconds: connect_seconds.clone(),
+            opened,
         };
-        Upstream::build(l, group, config.node.source_ip, seconds, connects).map(Attached::new)
+        Upstream::build(l, group, config.node.source_ip, seconds, connects)
     }
 
     /// The client of `group` of listener `l`. Fails (naming the file) when a TLS file is bad.
@@ -242,7 +230,7 @@ impl Upstream {
         };
         let bodiless = matches!(r.body, RequestBody::Empty)
             && !r.upgrade
-            && super::retry::idempotent(r.method);
+            && super::methods::idempotent(r.method);
         if bodiless && self.raw.is_some() {
             let headers: &'a HeaderMap = r.headers;
             let path = r.uri.path_and_query().map_or("/", |p| p.as_str());

@@ -15,11 +15,10 @@ use super::StreamKey;
 use super::first_byte::{Kept, Opened, open};
 use super::relay::{Ended, relay};
 use crate::Inner;
-use crate::access::Handle;
 use crate::access::stream::{Cause, Stream};
 use crate::attempt::{Attempts, Budget};
 use crate::connect::{connect, exhausted};
-use crate::snapshot::{Attached, ListenerState};
+use crate::snapshot::ListenerState;
 
 /// How a connection ended, for its log line (kept on the stack: nothing is allocated for it).
 struct End {
@@ -60,13 +59,7 @@ pub(crate) async fn serve(
     let end = connect_and_relay(node, l, &client, peer, local, place.as_ref()).await;
     drop(client);
     // The log as the running config has it now (a reload may have turned it on or off).
-    if let Some(log) = node
-        .snapshot
-        .load()
-        .access
-        .as_ref()
-        .and_then(Attached::get::<Handle>)
-    {
+    if let Some(log) = node.snapshot.load().access.as_ref() {
         log.send(Box::new(Stream {
             udp: false,
             client: peer,

@@ -43,7 +43,7 @@ use crate::Inner;
 use crate::access::Handle;
 use crate::access::stream::{Cause, Stream};
 use crate::attempt::{Attempts, Budget};
-use crate::snapshot::{Attached, ListenerState};
+use crate::snapshot::ListenerState;
 
 /// Largest datagram relayed.
 const MAX_DATAGRAM: usize = 64 * 1024;
@@ -338,7 +338,7 @@ pub(crate) async fn udp_loop(
                 tokio::task::yield_now().await;
                 opened = open_flow(&node, l, &socket, peer, place.as_ref(), origin).await;
             }
-            let log = snapshot.access.as_ref().and_then(Attached::get::<Handle>);
+            let log = snapshot.access.as_ref();
             match opened {
                 Ok(mut flow) => {
                     flow.log = log.cloned();
