@@ -1042,3 +1042,109 @@ fn a_receiving_group_taking_more_than_its_capacity_fails_the_saturation_gate() {
     assert_eq!(status["state"], "reverted", "{status:#}");
     assert_eq!(status["at"], 0, "{status:#}");
 }
+
+#[test]
+fn a_plain_push_during_a_ramp_is_refused_unless_forced() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // A ramp that stays on its first step: a long --min-wait.
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "10,100",
+            "--min-wait",
+            "10m",
+            "--max-wait",
+            "20m",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    let step = s["revision"].as_u64().unwrap();
+    let id = s["id"].as_str().unwrap().to_owned();
+
+    // Another config pushed plainly: refused, naming the ramp and how to end it.
+    cfg.set_ratio("web/beijing", 30.0);
+    fleet.rewrite(&cfg);
+    let plain = |extra: &[&str]| {
+        let mut args = vec!["push", "--config", &config];
+        args.extend_from_slice(extra);
+        gtd_capped(&cluster, &args, Duration::from_secs(60))
+    };
+    let (code, out, err) = plain(&[]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains(&format!("refused: ramp {id} is running (step 1/2")),
+        "{err}"
+    );
+    assert!(err.contains("gtd ramp abort"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert!(err.contains("nothing was published"), "{err}");
+    // So is a rollback, and a dry run says it would be.
+    let (code, out, err) = plain(&["--rollback"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    let (code, out, err) = plain(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("this push would be refused"), "{out}");
+    // --ramp --force is not a combination gtd takes.
+    let (code, _, err) = plain(&["--ramp", "--force"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    // Nothing was published: the ramp's step is still the latest revision, and it runs.
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (s["state"].as_str(), s["revision"].as_u64()),
+        (Some("running"), Some(step)),
+        "{s:#}"
+    );
+    let latest = fleet_json(&cluster)["latest"]["revision"].as_u64();
+    assert_eq!(latest, Some(step));
+
+    // --force stops the ramp where it is and publishes, in one transaction.
+    let (code, out, err) = plain(&["--force"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!("ramp {id} stopped at step 1/2")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("published revision {} ", step + 1)),
+        "{out}"
+    );
+    let s = ramp_status(&cluster);
+    assert_eq!(s["state"], "aborted", "{s:#}");
+    assert!(
+        s["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped by gtd push --force at step 1/2"),
+        "{s:#}"
+    );
+    // The driving node publishes nothing more: the fleet serves the forced revision.
+    wait_applied(&fleet, step + 1);
+    drop(load);
+    for n in &fleet.nodes {
+        let st = n.status();
+        let beijing = st.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 30.0, "{}", n.region);
+    }
+    assert_eq!(
+        fleet_json(&cluster)["latest"]["revision"].as_u64(),
+        Some(step + 1)
+    );
+}

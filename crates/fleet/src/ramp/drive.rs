@@ -33,7 +33,8 @@ pub enum State {
     Completed,
     /// A gate failed: the fleet went back to the starting revision.
     Reverted,
-    /// `gtd ramp abort`, or a push during the ramp: back to the start, or stopped.
+    /// `gtd ramp abort` (back to the start), `gtd push --force` or a revision published beside
+    /// the ramp (stopped where it is).
     Aborted,
 }
 
@@ -339,6 +340,49 @@ pub async fn write(
             error,
         })?;
     Ok(resp.succeeded)
+}
+
+/// The condition that the record is still at `seen` (0: absent), for another writer's
+/// transaction: a plain push's, so that a ramp stored between its read and its publish
+/// refuses it (`gtd push`, [`crate::push`]).
+pub(crate) fn unchanged(store: &Store, seen: i64) -> rpc::Compare {
+    use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
+    rpc::Compare {
+        result: CompareResult::Equal.into(),
+        target: CompareTarget::Mod.into(),
+        key: key(store).into_bytes(),
+        target_union: Some(TargetUnion::ModRevision(seen)),
+        ..Default::default()
+    }
+}
+
+/// The write of `rec`, for another writer's transaction (`gtd push --force`'s stopped ramp).
+pub(crate) fn put(store: &Store, rec: &Record) -> Result<rpc::RequestOp, Error> {
+    Ok(rpc::RequestOp {
+        request: Some(rpc::request_op::Request::RequestPut(rpc::PutRequest {
+            key: key(store).into_bytes(),
+            value: serde_json::to_vec(rec).map_err(Error::Encode)?,
+            ..Default::default()
+        })),
+    })
+}
+
+impl Record {
+    /// `gtd push --force` during the ramp: stopped where it is (aborted, no going back: the
+    /// push publishes `revision` in the same transaction), said in its log as `by`.
+    pub(crate) fn replaced(&mut self, by: &str, revision: u64) {
+        let why = format!(
+            "stopped by gtd push --force at step {}/{}: revision {revision} replaced the \
+             ramp's revision {}; the ramp did not go back",
+            self.at,
+            self.steps.len(),
+            self.revision
+        );
+        self.note(by, why.clone());
+        self.outcome = Some(why);
+        self.state = State::Aborted;
+        self.phase = Phase::Done;
+    }
 }
 
 /// What the driving node reports: events for its timeline, and its gauges.
