@@ -1148,3 +1148,167 @@ fn a_plain_push_during_a_ramp_is_refused_unless_forced() {
         Some(step + 1)
     );
 }
+
+#[test]
+fn the_dashboards_fleet_tab_shows_a_held_ramp_and_its_end() {
+    let Some(exe) = crate::cdp::chromium_or_skip("the_dashboards_fleet_tab_shows_a_held_ramp")
+    else {
+        return;
+    };
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    // The baseline was taken under load; the steps see none: step 1 holds.
+    drop(load);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // The message is the operator's text: the page shows it as text, never as markup.
+    let message = "<img src=x onerror=alert(1)><b>to beijing</b>";
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "2s",
+            "--hold-limit",
+            "1h",
+            "-m",
+            message,
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "the step held", Duration::from_secs(120), |s| {
+        s["phase"]["held"] == true
+    });
+    let id = s["id"].as_str().unwrap().to_owned();
+    // `gtd fleet --json` (what GET /fleet serves) carries the ramp's view.
+    let doc = fleet_json(&cluster);
+    assert_eq!(doc["ramp"]["id"], id.as_str(), "{doc:#}");
+    assert_eq!(doc["ramp"]["held"], true, "{doc:#}");
+    assert_eq!(doc["ramp"]["gauge"], 7, "{doc:#}");
+    assert_eq!(doc["ramp"]["steps"], serde_json::json!([50.0, 100.0]));
+    // And `gtd fleet` says it in a line.
+    let table = String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet"]).stdout).unwrap();
+    assert!(
+        table.contains(&format!("ramp {id} · held · step 1/2 · driven by ")),
+        "{table}"
+    );
+
+    let browser = crate::cdp::Browser::start(&exe);
+    let mut page = browser.page();
+    page.navigate(&format!("http://{}/", fleet.nodes[0].admin));
+    page.wait_for("the fleet tab", "!document.getElementById('tabs').hidden");
+    page.click("#tab-fleet");
+    page.wait_for(
+        "the held ramp in the fleet tab",
+        "document.querySelector('#fleet [data-ramp-state=\"held\"]') !== null",
+    );
+    let head = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp]').textContent",
+    );
+    assert!(head.contains(&format!("Ramp {id}held")), "{head}");
+    assert!(head.contains("step 1 of 2 · 50 % of the move"), "{head}");
+    assert!(head.contains(&format!("({message})")), "{head}");
+    let why = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp-why]').textContent",
+    );
+    assert!(
+        why.starts_with("held: not enough traffic by --max-wait to judge step 1"),
+        "{why}"
+    );
+    // The plan, the step the fleet is on marked.
+    let on = page_text(
+        &mut page,
+        "document.querySelector('#fleet .plan li.on').dataset.step",
+    );
+    assert_eq!(on, "1");
+    // The last verdict with every gate's line: took per node, errors, saturation.
+    let gates = page.eval(
+        "[...document.querySelectorAll('#fleet [data-ramp-verdict] li')].map(l => l.dataset.gate + ' ' + l.textContent)",
+    );
+    let gates: Vec<&str> = gates
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    for n in &fleet.nodes {
+        assert!(
+            gates
+                .iter()
+                .any(|g| g.starts_with(&format!("took took {}@", n.region))),
+            "{gates:#?}"
+        );
+    }
+    assert!(
+        gates
+            .iter()
+            .any(|g| g.starts_with("errors errors web/beijing: ") && g.contains("sample 0/")),
+        "{gates:#?}"
+    );
+    assert!(
+        gates
+            .iter()
+            .any(|g| g.starts_with("saturation saturation: not judged")),
+        "{gates:#?}"
+    );
+    // No markup from the message: no element it would have made.
+    let made = page.eval("document.querySelectorAll('#fleet img, #fleet b').length");
+    assert_eq!(made, 0);
+    screenshot_to(&mut page, "dashboard-ramp-held.png");
+
+    // Aborted: the tab shows the end and its outcome at its next poll.
+    assert!(
+        gtd_as(&cluster, As::Pusher, &["ramp", "abort"])
+            .status
+            .success()
+    );
+    wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] == "aborted"
+    });
+    page.wait_for(
+        "the aborted ramp in the fleet tab",
+        "document.querySelector('#fleet [data-ramp-state=\"aborted\"]') !== null",
+    );
+    let outcome = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp-outcome]').textContent",
+    );
+    assert_eq!(outcome, "outcome: aborted by gtd ramp abort");
+    let head = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp]').textContent",
+    );
+    assert!(
+        head.contains("step 0 of 2 · the starting revision"),
+        "{head}"
+    );
+    assert!(page.problems.is_empty(), "{:#?}", page.problems);
+}
+
+/// The string `expr` evaluates to on `page`.
+fn page_text(page: &mut crate::cdp::Page, expr: &str) -> String {
+    page.eval(expr).as_str().unwrap_or_default().to_owned()
+}
+
+/// Writes `page`'s screenshot beside the test binaries, as the other dashboard tests do.
+fn screenshot_to(page: &mut crate::cdp::Page, name: &str) {
+    let png = page.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join(name);
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+}

@@ -260,6 +260,142 @@ impl Record {
     }
 }
 
+/// The ramp as `gtd fleet --json` and `GET /fleet` show it (the dashboard's fleet tab): its
+/// state, step and plan, why it is held or paused, and the last verdict with every gate's
+/// line, without the steps' config texts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct View {
+    /// `ramp-START-MS`.
+    pub id: String,
+    /// Where it is (`running`, `paused`, `completed`, `reverted`, `aborted`).
+    pub state: State,
+    /// `gtd_ramp_state`'s value ([`Record::gauge`]): 3 going back, 7 held.
+    pub gauge: i64,
+    /// What the driver does next: `publish`, `applying`, `judging`, `down` or `done`.
+    pub phase: &'static str,
+    /// The step is held: not enough traffic by `--max-wait` to judge it.
+    pub held: bool,
+    /// Going back (to the starting revision, or down the steps).
+    pub going_back: bool,
+    /// Why it is held or paused (the log's line that said so), else `null`.
+    pub why: Option<String>,
+    /// The step the fleet is on (0: the starting revision).
+    pub at: usize,
+    /// The plan: each step's percent of the whole move, in order.
+    pub steps: Vec<f64>,
+    /// The plan: each step's predicted moved share of the fleet's decisions, percent.
+    pub moved: Vec<f64>,
+    /// The revision the ramp published last.
+    pub revision: u64,
+    /// The revision it started from.
+    pub start_revision: u64,
+    /// The groups the move sends traffic to.
+    pub receiving: Vec<String>,
+    /// The node driving it.
+    pub owner: Option<String>,
+    /// Who pushed it.
+    pub by: String,
+    /// `-m`.
+    pub message: String,
+    /// When it was stored, ms since the epoch.
+    pub created_at_ms: u64,
+    /// How it ended.
+    pub outcome: Option<String>,
+    /// The last judgement of a step (passed, failed, held or inconclusive) with its figures.
+    pub verdict: Option<Verdict>,
+}
+
+/// A step's judgement as the log says it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// When, ms since the epoch.
+    pub at_ms: u64,
+    /// The step judged.
+    pub step: usize,
+    /// The node that judged it.
+    pub by: String,
+    /// What was decided (`step 1/2 passed`, `step 2 failed the errors gate`, `held: ...`).
+    pub said: String,
+    /// Every gate's line: took, errors, latency, saturation, each ending in its verdict.
+    pub gates: Vec<String>,
+}
+
+impl Record {
+    /// [`View`] of this record.
+    pub fn view(&self) -> View {
+        let (phase, held) = match &self.phase {
+            Phase::Publish { .. } => ("publish", false),
+            Phase::Applying { .. } => ("applying", false),
+            Phase::Judging { held, .. } => ("judging", *held),
+            Phase::Down { .. } => ("down", false),
+            Phase::Done => ("done", false),
+        };
+        // A judgement is a line said with every gate's figures below it.
+        let verdict = self
+            .log
+            .iter()
+            .rev()
+            .find(|l| l.text.contains("\n  "))
+            .map(|l| {
+                let mut lines = l.text.lines();
+                Verdict {
+                    at_ms: l.at_ms,
+                    step: l.step,
+                    by: l.by.clone(),
+                    said: lines
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches(':')
+                        .to_owned(),
+                    gates: lines.map(|g| g.trim().to_owned()).collect(),
+                }
+            });
+        let why = if held {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("held: "))
+                .map(|l| {
+                    l.text
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches(':')
+                        .to_owned()
+                })
+        } else if self.state == State::Paused {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("gtd ramp pause"))
+                .map(|l| format!("{} (by {})", l.text, l.by))
+        } else {
+            None
+        };
+        View {
+            id: self.id.clone(),
+            state: self.state,
+            gauge: self.gauge(),
+            phase,
+            held,
+            going_back: matches!(self.phase, Phase::Down { .. }),
+            why,
+            at: self.at,
+            steps: self.steps.iter().map(|s| s.target).collect(),
+            moved: self.steps.iter().map(|s| s.moved).collect(),
+            revision: self.revision,
+            start_revision: self.start_revision,
+            receiving: self.receiving.clone(),
+            owner: self.owner.clone(),
+            by: self.by.clone(),
+            message: self.message.clone(),
+            created_at_ms: self.created_at_ms,
+            outcome: self.outcome.clone(),
+            verdict,
+        }
+    }
+}
+
 /// `PREFIX/ramp`.
 pub fn key(store: &Store) -> String {
     format!("{}/ramp", store.prefix())
