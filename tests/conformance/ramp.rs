@@ -1312,3 +1312,107 @@ fn screenshot_to(page: &mut crate::cdp::Page, name: &str) {
     std::fs::write(&path, png).unwrap();
     println!("screenshot: {}", path.display());
 }
+
+/// web/beijing's decisions the fleet's nodes served, summed.
+fn beijing_served(fleet: &Fleet) -> u64 {
+    fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            n.status().listeners[0]
+                .groups
+                .iter()
+                .find(|g| g.name == "beijing")
+                .and_then(|g| g.served)
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+#[test]
+fn a_drain_during_a_ramp_holds_its_step_and_fails_no_gate() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "5s",
+            "--max-wait",
+            "60s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    // An emergency: every endpoint of web/shanghai drained fleet-wide. Every node's share of
+    // web/beijing becomes 100 %, which step 1 did not predict.
+    let drain = gtd_as(
+        &cluster,
+        As::Pusher,
+        &["drain", "web/shanghai", "-m", "shanghai on fire"],
+    );
+    assert!(drain.status.success(), "{drain:?}");
+    let s = wait_ramp(&cluster, "the drain seen", Duration::from_secs(120), |s| {
+        s["drained"] == true || s["phase"]["phase"] != "judging" && s["at"] != 1
+    });
+    assert_eq!(
+        (
+            s["drained"].as_bool(),
+            s["state"].as_str(),
+            s["at"].as_u64()
+        ),
+        (Some(true), Some("running"), Some(1)),
+        "{s:#}"
+    );
+    // Well past what judging the step takes (the errors gate's ~1,230 attempts, --min-wait):
+    // nothing judged, nothing failed, still step 1.
+    let from = beijing_served(&fleet);
+    wait("3,000 more decisions for web/beijing", || {
+        beijing_served(&fleet) >= from + 3000
+    });
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (
+            s["state"].as_str(),
+            s["at"].as_u64(),
+            s["drained"].as_bool()
+        ),
+        (Some("running"), Some(1), Some(true)),
+        "{s:#}"
+    );
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert!(!text.contains("failed"), "{text}");
+    assert!(
+        text.contains("drained: the fleet-wide drains on the ramp's listeners changed during step 1 (now web/shanghai; the plan assumed none)"),
+        "{text}"
+    );
+    // The drain ends: the step's window starts again and the ramp completes.
+    let undrain = gtd_as(&cluster, As::Pusher, &["undrain", "web/shanghai"]);
+    assert!(undrain.status.success(), "{undrain:?}");
+    let s = wait_ramp(&cluster, "the ramp's end", Duration::from_secs(300), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(s["state"], "completed", "{text}");
+    assert!(
+        text.contains("the drains are as planned again (none): step 1's window starts again"),
+        "{text}"
+    );
+    assert!(text.contains("step 1/2 passed"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+}

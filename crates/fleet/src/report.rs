@@ -222,6 +222,8 @@ impl Fleet {
                 r.id,
                 if r.held {
                     "held"
+                } else if r.drained {
+                    "waiting on a drain"
                 } else if r.going_back {
                     "going back"
                 } else {

@@ -212,6 +212,15 @@ pub struct Record {
     /// fleet history` shows why each step was taken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
+    /// The fleet-wide drains on the ramp's listeners when it was planned (`LISTENER/GROUP[/
+    /// ENDPOINT]`), the ones its predictions assume (a record stored before drains were
+    /// watched has none, and its steps are judged whatever the drains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drains: Option<Vec<String>>,
+    /// The step waits: the fleet's drains on its listeners differ from [`Record::drains`]
+    /// (`gtd drain` during the ramp), so its shares are not the plan's and it is not judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 impl Record {
@@ -277,7 +286,10 @@ pub struct View {
     pub held: bool,
     /// Going back (to the starting revision, or down the steps).
     pub going_back: bool,
-    /// Why it is held or paused (the log's line that said so), else `null`.
+    /// The step waits on a drain: the fleet's drains on its listeners are not the plan's.
+    pub drained: bool,
+    /// Why it is held, waits on a drain or is paused (the log's line that said so), else
+    /// `null`.
     pub why: Option<String>,
     /// The step the fleet is on (0: the starting revision).
     pub at: usize,
@@ -350,7 +362,13 @@ impl Record {
                     gates: lines.map(|g| g.trim().to_owned()).collect(),
                 }
             });
-        let why = if held {
+        let why = if self.drained && self.state == State::Running {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("drained: "))
+                .map(|l| l.text.clone())
+        } else if held {
             self.log
                 .iter()
                 .rev()
@@ -368,7 +386,10 @@ impl Record {
                 .iter()
                 .rev()
                 .find(|l| l.text.starts_with("gtd ramp pause"))
-                .map(|l| format!("{} (by {})", l.text, l.by))
+                .map(|l| {
+                    let said = l.text.trim_start_matches("gtd ramp pause: ");
+                    format!("{said} (by {})", l.by)
+                })
         } else {
             None
         };
@@ -379,6 +400,7 @@ impl Record {
             phase,
             held,
             going_back: matches!(self.phase, Phase::Down { .. }),
+            drained: self.drained && self.state == State::Running,
             why,
             at: self.at,
             steps: self.steps.iter().map(|s| s.target).collect(),
@@ -936,6 +958,78 @@ fn failed(rec: &mut Record, id: &str, step: usize, judged: &Judged) -> bool {
     true
 }
 
+/// The fleet-wide drains on the listeners of `receiving` (`LISTENER/GROUP`), in key order, as
+/// [`Record::drains`] names them.
+pub(crate) fn drain_names(drains: &[crate::drain::Drain], receiving: &[String]) -> Vec<String> {
+    drains
+        .iter()
+        .filter(|d| {
+            receiving
+                .iter()
+                .any(|r| r.split('/').next() == Some(d.listener.as_str()))
+        })
+        .map(|d| d.target().to_string())
+        .collect()
+}
+
+/// A drain during the step (issue 38): while the fleet's drains on the ramp's listeners differ
+/// from those the plan assumed, the step is not judged (a drain is an emergency's tool, not a
+/// gate's failure); once they are back the step's window starts again. `Some(changed)` when
+/// the step is not to be judged now.
+async fn drain_wait(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    (step, revision): (usize, u64),
+) -> Result<Option<bool>, Error> {
+    let Some(planned) = rec.drains.clone() else {
+        return Ok(None);
+    };
+    let (drains, _) = store.drains().await?;
+    let now = drain_names(&drains, &rec.receiving);
+    let list = |d: &[String]| {
+        if d.is_empty() {
+            "none".to_owned()
+        } else {
+            d.join(", ")
+        }
+    };
+    if now != planned {
+        if rec.drained {
+            return Ok(Some(false));
+        }
+        rec.drained = true;
+        rec.note(
+            id,
+            format!(
+                "drained: the fleet-wide drains on the ramp's listeners changed during step \
+                 {step} (now {}; the plan assumed {}): the step is not judged until they are \
+                 back (gtd undrain), or gtd ramp abort",
+                list(&now),
+                list(&planned)
+            ),
+        );
+        return Ok(Some(true));
+    }
+    if !rec.drained {
+        return Ok(None);
+    }
+    rec.drained = false;
+    rec.note(
+        id,
+        format!(
+            "the drains are as planned again ({}): step {step}'s window starts again",
+            list(&now)
+        ),
+    );
+    rec.phase = Phase::Applying {
+        step,
+        revision,
+        since_ms: now_ms(),
+    };
+    Ok(Some(true))
+}
+
 /// [`Phase::Judging`]: the step's gates once its window has enough evidence; advances, holds
 /// or goes back.
 #[allow(clippy::too_many_arguments)]
@@ -949,6 +1043,9 @@ async fn judging(
     window: Window<'_>,
     held: bool,
 ) -> Result<bool, Error> {
+    if let Some(changed) = drain_wait(store, rec, id, (step, revision)).await? {
+        return Ok(changed);
+    }
     let waited = elapsed(since_ms);
     if waited < settings.min_wait_ms {
         return Ok(false);

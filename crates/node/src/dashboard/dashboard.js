@@ -426,7 +426,7 @@
   // is held or paused, and the last verdict with every gate's line.
   function rampSection(r) {
     if (!r) return null;
-    const word = r.held ? "held" : r.going_back ? "going back" : r.state || "?";
+    const word = r.held ? "held" : r.drained ? "waiting on a drain" : r.going_back ? "going back" : r.state || "?";
     const steps = arr(r.steps), moved = arr(r.moved);
     const at = num(r.at) ?? 0;
     const share = (i) => (num(steps[i]) === null ? "—" : steps[i] + " %");
@@ -434,7 +434,7 @@
       class: i + 1 === at ? "on" : i + 1 < at ? "past" : "", "data-step": String(i + 1),
       text: "step " + (i + 1) + ": " + share(i) + " of the move" +
         (num(moved[i]) === null ? "" : " (" + moved[i].toFixed(2) + " % of decisions moved)") }));
-    const bad = r.held || r.going_back || ["paused", "reverted", "aborted"].includes(r.state);
+    const bad = r.held || r.drained || r.going_back || ["paused", "reverted", "aborted"].includes(r.state);
     const v = r.verdict;
     return h("section", { class: "ramp", "data-ramp": r.id || "", "data-ramp-state": word, "data-ramp-step": String(at) },
       h("h2", {}, h("span", { text: "Ramp " + (r.id || "") }),
@@ -446,7 +446,7 @@
         (arr(r.receiving).length ? " · receiving " + arr(r.receiving).join(", ") : "") +
         " · pushed by " + (r.by || "?") + (num(r.created_at_ms) !== null ? ", " + ago(r.created_at_ms) : "") +
         (r.message ? " (" + r.message + ")" : "") }),
-      r.why ? h("p", { class: "refused", "data-ramp-why": "", text: (r.held ? "held: " : "paused: ") + r.why.replace(/^held: /, "") }) : null,
+      r.why ? h("p", { class: "refused", "data-ramp-why": "", text: r.why }) : null,
       r.outcome ? h("p", { class: r.state === "completed" ? "reason" : "refused", "data-ramp-outcome": "", text: "outcome: " + r.outcome }) : null,
       h("ol", { class: "plan" }, plan),
       v ? h("div", { class: "verdict", "data-ramp-verdict": String(v.step ?? "") },
