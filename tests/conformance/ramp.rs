@@ -1042,3 +1042,377 @@ fn a_receiving_group_taking_more_than_its_capacity_fails_the_saturation_gate() {
     assert_eq!(status["state"], "reverted", "{status:#}");
     assert_eq!(status["at"], 0, "{status:#}");
 }
+
+#[test]
+fn a_plain_push_during_a_ramp_is_refused_unless_forced() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // A ramp that stays on its first step: a long --min-wait.
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "10,100",
+            "--min-wait",
+            "10m",
+            "--max-wait",
+            "20m",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    let step = s["revision"].as_u64().unwrap();
+    let id = s["id"].as_str().unwrap().to_owned();
+
+    // Another config pushed plainly: refused, naming the ramp and how to end it.
+    cfg.set_ratio("web/beijing", 30.0);
+    fleet.rewrite(&cfg);
+    let plain = |extra: &[&str]| {
+        let mut args = vec!["push", "--config", &config];
+        args.extend_from_slice(extra);
+        gtd_capped(&cluster, &args, Duration::from_secs(60))
+    };
+    let (code, out, err) = plain(&[]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains(&format!("refused: ramp {id} is running (step 1/2")),
+        "{err}"
+    );
+    assert!(err.contains("gtd ramp abort"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert!(err.contains("nothing was published"), "{err}");
+    // So is a rollback, and a dry run says it would be.
+    let (code, out, err) = plain(&["--rollback"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    let (code, out, err) = plain(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("this push would be refused"), "{out}");
+    // --ramp --force is not a combination gtd takes.
+    let (code, _, err) = plain(&["--ramp", "--force"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    // Nothing was published: the ramp's step is still the latest revision, and it runs.
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (s["state"].as_str(), s["revision"].as_u64()),
+        (Some("running"), Some(step)),
+        "{s:#}"
+    );
+    let latest = fleet_json(&cluster)["latest"]["revision"].as_u64();
+    assert_eq!(latest, Some(step));
+
+    // --force stops the ramp where it is and publishes, in one transaction.
+    let (code, out, err) = plain(&["--force"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!("ramp {id} stopped at step 1/2")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("published revision {} ", step + 1)),
+        "{out}"
+    );
+    let s = ramp_status(&cluster);
+    assert_eq!(s["state"], "aborted", "{s:#}");
+    assert!(
+        s["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped by gtd push --force at step 1/2"),
+        "{s:#}"
+    );
+    // The driving node publishes nothing more: the fleet serves the forced revision.
+    wait_applied(&fleet, step + 1);
+    drop(load);
+    for n in &fleet.nodes {
+        let st = n.status();
+        let beijing = st.listeners[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "beijing")
+            .unwrap();
+        assert_eq!(beijing.ratio, 30.0, "{}", n.region);
+    }
+    assert_eq!(
+        fleet_json(&cluster)["latest"]["revision"].as_u64(),
+        Some(step + 1)
+    );
+}
+
+#[test]
+fn the_dashboards_fleet_tab_shows_a_held_ramp_and_its_end() {
+    let Some(exe) = crate::cdp::chromium_or_skip("the_dashboards_fleet_tab_shows_a_held_ramp")
+    else {
+        return;
+    };
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    // The baseline was taken under load; the steps see none: step 1 holds.
+    drop(load);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    // The message is the operator's text: the page shows it as text, never as markup.
+    let message = "<img src=x onerror=alert(1)><b>to beijing</b>";
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "1s",
+            "--max-wait",
+            "2s",
+            "--hold-limit",
+            "1h",
+            "-m",
+            message,
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let s = wait_ramp(&cluster, "the step held", Duration::from_secs(120), |s| {
+        s["phase"]["held"] == true
+    });
+    let id = s["id"].as_str().unwrap().to_owned();
+    // `gtd fleet --json` (what GET /fleet serves) carries the ramp's view.
+    let doc = fleet_json(&cluster);
+    assert_eq!(doc["ramp"]["id"], id.as_str(), "{doc:#}");
+    assert_eq!(doc["ramp"]["held"], true, "{doc:#}");
+    assert_eq!(doc["ramp"]["gauge"], 7, "{doc:#}");
+    assert_eq!(doc["ramp"]["steps"], serde_json::json!([50.0, 100.0]));
+    // And `gtd fleet` says it in a line.
+    let table = String::from_utf8(gtd_as(&cluster, As::Pusher, &["fleet"]).stdout).unwrap();
+    assert!(
+        table.contains(&format!("ramp {id} · held · step 1/2 · driven by ")),
+        "{table}"
+    );
+
+    let browser = crate::cdp::Browser::start(&exe);
+    let mut page = browser.page();
+    page.navigate(&format!("http://{}/", fleet.nodes[0].admin));
+    page.wait_for("the fleet tab", "!document.getElementById('tabs').hidden");
+    page.click("#tab-fleet");
+    page.wait_for(
+        "the held ramp in the fleet tab",
+        "document.querySelector('#fleet [data-ramp-state=\"held\"]') !== null",
+    );
+    let head = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp]').textContent",
+    );
+    assert!(head.contains(&format!("Ramp {id}held")), "{head}");
+    assert!(head.contains("step 1 of 2 · 50 % of the move"), "{head}");
+    assert!(head.contains(&format!("({message})")), "{head}");
+    let why = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp-why]').textContent",
+    );
+    assert!(
+        why.starts_with("held: not enough traffic by --max-wait to judge step 1"),
+        "{why}"
+    );
+    // The plan, the step the fleet is on marked.
+    let on = page_text(
+        &mut page,
+        "document.querySelector('#fleet .plan li.on').dataset.step",
+    );
+    assert_eq!(on, "1");
+    // The last verdict with every gate's line: took per node, errors, saturation.
+    let gates = page.eval(
+        "[...document.querySelectorAll('#fleet [data-ramp-verdict] li')].map(l => l.dataset.gate + ' ' + l.textContent)",
+    );
+    let gates: Vec<&str> = gates
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    for n in &fleet.nodes {
+        assert!(
+            gates
+                .iter()
+                .any(|g| g.starts_with(&format!("took took {}@", n.region))),
+            "{gates:#?}"
+        );
+    }
+    assert!(
+        gates
+            .iter()
+            .any(|g| g.starts_with("errors errors web/beijing: ") && g.contains("sample 0/")),
+        "{gates:#?}"
+    );
+    assert!(
+        gates
+            .iter()
+            .any(|g| g.starts_with("saturation saturation: not judged")),
+        "{gates:#?}"
+    );
+    // No markup from the message: no element it would have made.
+    let made = page.eval("document.querySelectorAll('#fleet img, #fleet b').length");
+    assert_eq!(made, 0);
+    screenshot_to(&mut page, "dashboard-ramp-held.png");
+
+    // Aborted: the tab shows the end and its outcome at its next poll.
+    assert!(
+        gtd_as(&cluster, As::Pusher, &["ramp", "abort"])
+            .status
+            .success()
+    );
+    wait_ramp(&cluster, "the abort", Duration::from_secs(120), |s| {
+        s["state"] == "aborted"
+    });
+    page.wait_for(
+        "the aborted ramp in the fleet tab",
+        "document.querySelector('#fleet [data-ramp-state=\"aborted\"]') !== null",
+    );
+    let outcome = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp-outcome]').textContent",
+    );
+    assert_eq!(outcome, "outcome: aborted by gtd ramp abort");
+    let head = page_text(
+        &mut page,
+        "document.querySelector('#fleet [data-ramp]').textContent",
+    );
+    assert!(
+        head.contains("step 0 of 2 · the starting revision"),
+        "{head}"
+    );
+    assert!(page.problems.is_empty(), "{:#?}", page.problems);
+}
+
+/// The string `expr` evaluates to on `page`.
+fn page_text(page: &mut crate::cdp::Page, expr: &str) -> String {
+    page.eval(expr).as_str().unwrap_or_default().to_owned()
+}
+
+/// Writes `page`'s screenshot beside the test binaries, as the other dashboard tests do.
+fn screenshot_to(page: &mut crate::cdp::Page, name: &str) {
+    let png = page.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join(name);
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+}
+
+/// web/beijing's decisions the fleet's nodes served, summed.
+fn beijing_served(fleet: &Fleet) -> u64 {
+    fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            n.status().listeners[0]
+                .groups
+                .iter()
+                .find(|g| g.name == "beijing")
+                .and_then(|g| g.served)
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+#[test]
+fn a_drain_during_a_ramp_holds_its_step_and_fails_no_gate() {
+    let cluster = Cluster::start();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let (code, out, err) = gtd_capped(
+        &cluster,
+        &[
+            "push",
+            "--ramp",
+            "--config",
+            &config,
+            "--steps",
+            "50,100",
+            "--min-wait",
+            "5s",
+            "--max-wait",
+            "60s",
+            "--bake",
+            "0s",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    wait_ramp(&cluster, "step 1", Duration::from_secs(120), |s| {
+        s["at"].as_u64() >= Some(1)
+    });
+    // An emergency: every endpoint of web/shanghai drained fleet-wide. Every node's share of
+    // web/beijing becomes 100 %, which step 1 did not predict.
+    let drain = gtd_as(
+        &cluster,
+        As::Pusher,
+        &["drain", "web/shanghai", "-m", "shanghai on fire"],
+    );
+    assert!(drain.status.success(), "{drain:?}");
+    let s = wait_ramp(&cluster, "the drain seen", Duration::from_secs(120), |s| {
+        s["drained"] == true || s["phase"]["phase"] != "judging" && s["at"] != 1
+    });
+    assert_eq!(
+        (
+            s["drained"].as_bool(),
+            s["state"].as_str(),
+            s["at"].as_u64()
+        ),
+        (Some(true), Some("running"), Some(1)),
+        "{s:#}"
+    );
+    // Well past what judging the step takes (the errors gate's ~1,230 attempts, --min-wait):
+    // nothing judged, nothing failed, still step 1.
+    let from = beijing_served(&fleet);
+    wait("3,000 more decisions for web/beijing", || {
+        beijing_served(&fleet) >= from + 3000
+    });
+    let s = ramp_status(&cluster);
+    assert_eq!(
+        (
+            s["state"].as_str(),
+            s["at"].as_u64(),
+            s["drained"].as_bool()
+        ),
+        (Some("running"), Some(1), Some(true)),
+        "{s:#}"
+    );
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert!(!text.contains("failed"), "{text}");
+    assert!(
+        text.contains("drained: the fleet-wide drains on the ramp's listeners changed during step 1 (now web/shanghai; the plan assumed none)"),
+        "{text}"
+    );
+    // The drain ends: the step's window starts again and the ramp completes.
+    let undrain = gtd_as(&cluster, As::Pusher, &["undrain", "web/shanghai"]);
+    assert!(undrain.status.success(), "{undrain:?}");
+    let s = wait_ramp(&cluster, "the ramp's end", Duration::from_secs(300), |s| {
+        s["state"] != "running"
+    });
+    drop(load);
+    let text = String::from_utf8(gtd_as(&cluster, As::Pusher, &["ramp", "status"]).stdout).unwrap();
+    assert_eq!(s["state"], "completed", "{text}");
+    assert!(
+        text.contains("the drains are as planned again (none): step 1's window starts again"),
+        "{text}"
+    );
+    assert!(text.contains("step 1/2 passed"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+}

@@ -490,11 +490,20 @@ impl Store {
     /// Publishes `draft` (its `revision` is set here) as the revision after `seen`, in one
     /// transaction that fails if another push moved `PREFIX/revision` since `seen` was read;
     /// revisions older than the last `keep` are deleted in the same transaction.
-    pub async fn publish(
+    pub async fn publish(&mut self, seen: Current, draft: Revision, keep: u64) -> Result<Revision> {
+        self.publish_beside(seen, draft, keep, Beside::default())
+            .await
+    }
+
+    /// [`Store::publish`] in a transaction that also holds `beside`'s compares and writes
+    /// (a plain push's guard against a ramp stored meanwhile, `--force`'s stopped ramp): the
+    /// revision and they are written together or not at all ([`Error::Conflict`]).
+    pub(crate) async fn publish_beside(
         &mut self,
         seen: Current,
         mut draft: Revision,
         keep: u64,
+        beside: Beside,
     ) -> Result<Revision> {
         let next = seen.number + 1;
         draft.revision = next;
@@ -543,8 +552,11 @@ impl Store {
                 })),
             });
         }
+        ops.extend(beside.ops);
+        let mut compare = vec![guard];
+        compare.extend(beside.compare);
         let txn = rpc::TxnRequest {
-            compare: vec![guard],
+            compare,
             success: ops,
             failure: vec![],
         };
@@ -578,6 +590,15 @@ impl Store {
         entries.sort_by(|a, b| (&a.region, &a.id).cmp(&(&b.region, &b.id)));
         Ok(entries)
     }
+}
+
+/// What a publish holds beside the revision in its transaction ([`Store::publish_beside`]).
+#[derive(Debug, Default)]
+pub(crate) struct Beside {
+    /// More conditions, all of which must hold.
+    pub compare: Vec<rpc::Compare>,
+    /// More writes.
+    pub ops: Vec<rpc::RequestOp>,
 }
 
 /// A read of `key`, or with `prefix` of every key that starts with it (a range ending at the

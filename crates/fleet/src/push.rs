@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::compare::{text_diff, validated};
 use super::outcome::Outcome;
-use super::{Revision, Store};
+use super::{Revision, Store, ramp};
 use gtd_core::config;
 use gtd_sim as sim;
 
@@ -83,6 +83,9 @@ pub struct Options {
     pub rollback: Option<Option<u64>>,
     /// What the pusher says of the revision (`-m`), stored with it; empty: nothing.
     pub message: String,
+    /// With a ramp running (`gtd push --ramp`): stop it where it is and publish (else the push
+    /// is refused, status 2).
+    pub force: bool,
 }
 
 /// Runs `gtd push`.
@@ -140,6 +143,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
                 opts.config.display()
             ),
         };
+        out.insert_str(0, &ramp_note(&store, opts.force).await?);
         if let Some(r) = &running {
             out.push_str(&text_diff(r, &draft, &format!("{}", opts.config.display())));
             out.push('\n');
@@ -163,13 +167,112 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         o.err = warnings;
         return Ok(o);
     }
-    let published = store
-        .publish(seen, draft, opts.keep)
-        .await
-        .map_err(Error::Store)?;
-    let mut o = Outcome::ok(published_line(&mut store, &published).await?);
+    let (beside, stopped) = match beside_ramp(&store, opts.force, seen.number + 1).await? {
+        Ok(b) => b,
+        Err(refused) => return Ok(refused),
+    };
+    let published = match store.publish_beside(seen, draft, opts.keep, beside).await {
+        Ok(p) => p,
+        Err(e) => return raced(&store, e).await,
+    };
+    let mut o = Outcome::ok(stopped + &published_line(&mut store, &published).await?);
     o.err = warnings;
     Ok(o)
+}
+
+/// `--dry-run`'s first line while a ramp runs: what the push would do about it.
+async fn ramp_note(store: &Store, force: bool) -> Result<String> {
+    Ok(
+        match ramp::drive::read(store).await.map_err(Error::Store)? {
+            Some((rec, _)) if !rec.state.done() => format!(
+                "ramp {} is {} (step {}/{}): {}\n",
+                rec.id,
+                rec.state.word(),
+                rec.at,
+                rec.steps.len(),
+                if force {
+                    "--force would stop it where it is and publish this"
+                } else {
+                    "this push would be refused until it ends (gtd ramp abort, or --force)"
+                }
+            ),
+            _ => String::new(),
+        },
+    )
+}
+
+/// A plain push beside the fleet's ramp (issue 38): refused (status 2, nothing published)
+/// while a ramp is not over, for its driving node would judge and step a fleet no longer on
+/// its plan; with `--force` the ramp is stopped where it is in the publish's transaction (as
+/// revision `next`), which says so. Either way the publish holds only if the ramp's record is
+/// still as read (a ramp stored meanwhile refuses it): `Ok` the transaction's part and what to
+/// say, `Err` the refusal.
+async fn beside_ramp(
+    store: &Store,
+    force: bool,
+    next: u64,
+) -> Result<Result<(crate::Beside, String), Outcome>> {
+    let (rec, seen) = match ramp::drive::read(store).await.map_err(Error::Store)? {
+        Some((rec, seen)) => (Some(rec), seen),
+        None => (None, 0),
+    };
+    let mut beside = crate::Beside {
+        compare: vec![ramp::drive::unchanged(store, seen)],
+        ops: Vec::new(),
+    };
+    let Some(mut rec) = rec.filter(|r| !r.state.done()) else {
+        return Ok(Ok((beside, String::new())));
+    };
+    if !force {
+        return Ok(Err(ramp_refusal(&rec)));
+    }
+    let said = format!(
+        "ramp {} stopped at step {}/{} (revision {}), not going back: this push replaces it\n",
+        rec.id,
+        rec.at,
+        rec.steps.len(),
+        rec.revision
+    );
+    rec.replaced(&super::who(), next);
+    beside
+        .ops
+        .push(ramp::drive::put(store, &rec).map_err(Error::Store)?);
+    Ok(Ok((beside, said)))
+}
+
+/// The refusal of a plain push while `rec` is not over.
+fn ramp_refusal(rec: &ramp::drive::Record) -> Outcome {
+    Outcome {
+        out: String::new(),
+        err: format!(
+            "gtd push: refused: ramp {} is {} (step {}/{}, revision {}, started from revision \
+             {}, driven by {}): a push now would publish under it, and its driving node would \
+             judge and step a fleet no longer on its plan. See it with gtd ramp status; end it \
+             with gtd ramp abort (the fleet goes back to revision {}'s config) and push again, \
+             or push with --force to stop it where it is and publish this; nothing was \
+             published\n",
+            rec.id,
+            rec.state.word(),
+            rec.at,
+            rec.steps.len(),
+            rec.revision,
+            rec.start_revision,
+            rec.owner.as_deref().unwrap_or("no node yet"),
+            rec.start_revision
+        ),
+        code: ramp::REFUSED,
+    }
+}
+
+/// A publish that did not hold: refused when a ramp was stored meanwhile, else the error.
+async fn raced(store: &Store, e: super::Error) -> Result<Outcome> {
+    if matches!(e, super::Error::Conflict(_))
+        && let Some((rec, _)) = ramp::drive::read(store).await.map_err(Error::Store)?
+        && !rec.state.done()
+    {
+        return Ok(ramp_refusal(&rec));
+    }
+    Err(Error::Store(e))
 }
 
 /// `gtd push --rollback [REV]`: republishes a kept revision's text as a new revision.
@@ -216,7 +319,8 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
     }
     if opts.dry_run {
         let mut out = format!(
-            "dry run: revision {} (running) -> revision {target}'s config; nothing published\n\n",
+            "{}dry run: revision {} (running) -> revision {target}'s config; nothing published\n\n",
+            ramp_note(&store, opts.force).await?,
             running.revision
         );
         out.push_str(&text_diff(&running, &old, &format!("revision {target}")));
@@ -241,11 +345,17 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         message: opts.message.clone(),
         ..old
     };
-    let published = store
-        .publish(seen, draft, opts.keep)
-        .await
-        .map_err(Error::Store)?;
-    Ok(Outcome::ok(published_line(&mut store, &published).await?))
+    let (beside, stopped) = match beside_ramp(&store, opts.force, seen.number + 1).await? {
+        Ok(b) => b,
+        Err(refused) => return Ok(refused),
+    };
+    let published = match store.publish_beside(seen, draft, opts.keep, beside).await {
+        Ok(p) => p,
+        Err(e) => return raced(&store, e).await,
+    };
+    Ok(Outcome::ok(
+        stopped + &published_line(&mut store, &published).await?,
+    ))
 }
 
 /// The running revision's document (`None` before the first push).

@@ -857,6 +857,11 @@ async fn store_and_follow(
         log: Vec::new(),
         outcome: None,
         verdict: None,
+        drains: Some(drive::drain_names(
+            &store.drains().await.map_err(Error::Store)?.0,
+            &plan.receiving,
+        )),
+        drained: false,
     };
     // etcd refuses a request above 1.5 MiB (--max-request-bytes): leave room for the log.
     let size = serde_json::to_vec(&rec).map_or(0, |v| v.len());

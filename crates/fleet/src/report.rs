@@ -9,6 +9,7 @@ use super::compare::{text_diff, validated};
 use super::drain::Drain;
 use super::expected::{Missing, missing};
 use super::predict::predicted;
+use super::ramp::drive::View;
 use super::registry::{Disagreement, EndpointErrors, Entry, Toggle, disagreements};
 use super::stale::Stale;
 use super::words::{plural, utc};
@@ -60,6 +61,8 @@ pub struct Fleet {
     pub stale: Option<Stale>,
     /// The fleet-wide drains (`gtd drain`), in key order.
     pub drains: Vec<Drain>,
+    /// The fleet's ramp (`gtd push --ramp`), running or the last one stored.
+    pub ramp: Option<View>,
 }
 
 /// The fleet as JSON (`gtd fleet --json`, `GET /fleet`; docs/operations.md), fields in the
@@ -86,6 +89,8 @@ pub struct Document<'a> {
     pub stale_from: Option<&'a Stale>,
     /// The fleet-wide drains.
     pub drains: &'a [Drain],
+    /// The fleet's ramp, running or the last one stored (`null`: none was ever stored).
+    pub ramp: Option<&'a View>,
 }
 
 /// The latest revision in [`Document`]: which, when and by whom.
@@ -112,6 +117,12 @@ impl Fleet {
         let expected = store.expected().await?;
         let nodes = store.nodes().await?;
         let (drains, _) = store.drains().await?;
+        // A record this version cannot read (a newer gtd's) hides the ramp, not the fleet.
+        let ramp = match super::ramp::drive::read(store).await {
+            Ok(r) => r.map(|(r, _)| r.view()),
+            Err(super::Error::NotARevision { .. }) => None,
+            Err(e) => return Err(e),
+        };
         Ok(Fleet {
             prefix: store.prefix().to_owned(),
             latest,
@@ -119,6 +130,7 @@ impl Fleet {
             nodes,
             stale: None,
             drains,
+            ramp,
         })
     }
 
@@ -170,6 +182,7 @@ impl Fleet {
             stale: self.stale.is_some(),
             stale_from: self.stale.as_ref(),
             drains: &self.drains,
+            ramp: self.ramp.as_ref(),
         }
     }
 
@@ -203,6 +216,25 @@ impl Fleet {
             out.push_str(&format!(" · {} missing", self.missing.len()));
         }
         out.push('\n');
+        if let Some(r) = self.ramp.as_ref().filter(|r| !r.state.done()) {
+            out.push_str(&format!(
+                "ramp {} · {} · step {}/{} · driven by {}{} (gtd ramp status)\n",
+                r.id,
+                if r.held {
+                    "held"
+                } else if r.drained {
+                    "waiting on a drain"
+                } else if r.going_back {
+                    "going back"
+                } else {
+                    r.state.word()
+                },
+                r.at,
+                r.steps.len(),
+                r.owner.as_deref().unwrap_or("no node yet"),
+                r.why.as_ref().map_or(String::new(), |w| format!(" · {w}"))
+            ));
+        }
         if self.nodes.is_empty() {
             self.missing_table(&mut out);
             return out;
@@ -497,6 +529,7 @@ mod tests {
                 drain(None, None),
                 drain(Some("127.0.0.1:9001"), Some("disk")),
             ],
+            ramp: None,
         };
         assert_eq!(
             f.set_apart(),
@@ -541,6 +574,7 @@ mod tests {
             missing: Vec::new(),
             stale: None,
             drains: Vec::new(),
+            ramp: None,
         };
         let table = f.table();
         assert!(
@@ -604,6 +638,7 @@ mod tests {
                     at_ms: 1,
                     message: Some("disk".to_owned()),
                 }],
+                ramp: None,
             },
             Fleet {
                 prefix: "/gtd".to_owned(),
@@ -612,6 +647,7 @@ mod tests {
                 missing: Vec::new(),
                 stale: None,
                 drains: Vec::new(),
+                ramp: None,
             },
         ];
         for f in &fleets {
@@ -629,6 +665,7 @@ mod tests {
                 "stale": f.stale.is_some(),
                 "stale_from": f.stale,
                 "drains": f.drains,
+                "ramp": f.ramp,
             });
             assert_eq!(
                 serde_json::to_string_pretty(&f.json()).unwrap(),

@@ -33,6 +33,11 @@ pub(crate) struct Push {
     /// How many revisions to keep (the new one included).
     #[arg(long, default_value_t = gtd::fleet::DEFAULT_KEEP, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+    /// While a ramp runs (gtd push --ramp) a push is refused (exit 2, nothing published):
+    /// with --force, stop the ramp where it is (recorded as aborted; it does not go back) and
+    /// publish this revision, both in one etcd transaction.
+    #[arg(long, conflicts_with = "ramp")]
+    force: bool,
     /// Move in steps of moved traffic (the share of the fleet's decisions that change group)
     /// instead of at once: the plan is stored in etcd and the fleet's nodes drive it, each
     /// step judged by the nodes' own counters (gtd ramp status); with --dry-run, print the
@@ -90,6 +95,7 @@ impl Push {
             dry_run: self.dry_run,
             rollback: self.rollback,
             message: self.message,
+            force: self.force,
         })
     }
 

@@ -33,7 +33,8 @@ pub enum State {
     Completed,
     /// A gate failed: the fleet went back to the starting revision.
     Reverted,
-    /// `gtd ramp abort`, or a push during the ramp: back to the start, or stopped.
+    /// `gtd ramp abort` (back to the start), `gtd push --force` or a revision published beside
+    /// the ramp (stopped where it is).
     Aborted,
 }
 
@@ -211,6 +212,15 @@ pub struct Record {
     /// fleet history` shows why each step was taken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
+    /// The fleet-wide drains on the ramp's listeners when it was planned (`LISTENER/GROUP[/
+    /// ENDPOINT]`), the ones its predictions assume (a record stored before drains were
+    /// watched has none, and its steps are judged whatever the drains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drains: Option<Vec<String>>,
+    /// The step waits: the fleet's drains on its listeners differ from [`Record::drains`]
+    /// (`gtd drain` during the ramp), so its shares are not the plan's and it is not judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 impl Record {
@@ -256,6 +266,155 @@ impl Record {
             out.push_str(&format!("[step {}] {}: {}\n", l.step, l.by, l.text));
         }
         out
+    }
+}
+
+/// The ramp as `gtd fleet --json` and `GET /fleet` show it (the dashboard's fleet tab): its
+/// state, step and plan, why it is held or paused, and the last verdict with every gate's
+/// line, without the steps' config texts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct View {
+    /// `ramp-START-MS`.
+    pub id: String,
+    /// Where it is (`running`, `paused`, `completed`, `reverted`, `aborted`).
+    pub state: State,
+    /// `gtd_ramp_state`'s value ([`Record::gauge`]): 3 going back, 7 held.
+    pub gauge: i64,
+    /// What the driver does next: `publish`, `applying`, `judging`, `down` or `done`.
+    pub phase: &'static str,
+    /// The step is held: not enough traffic by `--max-wait` to judge it.
+    pub held: bool,
+    /// Going back (to the starting revision, or down the steps).
+    pub going_back: bool,
+    /// The step waits on a drain: the fleet's drains on its listeners are not the plan's.
+    pub drained: bool,
+    /// Why it is held, waits on a drain or is paused (the log's line that said so), else
+    /// `null`.
+    pub why: Option<String>,
+    /// The step the fleet is on (0: the starting revision).
+    pub at: usize,
+    /// The plan: each step's percent of the whole move, in order.
+    pub steps: Vec<f64>,
+    /// The plan: each step's predicted moved share of the fleet's decisions, percent.
+    pub moved: Vec<f64>,
+    /// The revision the ramp published last.
+    pub revision: u64,
+    /// The revision it started from.
+    pub start_revision: u64,
+    /// The groups the move sends traffic to.
+    pub receiving: Vec<String>,
+    /// The node driving it.
+    pub owner: Option<String>,
+    /// Who pushed it.
+    pub by: String,
+    /// `-m`.
+    pub message: String,
+    /// When it was stored, ms since the epoch.
+    pub created_at_ms: u64,
+    /// How it ended.
+    pub outcome: Option<String>,
+    /// The last judgement of a step (passed, failed, held or inconclusive) with its figures.
+    pub verdict: Option<Verdict>,
+}
+
+/// A step's judgement as the log says it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// When, ms since the epoch.
+    pub at_ms: u64,
+    /// The step judged.
+    pub step: usize,
+    /// The node that judged it.
+    pub by: String,
+    /// What was decided (`step 1/2 passed`, `step 2 failed the errors gate`, `held: ...`).
+    pub said: String,
+    /// Every gate's line: took, errors, latency, saturation, each ending in its verdict.
+    pub gates: Vec<String>,
+}
+
+impl Record {
+    /// [`View`] of this record.
+    pub fn view(&self) -> View {
+        let (phase, held) = match &self.phase {
+            Phase::Publish { .. } => ("publish", false),
+            Phase::Applying { .. } => ("applying", false),
+            Phase::Judging { held, .. } => ("judging", *held),
+            Phase::Down { .. } => ("down", false),
+            Phase::Done => ("done", false),
+        };
+        // A judgement is a line said with every gate's figures below it.
+        let verdict = self
+            .log
+            .iter()
+            .rev()
+            .find(|l| l.text.contains("\n  "))
+            .map(|l| {
+                let mut lines = l.text.lines();
+                Verdict {
+                    at_ms: l.at_ms,
+                    step: l.step,
+                    by: l.by.clone(),
+                    said: lines
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches(':')
+                        .to_owned(),
+                    gates: lines.map(|g| g.trim().to_owned()).collect(),
+                }
+            });
+        let why = if self.drained && self.state == State::Running {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("drained: "))
+                .map(|l| l.text.clone())
+        } else if held {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("held: "))
+                .map(|l| {
+                    l.text
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches(':')
+                        .to_owned()
+                })
+        } else if self.state == State::Paused {
+            self.log
+                .iter()
+                .rev()
+                .find(|l| l.text.starts_with("gtd ramp pause"))
+                .map(|l| {
+                    let said = l.text.trim_start_matches("gtd ramp pause: ");
+                    format!("{said} (by {})", l.by)
+                })
+        } else {
+            None
+        };
+        View {
+            id: self.id.clone(),
+            state: self.state,
+            gauge: self.gauge(),
+            phase,
+            held,
+            going_back: matches!(self.phase, Phase::Down { .. }),
+            drained: self.drained && self.state == State::Running,
+            why,
+            at: self.at,
+            steps: self.steps.iter().map(|s| s.target).collect(),
+            moved: self.steps.iter().map(|s| s.moved).collect(),
+            revision: self.revision,
+            start_revision: self.start_revision,
+            receiving: self.receiving.clone(),
+            owner: self.owner.clone(),
+            by: self.by.clone(),
+            message: self.message.clone(),
+            created_at_ms: self.created_at_ms,
+            outcome: self.outcome.clone(),
+            verdict,
+        }
     }
 }
 
@@ -339,6 +498,49 @@ pub async fn write(
             error,
         })?;
     Ok(resp.succeeded)
+}
+
+/// The condition that the record is still at `seen` (0: absent), for another writer's
+/// transaction: a plain push's, so that a ramp stored between its read and its publish
+/// refuses it (`gtd push`, [`crate::push`]).
+pub(crate) fn unchanged(store: &Store, seen: i64) -> rpc::Compare {
+    use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
+    rpc::Compare {
+        result: CompareResult::Equal.into(),
+        target: CompareTarget::Mod.into(),
+        key: key(store).into_bytes(),
+        target_union: Some(TargetUnion::ModRevision(seen)),
+        ..Default::default()
+    }
+}
+
+/// The write of `rec`, for another writer's transaction (`gtd push --force`'s stopped ramp).
+pub(crate) fn put(store: &Store, rec: &Record) -> Result<rpc::RequestOp, Error> {
+    Ok(rpc::RequestOp {
+        request: Some(rpc::request_op::Request::RequestPut(rpc::PutRequest {
+            key: key(store).into_bytes(),
+            value: serde_json::to_vec(rec).map_err(Error::Encode)?,
+            ..Default::default()
+        })),
+    })
+}
+
+impl Record {
+    /// `gtd push --force` during the ramp: stopped where it is (aborted, no going back: the
+    /// push publishes `revision` in the same transaction), said in its log as `by`.
+    pub(crate) fn replaced(&mut self, by: &str, revision: u64) {
+        let why = format!(
+            "stopped by gtd push --force at step {}/{}: revision {revision} replaced the \
+             ramp's revision {}; the ramp did not go back",
+            self.at,
+            self.steps.len(),
+            self.revision
+        );
+        self.note(by, why.clone());
+        self.outcome = Some(why);
+        self.state = State::Aborted;
+        self.phase = Phase::Done;
+    }
 }
 
 /// What the driving node reports: events for its timeline, and its gauges.
@@ -756,6 +958,78 @@ fn failed(rec: &mut Record, id: &str, step: usize, judged: &Judged) -> bool {
     true
 }
 
+/// The fleet-wide drains on the listeners of `receiving` (`LISTENER/GROUP`), in key order, as
+/// [`Record::drains`] names them.
+pub(crate) fn drain_names(drains: &[crate::drain::Drain], receiving: &[String]) -> Vec<String> {
+    drains
+        .iter()
+        .filter(|d| {
+            receiving
+                .iter()
+                .any(|r| r.split('/').next() == Some(d.listener.as_str()))
+        })
+        .map(|d| d.target().to_string())
+        .collect()
+}
+
+/// A drain during the step (issue 38): while the fleet's drains on the ramp's listeners differ
+/// from those the plan assumed, the step is not judged (a drain is an emergency's tool, not a
+/// gate's failure); once they are back the step's window starts again. `Some(changed)` when
+/// the step is not to be judged now.
+async fn drain_wait(
+    store: &mut Store,
+    rec: &mut Record,
+    id: &str,
+    (step, revision): (usize, u64),
+) -> Result<Option<bool>, Error> {
+    let Some(planned) = rec.drains.clone() else {
+        return Ok(None);
+    };
+    let (drains, _) = store.drains().await?;
+    let now = drain_names(&drains, &rec.receiving);
+    let list = |d: &[String]| {
+        if d.is_empty() {
+            "none".to_owned()
+        } else {
+            d.join(", ")
+        }
+    };
+    if now != planned {
+        if rec.drained {
+            return Ok(Some(false));
+        }
+        rec.drained = true;
+        rec.note(
+            id,
+            format!(
+                "drained: the fleet-wide drains on the ramp's listeners changed during step \
+                 {step} (now {}; the plan assumed {}): the step is not judged until they are \
+                 back (gtd undrain), or gtd ramp abort",
+                list(&now),
+                list(&planned)
+            ),
+        );
+        return Ok(Some(true));
+    }
+    if !rec.drained {
+        return Ok(None);
+    }
+    rec.drained = false;
+    rec.note(
+        id,
+        format!(
+            "the drains are as planned again ({}): step {step}'s window starts again",
+            list(&now)
+        ),
+    );
+    rec.phase = Phase::Applying {
+        step,
+        revision,
+        since_ms: now_ms(),
+    };
+    Ok(Some(true))
+}
+
 /// [`Phase::Judging`]: the step's gates once its window has enough evidence; advances, holds
 /// or goes back.
 #[allow(clippy::too_many_arguments)]
@@ -769,6 +1043,9 @@ async fn judging(
     window: Window<'_>,
     held: bool,
 ) -> Result<bool, Error> {
+    if let Some(changed) = drain_wait(store, rec, id, (step, revision)).await? {
+        return Ok(changed);
+    }
     let waited = elapsed(since_ms);
     if waited < settings.min_wait_ms {
         return Ok(false);

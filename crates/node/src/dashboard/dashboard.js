@@ -422,6 +422,41 @@
   $("tab-listeners").addEventListener("click", () => showTab(false));
   $("tab-fleet").addEventListener("click", () => showTab(true));
 
+  // The fleet's ramp (gtd push --ramp; `ramp` in /fleet): its state, step of the plan, why it
+  // is held or paused, and the last verdict with every gate's line.
+  function rampSection(r) {
+    if (!r) return null;
+    const word = r.held ? "held" : r.drained ? "waiting on a drain" : r.going_back ? "going back" : r.state || "?";
+    const steps = arr(r.steps), moved = arr(r.moved);
+    const at = num(r.at) ?? 0;
+    const share = (i) => (num(steps[i]) === null ? "—" : steps[i] + " %");
+    const plan = steps.map((_, i) => h("li", {
+      class: i + 1 === at ? "on" : i + 1 < at ? "past" : "", "data-step": String(i + 1),
+      text: "step " + (i + 1) + ": " + share(i) + " of the move" +
+        (num(moved[i]) === null ? "" : " (" + moved[i].toFixed(2) + " % of decisions moved)") }));
+    const bad = r.held || r.drained || r.going_back || ["paused", "reverted", "aborted"].includes(r.state);
+    const v = r.verdict;
+    return h("section", { class: "ramp", "data-ramp": r.id || "", "data-ramp-state": word, "data-ramp-step": String(at) },
+      h("h2", {}, h("span", { text: "Ramp " + (r.id || "") }),
+        h("span", { class: "badge " + (bad ? "down" : r.state === "completed" ? "up" : "off"), text: word })),
+      h("p", { class: "reason", text: "step " + at + " of " + steps.length +
+        (at > 0 ? " · " + share(at - 1) + " of the move" : " · the starting revision") +
+        " · revision " + (r.revision ?? "—") + " (started from " + (r.start_revision ?? "—") + ")" +
+        " · driven by " + (r.owner || "no node yet") +
+        (arr(r.receiving).length ? " · receiving " + arr(r.receiving).join(", ") : "") +
+        " · pushed by " + (r.by || "?") + (num(r.created_at_ms) !== null ? ", " + ago(r.created_at_ms) : "") +
+        (r.message ? " (" + r.message + ")" : "") }),
+      r.why ? h("p", { class: "refused", "data-ramp-why": "", text: r.why }) : null,
+      r.outcome ? h("p", { class: r.state === "completed" ? "reason" : "refused", "data-ramp-outcome": "", text: "outcome: " + r.outcome }) : null,
+      h("ol", { class: "plan" }, plan),
+      v ? h("div", { class: "verdict", "data-ramp-verdict": String(v.step ?? "") },
+        h("p", { class: "reason", text: "last verdict: " + (v.said || "") + " · " + (v.by || "") +
+          (num(v.at_ms) !== null ? ", " + ago(v.at_ms) : "") }),
+        h("ul", { class: "gates" }, arr(v.gates).map((g) => h("li", {
+          class: /-> FAIL/.test(g) ? "refused" : "", "data-gate": String(g).split(" ")[0].replace(/:$/, ""), text: g }))))
+        : h("p", { class: "reason", text: "no step judged yet" }));
+  }
+
   function renderFleet(f) {
     const latest = (f.latest && num(f.latest.revision)) ?? null;
     const nodes = arr(f.nodes).map((n) => {
@@ -483,6 +518,7 @@
       h("p", { class: "reason", text: "latest revision " + (latest ?? "—") +
         (f.latest && num(f.latest.pushed_at_ms) !== null ? ", pushed " + ago(f.latest.pushed_at_ms) : "") +
         (f.all_latest === true ? " · every node runs it" : f.all_latest === false ? " · not every node runs it" : "") }),
+      rampSection(f.ramp),
       h("div", { class: "scroll" }, h("table", {},
         h("tr", {}, ["node", "version", "applied", "refused", "up", "listeners", "errors (1 min)"].map((t) => h("th", { text: t }))),
         nodes, missing)),
