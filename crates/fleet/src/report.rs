@@ -192,49 +192,7 @@ impl Fleet {
         if let Some(s) = &self.stale {
             out.push_str(&s.banner("later pushes and registry changes"));
         }
-        match &self.latest {
-            Some(r) => out.push_str(&format!(
-                "fleet {} · latest revision {} (pushed {} by {}{})\n",
-                self.prefix,
-                r.revision,
-                utc(r.pushed_at_ms),
-                r.pushed_by,
-                r.rollback_of.map_or(String::new(), |n| format!(
-                    ", rollback to revision {n}'s config"
-                ))
-            )),
-            None => out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix)),
-        }
-        let latest = self.latest.as_ref().map(|r| r.revision);
-        let behind = self.nodes.iter().filter(|n| n.applied != latest).count();
-        out.push_str(&match (self.nodes.len(), behind) {
-            (0, _) => "no node is registered".to_owned(),
-            (n, 0) => format!("{n} node{} · all serve the latest revision", plural(n)),
-            (n, b) => format!("{n} node{} · {b} not on the latest revision", plural(n)),
-        });
-        if !self.missing.is_empty() {
-            out.push_str(&format!(" · {} missing", self.missing.len()));
-        }
-        out.push('\n');
-        if let Some(r) = self.ramp.as_ref().filter(|r| !r.state.done()) {
-            out.push_str(&format!(
-                "ramp {} · {} · step {}/{} · driven by {}{} (gtd ramp status)\n",
-                r.id,
-                if r.held {
-                    "held"
-                } else if r.drained {
-                    "waiting on a drain"
-                } else if r.going_back {
-                    "going back"
-                } else {
-                    r.state.word()
-                },
-                r.at,
-                r.steps.len(),
-                r.owner.as_deref().unwrap_or("no node yet"),
-                r.why.as_ref().map_or(String::new(), |w| format!(" · {w}"))
-            ));
-        }
+        let latest = self.heading(&mut out);
         if self.nodes.is_empty() {
             self.missing_table(&mut out);
             return out;
@@ -343,6 +301,55 @@ impl Fleet {
             }
         }
         out
+    }
+
+    /// The table's first lines: the latest revision, how many nodes serve it, and a ramp
+    /// that is not over. Returns the latest revision.
+    fn heading(&self, out: &mut String) -> Option<u64> {
+        match &self.latest {
+            Some(r) => out.push_str(&format!(
+                "fleet {} · latest revision {} (pushed {} by {}{})\n",
+                self.prefix,
+                r.revision,
+                utc(r.pushed_at_ms),
+                r.pushed_by,
+                r.rollback_of.map_or(String::new(), |n| format!(
+                    ", rollback to revision {n}'s config"
+                ))
+            )),
+            None => out.push_str(&format!("fleet {} · nothing published yet\n", self.prefix)),
+        }
+        let latest = self.latest.as_ref().map(|r| r.revision);
+        let behind = self.nodes.iter().filter(|n| n.applied != latest).count();
+        out.push_str(&match (self.nodes.len(), behind) {
+            (0, _) => "no node is registered".to_owned(),
+            (n, 0) => format!("{n} node{} · all serve the latest revision", plural(n)),
+            (n, b) => format!("{n} node{} · {b} not on the latest revision", plural(n)),
+        });
+        if !self.missing.is_empty() {
+            out.push_str(&format!(" · {} missing", self.missing.len()));
+        }
+        out.push('\n');
+        if let Some(r) = self.ramp.as_ref().filter(|r| !r.state.done()) {
+            out.push_str(&format!(
+                "ramp {} · {} · step {}/{} · driven by {}{} (gtd ramp status)\n",
+                r.id,
+                if r.held {
+                    "held"
+                } else if r.drained {
+                    "waiting on a drain"
+                } else if r.going_back {
+                    "going back"
+                } else {
+                    r.state.word()
+                },
+                r.at,
+                r.steps.len(),
+                r.owner.as_deref().unwrap_or("no node yet"),
+                r.why.as_ref().map_or(String::new(), |w| format!(" · {w}"))
+            ));
+        }
+        latest
     }
 
     /// The missing nodes' lines, when there are any.
