@@ -434,6 +434,9 @@ pub async fn read(store: &Store) -> Result<Option<(Record, i64)>, Error> {
         .client()
         .range(rpc::RangeRequest {
             key: key(store).into_bytes(),
+            // A stale read (`gtd fleet` without a quorum) reads the ramp the same way as the
+            // rest of the fleet, from one member's own store.
+            serializable: store.serializable,
             ..Default::default()
         })
         .await
