@@ -1080,7 +1080,21 @@ async fn judging(
     let short = !conclusive && waited >= settings.max_wait_ms;
     if short {
         match settings.on_inconclusive {
-            Inconclusive::Proceed => {}
+            // Advancing on what was seen: an increase above the limit on that short sample
+            // still fails the step.
+            Inconclusive::Proceed => {
+                if let Some(bad) = errors.iter().find(|g| g.above()) {
+                    rec.note(
+                        id,
+                        format!(
+                            "step {step} failed the errors gate on a short sample:\n  {}",
+                            figures()
+                        ),
+                    );
+                    back(rec, id, false, bad.line());
+                    return Ok(true);
+                }
+            }
             Inconclusive::Revert => {
                 rec.note(id, format!("step {step} inconclusive:\n  {}", figures()));
                 back(
