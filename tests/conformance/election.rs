@@ -98,6 +98,8 @@ fn a_node_started_during_an_election_waits_for_the_new_leader() {
     // Applying the revision comes first; the watch that follows etcd from there may be set
     // up a moment later (CI saw it not yet there on a loaded machine).
     for n in &fleet.nodes {
-        wait(&format!("{} following etcd", n.region), || n.fleet().connected);
+        wait(&format!("{} following etcd", n.region), || {
+            n.fleet().connected
+        });
     }
 }

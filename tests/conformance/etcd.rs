@@ -283,10 +283,10 @@ impl Cluster {
             .expect("run etcdctl (Debian: apt-get install etcd-client)")
     }
 
-    /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`: read and write under /gtd/)
-    /// and `node` (role `gtd-node`: read under /gtd/, read and write under /gtd/nodes/,
-    /// /gtd/expected/ and /gtd/compaction), each
-    /// with [`PASSWORD`] in `pw-USER`. From now on [`Cluster::access`] names a user.
+    /// Turns etcd's users on: `root`, `pusher` (role `gtd-push`) and `node` (role `gtd-node`),
+    /// each with [`PASSWORD`] in `pw-USER`, the roles as the shipped `deploy/etcd/roles.sh`
+    /// makes them (`gtd-ramp` too, given to nobody: see [`Cluster::let_nodes_ramp`]). From
+    /// now on [`Cluster::access`] names a user.
     pub(crate) fn enable_users(&mut self) {
         let run = |args: &[&str]| {
             let out = self.etcdctl(args);
@@ -310,51 +310,38 @@ impl Cluster {
             )
             .unwrap();
         }
-        run(&["role", "add", "gtd-push"]);
-        run(&[
-            "role",
-            "grant-permission",
-            "gtd-push",
-            "--prefix=true",
-            "readwrite",
-            "/gtd/",
-        ]);
-        run(&["role", "add", "gtd-node"]);
-        run(&[
-            "role",
-            "grant-permission",
-            "gtd-node",
-            "--prefix=true",
-            "read",
-            "/gtd/",
-        ]);
-        run(&[
-            "role",
-            "grant-permission",
-            "gtd-node",
-            "--prefix=true",
-            "readwrite",
-            "/gtd/nodes/",
-        ]);
-        run(&[
-            "role",
-            "grant-permission",
-            "gtd-node",
-            "--prefix=true",
-            "readwrite",
-            "/gtd/expected/",
-        ]);
-        run(&[
-            "role",
-            "grant-permission",
-            "gtd-node",
-            "readwrite",
-            "/gtd/compaction",
-        ]);
+        // The roles an operator makes: the shipped script, with etcdctl's settings in its
+        // environment as its header says.
+        let secure = self.secure.as_ref().expect("a secure cluster");
+        let out = Command::new("sh")
+            .arg(crate::common::root().join("deploy/etcd/roles.sh"))
+            .arg("/gtd")
+            .env("ETCDCTL_API", "3")
+            .env("ETCDCTL_ENDPOINTS", self.endpoints())
+            .env("ETCDCTL_CACERT", &secure.ca)
+            .env("ETCDCTL_CERT", &secure.client.0)
+            .env("ETCDCTL_KEY", &secure.client.1)
+            .output()
+            .expect("run sh deploy/etcd/roles.sh");
+        assert!(
+            out.status.success(),
+            "deploy/etcd/roles.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         run(&["user", "grant-role", "pusher", "gtd-push"]);
         run(&["user", "grant-role", "node", "gtd-node"]);
         run(&["auth", "enable"]);
         self.secure.as_mut().expect("a secure cluster").users = true;
+    }
+
+    /// Gives user `node` the shipped `gtd-ramp` role: its nodes may then drive a ramp.
+    pub(crate) fn let_nodes_ramp(&self) {
+        let out = self.etcdctl(&["user", "grant-role", "node", "gtd-ramp"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Kills member `i` (SIGKILL) and reaps it.

@@ -457,6 +457,69 @@ fn a_stored_ramp_is_driven_by_the_fleet_to_completion() {
     assert!(metrics.contains("gtd_ramp_state 4"), "{metrics}");
 }
 
+/// With etcd's users on, a node drives a ramp only with the shipped `gtd-ramp` role: under
+/// `gtd-node` alone every node is refused by etcd and says so with the remedy, the stored ramp
+/// has no owner (and moves nothing); once the nodes' user gets the role, one takes the ramp
+/// and it completes.
+#[test]
+fn under_etcd_users_only_a_node_with_the_ramp_role_drives_a_ramp() {
+    let mut cluster = Cluster::start_secure();
+    cluster.enable_users();
+    let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet(&cluster);
+    cfg.set_ratio("web/beijing", 100.0);
+    fleet.rewrite(&cfg);
+    let config = fleet.config.display().to_string();
+    let args = [
+        "push",
+        "--ramp",
+        "--config",
+        &config,
+        "--steps",
+        "50,100",
+        "--min-wait",
+        "1s",
+        "--max-wait",
+        "10s",
+        "--bake",
+        "0s",
+        "--on-inconclusive",
+        "proceed",
+    ];
+    let (code, out, err) = gtd_capped(&cluster, &args, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let log = |n: &crate::fleet::NodeProc| std::fs::read_to_string(&n.log).unwrap_or_default();
+    wait(
+        "every node refused the ramp by etcd, with the remedy",
+        || {
+            fleet.nodes.iter().all(|n| {
+                let log = log(n);
+                log.contains("permission denied") && log.contains("gtd-ramp role")
+            })
+        },
+    );
+    let held = ramp_status(&cluster);
+    assert!(held["owner"].is_null(), "{held:#}");
+    assert_eq!(held["at"], 0, "{held:#}");
+
+    cluster.let_nodes_ramp();
+    let done = wait_ramp(
+        &cluster,
+        "the ramp completed",
+        Duration::from_secs(300),
+        |s| s["state"] != "running",
+    );
+    drop(load);
+    assert_eq!(done["state"], "completed", "{done:#}");
+    let owner = done["owner"].as_str().unwrap_or_default();
+    assert!(
+        fleet
+            .nodes
+            .iter()
+            .any(|n| owner.starts_with(&format!("{}@", n.region))),
+        "{done:#}"
+    );
+}
+
 /// Sets `what` to `value` once a node of `fleet` applied revision `from` (within 120 s).
 fn set_on_revision(
     fleet: &Fleet,

@@ -199,6 +199,7 @@ fn the_shipped_roles_let_a_node_write_its_entry_and_expected_record_and_not_publ
         ("root", "root"),
         ("pusher", "gtd-push"),
         ("node", "gtd-node"),
+        ("driver", "gtd-node"),
     ] {
         ok(
             None,
@@ -206,6 +207,7 @@ fn the_shipped_roles_let_a_node_write_its_entry_and_expected_record_and_not_publ
         );
         ok(None, &["user", "grant-role", user, role]);
     }
+    ok(None, &["user", "grant-role", "driver", "gtd-ramp"]);
     ok(None, &["auth", "enable"]);
     let node = Some("node:pw");
     for key in ["/gtd/nodes/a", "/gtd/expected/a", "/gtd/compaction"] {
@@ -220,4 +222,29 @@ fn the_shipped_roles_let_a_node_write_its_entry_and_expected_record_and_not_publ
     );
     ok(Some("pusher:pw"), &["put", "/gtd/revision", "1"]);
     ok(Some("pusher:pw"), &["del", "/gtd/expected/a"]);
+    // A node may not own or write a ramp (nor publish its steps) without gtd-ramp; one with
+    // it may, and still nothing else a pusher may.
+    for key in [
+        "/gtd/ramp-owner",
+        "/gtd/ramp",
+        "/gtd/revisions/000000000002",
+    ] {
+        let refused = etcd.etcdctl(node, &["put", key, "x"]);
+        assert!(!refused.status.success(), "{key}: {refused:?}");
+    }
+    let driver = Some("driver:pw");
+    for key in [
+        "/gtd/ramp-owner",
+        "/gtd/ramp",
+        "/gtd/revision",
+        "/gtd/revisions/000000000002",
+        "/gtd/nodes/b",
+    ] {
+        ok(driver, &["put", key, "x"]);
+    }
+    ok(driver, &["del", "/gtd/revisions/000000000002"]);
+    for key in ["/gtd/drains/x", "/gtd/other"] {
+        let refused = etcd.etcdctl(driver, &["put", key, "x"]);
+        assert!(!refused.status.success(), "{key}: {refused:?}");
+    }
 }

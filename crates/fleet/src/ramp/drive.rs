@@ -656,7 +656,13 @@ pub async fn drive(access: crate::Access, prefix: String, id: String, hooks: Hoo
             Err(e) => {
                 let e = crate::describe(&e);
                 if e != said {
-                    tracing::warn!(error = %e, "ramp: this node could not drive the ramp now");
+                    let hint = if e.contains("permission denied") {
+                        "; with etcd's users on, a node drives a ramp only with the gtd-ramp role \
+                         (deploy/etcd/roles.sh, docs/operations.md \"Securing etcd\")"
+                    } else {
+                        ""
+                    };
+                    tracing::warn!(error = %e, "ramp: this node could not drive the ramp now{hint}");
                     said = e;
                 }
                 if let Some(o) = owned.take() {
