@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::compare::{text_diff, validated};
-use super::outcome::Outcome;
+use super::outcome::{Outcome, REFUSED};
 use super::{Revision, Store, ramp};
 use gtd_core::config;
 use gtd_sim as sim;
@@ -260,7 +260,7 @@ fn ramp_refusal(rec: &ramp::drive::Record) -> Outcome {
             rec.owner.as_deref().unwrap_or("no node yet"),
             rec.start_revision
         ),
-        code: ramp::REFUSED,
+        code: REFUSED,
     }
 }
 

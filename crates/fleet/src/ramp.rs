@@ -30,7 +30,7 @@ mod text;
 pub const DEFAULT_STEPS: [f64; 5] = [1.0, 5.0, 20.0, 50.0, 100.0];
 
 /// The exit status of a refused ramp (nothing published).
-pub const REFUSED: u8 = 2;
+pub use super::outcome::REFUSED;
 
 /// One node the prediction is for: a registered node (its entry's order and health) or, with
 /// none registered, an acceleration region as the catalogue ranks it.

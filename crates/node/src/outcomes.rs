@@ -16,7 +16,7 @@ use gtd_core::health::outlier::Answer;
 use gtd_core::split::{ListenerPlan, Mode, Ranking};
 
 use super::events::{Kind, Place};
-use super::snapshot::ListenerState;
+use super::snapshot::{ListenerState, UNKNOWN};
 
 impl ListenerState {
     /// An attempt on `pick` (an endpoint of group `group`) failed: counts the passive failure,
@@ -227,9 +227,6 @@ fn ordinal(n: u64) -> String {
     };
     format!("{n}{suffix} ejection")
 }
-
-/// An endpoint's or group's state before the planner first published it: set without an event.
-pub(crate) const UNKNOWN: u8 = u8::MAX;
 
 /// Why an endpoint is out of rotation, or that it is not: what the timeline and the gauges say
 /// of it. Failures come before a drain, so that a drained endpoint whose checks fail says so.

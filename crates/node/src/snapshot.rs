@@ -44,6 +44,10 @@ use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
 use super::watch::{CheckResult, Watch};
 
+/// An endpoint's or group's `state` before the planner first published it (see
+/// [`crate::outcomes`]): the first state published over it is set without an event.
+pub(crate) const UNKNOWN: u8 = u8::MAX;
+
 /// The whole routing state of a node at one config version.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -739,7 +743,7 @@ impl GroupState {
                         .position(|x| x.address() == &e.address)?;
                     Some(p.endpoints[i].state.load(Ordering::Relaxed))
                 })
-                .unwrap_or(crate::outcomes::UNKNOWN)
+                .unwrap_or(UNKNOWN)
         };
         let endpoints: Vec<EndpointMetrics> = g
             .endpoints
@@ -806,9 +810,7 @@ impl GroupState {
             healthy: registry.gauge(&m::GROUP_HEALTHY, &[name, gname]),
             drained: registry.gauge(&m::GROUP_DRAINED, &[name, gname]),
             rtt: registry.gauge(&m::GROUP_RTT_SECONDS, &[name, gname]),
-            state: AtomicU8::new(previous.map_or(crate::outcomes::UNKNOWN, |p| {
-                p.state.load(Ordering::Relaxed)
-            })),
+            state: AtomicU8::new(previous.map_or(UNKNOWN, |p| p.state.load(Ordering::Relaxed))),
         })
     }
 }
