@@ -183,7 +183,7 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
 /// `--dry-run`'s first line while a ramp runs: what the push would do about it.
 async fn ramp_note(store: &Store, force: bool) -> Result<String> {
     Ok(
-        match ramp::drive::read(store).await.map_err(Error::Store)? {
+        match ramp::record::read(store).await.map_err(Error::Store)? {
             Some((rec, _)) if !rec.state.done() => format!(
                 "ramp {} is {} (step {}/{}): {}\n",
                 rec.id,
@@ -212,12 +212,12 @@ async fn beside_ramp(
     force: bool,
     next: u64,
 ) -> Result<Result<(crate::Beside, String), Outcome>> {
-    let (rec, seen) = match ramp::drive::read(store).await.map_err(Error::Store)? {
+    let (rec, seen) = match ramp::record::read(store).await.map_err(Error::Store)? {
         Some((rec, seen)) => (Some(rec), seen),
         None => (None, 0),
     };
     let mut beside = crate::Beside {
-        compare: vec![ramp::drive::unchanged(store, seen)],
+        compare: vec![ramp::record::unchanged(store, seen)],
         ops: Vec::new(),
     };
     let Some(mut rec) = rec.filter(|r| !r.state.done()) else {
@@ -236,12 +236,12 @@ async fn beside_ramp(
     rec.replaced(&super::who(), next);
     beside
         .ops
-        .push(ramp::drive::put(store, &rec).map_err(Error::Store)?);
+        .push(ramp::record::put(store, &rec).map_err(Error::Store)?);
     Ok(Ok((beside, said)))
 }
 
 /// The refusal of a plain push while `rec` is not over.
-fn ramp_refusal(rec: &ramp::drive::Record) -> Outcome {
+fn ramp_refusal(rec: &ramp::record::Record) -> Outcome {
     Outcome {
         out: String::new(),
         err: format!(
@@ -267,7 +267,7 @@ fn ramp_refusal(rec: &ramp::drive::Record) -> Outcome {
 /// A publish that did not hold: refused when a ramp was stored meanwhile, else the error.
 async fn raced(store: &Store, e: super::Error) -> Result<Outcome> {
     if matches!(e, super::Error::Conflict(_))
-        && let Some((rec, _)) = ramp::drive::read(store).await.map_err(Error::Store)?
+        && let Some((rec, _)) = ramp::record::read(store).await.map_err(Error::Store)?
         && !rec.state.done()
     {
         return Ok(ramp_refusal(&rec));

@@ -24,6 +24,7 @@ use super::registry::Entry;
 pub mod drive;
 pub mod gates;
 pub mod read;
+pub mod record;
 mod text;
 
 /// The default steps, percent of the whole move.
@@ -261,7 +262,7 @@ pub struct Inputs {
     /// A scenario with `[demand]` for the capacity check.
     pub scenario: Option<PathBuf>,
     /// How the stored ramp waits and judges.
-    pub settings: Option<drive::Settings>,
+    pub settings: Option<record::Settings>,
     /// Print each step's gates until the ramp ends (`--follow`).
     pub follow: bool,
 }
@@ -757,7 +758,7 @@ pub async fn run(
         });
     }
     if opts.dry_run {
-        if let Some((rec, _)) = drive::read(&store).await.map_err(Error::Store)?
+        if let Some((rec, _)) = record::read(&store).await.map_err(Error::Store)?
             && !rec.state.done()
         {
             out.insert_str(
@@ -779,7 +780,7 @@ pub async fn run(
 }
 
 /// The refusal of a ramp while another is not over.
-fn running_refusal(rec: &drive::Record) -> String {
+fn running_refusal(rec: &record::Record) -> String {
     format!(
         "gtd push --ramp: refused: ramp {} is {} (step {}/{}, revision {}); see gtd ramp \
          status, or end it with gtd ramp abort; nothing was published\n",
@@ -809,7 +810,7 @@ async fn store_and_follow(
         err,
         code: REFUSED,
     };
-    let seen = match drive::read(store).await.map_err(Error::Store)? {
+    let seen = match record::read(store).await.map_err(Error::Store)? {
         Some((rec, _)) if !rec.state.done() => return Ok(refuse(out, running_refusal(&rec))),
         Some((_, m)) => m,
         None => 0,
@@ -828,10 +829,10 @@ async fn store_and_follow(
         Err(why) => return Ok(refuse(out, why)),
     };
     let now = super::now_ms();
-    let rec = drive::Record {
+    let rec = record::Record {
         id: format!("ramp-{}-{now}", running.revision),
-        state: drive::State::Running,
-        phase: drive::Phase::Publish { step: 1 },
+        state: record::State::Running,
+        phase: record::Phase::Publish { step: 1 },
         by: super::who(),
         message: opts.message.clone(),
         created_at_ms: now,
@@ -839,12 +840,12 @@ async fn store_and_follow(
         start: running.clone(),
         receiving: plan.receiving.clone(),
         steps,
-        settings: inputs.settings.clone().unwrap_or(drive::Settings {
+        settings: inputs.settings.clone().unwrap_or(record::Settings {
             min_wait_ms: 60_000,
             max_wait_ms: 900_000,
             bake_ms: 300_000,
             hold_limit_ms: 1_800_000,
-            on_inconclusive: drive::Inconclusive::Hold,
+            on_inconclusive: record::Inconclusive::Hold,
             keep: opts.keep,
         }),
         baseline: None,
@@ -876,11 +877,11 @@ async fn store_and_follow(
             ),
         ));
     }
-    if !drive::write(store, &rec, seen, None)
+    if !record::write(store, &rec, seen, None)
         .await
         .map_err(Error::Store)?
     {
-        let now = drive::read(store).await.map_err(Error::Store)?;
+        let now = record::read(store).await.map_err(Error::Store)?;
         return Ok(refuse(
             out,
             now.filter(|(r, _)| !r.state.done()).map_or_else(
@@ -895,7 +896,7 @@ async fn store_and_follow(
     out.push_str(&format!(
         "\nramp {} stored under {}: the fleet's nodes drive it (gtd ramp status)\n",
         rec.id,
-        drive::key(store)
+        record::key(store)
     ));
     if !inputs.follow {
         return Ok(Outcome::ok(out));
@@ -930,7 +931,7 @@ fn capacities(new: &Config, receiving: &[String]) -> BTreeMap<String, f64> {
 
 /// Each planned step as the config text the ramp publishes: the new config with the step's
 /// ratios set line by line, checked to validate with exactly those ratios; `Err` the refusal.
-fn step_drafts(plan: &Plan, whole: &super::Revision) -> Result<Vec<drive::Planned>, String> {
+fn step_drafts(plan: &Plan, whole: &super::Revision) -> Result<Vec<record::Planned>, String> {
     let mut steps = Vec::new();
     for s in &plan.steps {
         let mut draft = whole.clone();
@@ -965,7 +966,7 @@ fn step_drafts(plan: &Plan, whole: &super::Revision) -> Result<Vec<drive::Planne
                 ));
             }
         }
-        steps.push(drive::Planned {
+        steps.push(record::Planned {
             target: s.target,
             moved: s.moved,
             draft,
@@ -987,7 +988,7 @@ async fn follow(store: &mut super::Store, id: &str) -> crate::outcome::Outcome {
     let mut shown = 0;
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        let Ok(Some((now, _))) = drive::read(store).await else {
+        let Ok(Some((now, _))) = record::read(store).await else {
             continue;
         };
         if now.id != id {
@@ -1006,7 +1007,7 @@ async fn follow(store: &mut super::Store, id: &str) -> crate::outcome::Outcome {
             return Outcome {
                 out: format!("ramp {}: {} ({outcome})\n", now.id, now.state.word()),
                 err: String::new(),
-                code: if now.state == drive::State::Completed {
+                code: if now.state == record::State::Completed {
                     0
                 } else {
                     3
@@ -1026,10 +1027,10 @@ pub async fn control(
     use crate::outcome::Outcome;
     let store = super::Store::connect(access, prefix).await?;
     loop {
-        let Some((mut rec, seen)) = drive::read(&store).await? else {
+        let Some((mut rec, seen)) = record::read(&store).await? else {
             return Ok(Outcome {
                 out: String::new(),
-                err: format!("no ramp under {}\n", drive::key(&store)),
+                err: format!("no ramp under {}\n", record::key(&store)),
                 code: if what == "status" { 0 } else { 1 },
             });
         };
@@ -1068,11 +1069,11 @@ pub async fn control(
             "abort" => {
                 rec.abort = true;
                 // A paused ramp goes back too.
-                rec.state = drive::State::Running;
+                rec.state = record::State::Running;
                 "abort asked: the driving node goes back to the starting revision"
             }
             "pause" => {
-                if matches!(rec.phase, drive::Phase::Down { .. }) {
+                if matches!(rec.phase, record::Phase::Down { .. }) {
                     return Ok(Outcome {
                         out: String::new(),
                         err: format!(
@@ -1082,21 +1083,21 @@ pub async fn control(
                         code: 1,
                     });
                 }
-                rec.state = drive::State::Paused;
+                rec.state = record::State::Paused;
                 "paused: the ramp neither advances nor judges until gtd ramp resume"
             }
             _ => {
-                if rec.state != drive::State::Paused {
+                if rec.state != record::State::Paused {
                     return Ok(Outcome {
                         out: String::new(),
                         err: format!("ramp {} is not paused\n", rec.id),
                         code: 1,
                     });
                 }
-                rec.state = drive::State::Running;
+                rec.state = record::State::Running;
                 // The window starts again: what happened while paused is not judged.
-                if let drive::Phase::Judging { step, revision, .. } = rec.phase {
-                    rec.phase = drive::Phase::Applying {
+                if let record::Phase::Judging { step, revision, .. } = rec.phase {
+                    rec.phase = record::Phase::Applying {
                         step,
                         revision,
                         since_ms: super::now_ms(),
@@ -1105,13 +1106,13 @@ pub async fn control(
                 "resumed: the step's window starts again"
             }
         };
-        rec.log.push(drive::Logged {
+        rec.log.push(record::Logged {
             at_ms: super::now_ms(),
             step: rec.at,
             by: who,
             text: format!("gtd ramp {what}: {said}"),
         });
-        if drive::write(&store, &rec, seen, None).await? {
+        if record::write(&store, &rec, seen, None).await? {
             return Ok(Outcome::ok(format!("ramp {}: {said}\n", rec.id)));
         }
     }

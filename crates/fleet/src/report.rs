@@ -9,7 +9,7 @@ use super::compare::{text_diff, validated};
 use super::drain::Drain;
 use super::expected::{Missing, missing};
 use super::predict::predicted;
-use super::ramp::drive::View;
+use super::ramp::record::View;
 use super::registry::{Disagreement, EndpointErrors, Entry, Toggle, disagreements};
 use super::stale::Stale;
 use super::words::{plural, utc};
@@ -118,7 +118,7 @@ impl Fleet {
         let nodes = store.nodes().await?;
         let (drains, _) = store.drains().await?;
         // A record this version cannot read (a newer gtd's) hides the ramp, not the fleet.
-        let ramp = match super::ramp::drive::read(store).await {
+        let ramp = match super::ramp::record::read(store).await {
             Ok(r) => r.map(|(r, _)| r.view()),
             Err(super::Error::NotARevision { .. }) => None,
             Err(e) => return Err(e),

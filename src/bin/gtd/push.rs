@@ -102,7 +102,7 @@ impl Push {
     /// Publishes (or shows) the revision.
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
         if self.ramp {
-            use gtd::fleet::ramp::drive::{Inconclusive, Settings};
+            use gtd::fleet::ramp::record::{Inconclusive, Settings};
             if self.min_wait > self.max_wait {
                 anyhow::bail!("--min-wait is longer than --max-wait");
             }
