@@ -167,17 +167,31 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         o.err = warnings;
         return Ok(o);
     }
-    let (beside, stopped) = match beside_ramp(&store, opts.force, seen.number + 1).await? {
-        Ok(b) => b,
-        Err(refused) => return Ok(refused),
-    };
-    let published = match store.publish_beside(seen, draft, opts.keep, beside).await {
+    let (published, stopped) = match publish_guarded(&mut store, seen, draft, opts).await? {
         Ok(p) => p,
-        Err(e) => return raced(&store, e).await,
+        Err(o) => return Ok(o),
     };
     let mut o = Outcome::ok(stopped + &published_line(&mut store, &published).await?);
     o.err = warnings;
     Ok(o)
+}
+
+/// Publishes `draft` after `seen` beside the fleet's ramp ([`beside_ramp`]): the revision and
+/// what was said of a ramp `--force` stopped, or the outcome to end with (refused, raced).
+async fn publish_guarded(
+    store: &mut Store,
+    seen: super::Current,
+    draft: Revision,
+    opts: &Options,
+) -> Result<std::result::Result<(Revision, String), Outcome>> {
+    let (beside, stopped) = match beside_ramp(store, opts.force, seen.number + 1).await? {
+        Ok(b) => b,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    match store.publish_beside(seen, draft, opts.keep, beside).await {
+        Ok(p) => Ok(Ok((p, stopped))),
+        Err(e) => raced(store, e).await.map(Err),
+    }
 }
 
 /// `--dry-run`'s first line while a ramp runs: what the push would do about it.
@@ -345,13 +359,9 @@ async fn rollback(opts: &Options) -> Result<Outcome> {
         message: opts.message.clone(),
         ..old
     };
-    let (beside, stopped) = match beside_ramp(&store, opts.force, seen.number + 1).await? {
-        Ok(b) => b,
-        Err(refused) => return Ok(refused),
-    };
-    let published = match store.publish_beside(seen, draft, opts.keep, beside).await {
+    let (published, stopped) = match publish_guarded(&mut store, seen, draft, opts).await? {
         Ok(p) => p,
-        Err(e) => return raced(&store, e).await,
+        Err(o) => return Ok(o),
     };
     Ok(Outcome::ok(
         stopped + &published_line(&mut store, &published).await?,

@@ -725,6 +725,17 @@ mod tests {
         assert!(!g.failed() && !g.conclusive());
     }
 
+    /// Uniform numbers in [0, 1), a fixed stream per seed (xorshift64*).
+    fn seeded(seed: u64) -> impl FnMut() -> f64 {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1_u64 << 53) as f64
+        }
+    }
+
     /// Issue 38: at 1 request a second the errors gate holds and never fails a step on noise.
     /// The receiving group and the others fail 1 % of requests alike; each step's window is
     /// looked at every second from --min-wait (60 s) to --max-wait (15 min), as the driving
@@ -736,14 +747,7 @@ mod tests {
         let mut failures = Vec::new();
         let mut looks = 0_u64;
         for seed in 0..2_000_u64 {
-            // xorshift64*: a fixed stream per seed.
-            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut uniform = move || {
-                x ^= x >> 12;
-                x ^= x << 25;
-                x ^= x >> 27;
-                (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1_u64 << 53) as f64
-            };
+            let mut uniform = seeded(seed);
             for share in [0.01, 0.05, 0.20, 0.50] {
                 let (mut receiving, mut others) = (Counts::default(), Counts::default());
                 for second in 1..=900_u64 {
@@ -791,13 +795,7 @@ mod tests {
     fn one_request_a_second_still_sees_an_outage() {
         let (mut caught, mut requests) = (0, Vec::new());
         for seed in 0..500_u64 {
-            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut uniform = move || {
-                x ^= x >> 12;
-                x ^= x << 25;
-                x ^= x >> 27;
-                (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1_u64 << 53) as f64
-            };
+            let mut uniform = seeded(seed);
             let (mut receiving, mut others) = (Counts::default(), Counts::default());
             for second in 1..=900_u64 {
                 let to_receiving = uniform() < 0.05;
