@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 # - iproute2: ss, for the listen backlog the kernel reports.
 # - ca-certificates: a group's tls without `ca` verifies endpoints with the system bundle.
 # - systemd: systemd-analyze verifies deploy/systemd's unit.
+# - make: the build of jemalloc, the gtd binary's allocator (a C compiler comes with Rust's setup).
 need=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]; }
 have nginx || need+=(nginx)
@@ -25,6 +26,7 @@ have promtool || need+=(prometheus)
 have ss || need+=(iproute2)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 have systemd-analyze || need+=(systemd)
+have make || need+=(make)
 
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

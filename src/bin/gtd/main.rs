@@ -22,6 +22,8 @@
 //! options the fleet commands share. They live beside this file, declared only from it, so
 //! that the library holds no code only the binary uses.
 
+#[cfg(unix)]
+mod alloc;
 mod check;
 mod completions;
 mod demo;
@@ -85,6 +87,12 @@ fn command() -> clap::Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    if let Err(e) = alloc::tune() {
+        eprintln!(
+            "gtd: warning: the allocator's settings were refused ({e}): memory a burst freed stays resident"
+        );
+    }
     let result = match Cli::parse().command {
         Command::Run(c) => c.apply(),
         Command::Push(c) => c.apply(),
