@@ -47,9 +47,6 @@ pub enum Error {
         /// Why not the cached one.
         cache: CacheError,
     },
-    /// Watching `PREFIX/revision` or `PREFIX/drains/` failed (etcd's error is the source).
-    #[error("watching the current revision")]
-    Watch(#[source] gtd_fleet::etcd::Error),
     /// etcd ended the watch.
     #[error("the watch ended")]
     WatchEnded,
@@ -59,6 +56,16 @@ pub enum Error {
     /// The node stopped while waiting for a leader.
     #[error("stopping")]
     Stopping,
+}
+
+/// The class of etcd's failure, when the store's error is one (for [`gtd_fleet::transient`]).
+impl gtd_fleet::Classified for Error {
+    fn class(&self) -> Option<gtd_fleet::Class> {
+        match self {
+            Error::Store(e) => e.class(),
+            _ => None,
+        }
+    }
 }
 
 /// As [`gtd_fleet::describe`] reads errors.
@@ -227,7 +234,7 @@ impl Fleet {
                 .await
             {
                 Ok(Ok(_)) => tracing::info!("fleet: left the registry"),
-                Ok(Err(e)) => tracing::warn!(error = %gtd_fleet::describe_error(&e),
+                Ok(Err(e)) => tracing::warn!(error = %e.brief(),
                     "fleet: the registry entry stays until its lease runs out"),
                 Err(_) => tracing::warn!(
                     "fleet: etcd did not answer; the registry entry stays until its lease runs out"
@@ -589,7 +596,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                     }
                     Ok(None) => return Err(Error::WatchEnded),
                     Err(e) if e.is_leaderless() => {}
-                    Err(e) => return Err(Error::Watch(e)),
+                    Err(e) => return Err(watch_error(e)),
                 }
                 drain_events = watch(inner, &store, &drains_key, drains_end.clone(), drains_from).await?;
                 continue;
@@ -604,7 +611,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                 events = watch(inner, &store, &key, Vec::new(), from).await?;
                 continue;
             }
-            Err(e) => return Err(Error::Watch(e)),
+            Err(e) => return Err(watch_error(e)),
         };
         if response.canceled {
             if response.compact_revision > 0 {
@@ -783,9 +790,15 @@ async fn watch(
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             }
-            watch => return watch.map_err(Error::Watch),
+            watch => return watch.map_err(watch_error),
         }
     }
+}
+
+/// A watch of `PREFIX/revision` or `PREFIX/drains/` that failed, as the store's error (etcd's
+/// answer classified, as every other).
+fn watch_error(e: gtd_fleet::etcd::Error) -> Error {
+    Error::Store(gtd_fleet::Error::etcd("watching the current revision", e))
 }
 
 /// Applies revision `n` unless the node serves it already or refused it.

@@ -57,6 +57,25 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error in a few words: the gRPC status's message, or for a transport failure its
+    /// innermost cause ("Connection refused"), not tonic's nested debug output.
+    pub fn brief(&self) -> String {
+        // This error names no source: start from the status's or transport's.
+        let (mut words, mut source) = match self {
+            Error::GRpcStatus(status) => (
+                status.message().to_owned(),
+                std::error::Error::source(status),
+            ),
+            Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
+            other => (other.to_string(), None),
+        };
+        while let Some(s) = source {
+            words = s.to_string();
+            source = s.source();
+        }
+        words
+    }
+
     /// etcd's "no leader": the member is up but knows no leader (an election, or it is cut off
     /// from the others). A stream opened with `hasleader` is ended with it.
     pub fn is_leaderless(&self) -> bool {

@@ -176,10 +176,7 @@ async fn hold(
         writing = Some(Box::pin(async move {
             match client.txn(txn).await {
                 Ok(_) => Write::Done(shape),
-                Err(e) => Write::Failed(format!(
-                    "writing the registry entry: {}",
-                    gtd_fleet::describe_error(&e)
-                )),
+                Err(e) => Write::Failed(format!("writing the registry entry: {}", e.brief())),
             }
         }));
     }
