@@ -2,6 +2,7 @@
 //! (normalised, in order) and answering each with a fixed `200 ok`. Bytes that do not make a
 //! whole request by the end of a case are recorded as well (`wire::unfinished`).
 
+use gtd::sync::lock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +61,7 @@ impl Recorder {
     /// What arrived since the last call (whole requests, then what is pending on each
     /// connection, unfinished); pending bytes are forgotten, so the next case starts clean.
     pub(crate) fn take(&self) -> Vec<String> {
-        let mut log = self.log.lock().unwrap();
+        let mut log = lock(&self.log);
         let mut out = std::mem::take(&mut log.requests);
         let mut ids: Vec<u64> = log.pending.keys().copied().collect();
         ids.sort_unstable();
@@ -83,7 +84,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
     loop {
         let n = s.read(&mut chunk).await.unwrap_or(0);
         if n == 0 {
-            let mut log = log.lock().unwrap();
+            let mut log = lock(&log);
             if let Some(rest) = log.pending.remove(&id)
                 && !rest.is_empty()
             {
@@ -94,7 +95,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
         let mut answers = Vec::new();
         let mut close = false;
         {
-            let mut log = log.lock().unwrap();
+            let mut log = lock(&log);
             let Log { requests, pending } = &mut *log;
             let buf = pending.entry(id).or_default();
             buf.extend_from_slice(&chunk[..n]);

@@ -1,6 +1,7 @@
 //! The health tests' own helpers: an HTTP backend that numbers the checks it receives and
 //! answers each as a script says, a client, and readers of `/status`.
 
+use gtd::sync::lock;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -172,7 +173,7 @@ impl Scripted {
 
     /// The check requests received so far.
     pub(crate) fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        lock(&self.seen).clone()
     }
 }
 
@@ -195,7 +196,7 @@ async fn answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    seen.lock().unwrap().push(Seen {
+    lock(&seen).push(Seen {
         method: parts.method.to_string(),
         path: parts.uri.to_string(),
         headers: parts.headers,

@@ -3,6 +3,7 @@
 
 use crate::common::*;
 use crate::harness::*;
+use gtd::sync::lock;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -49,14 +50,14 @@ async fn tcp_split_across_groups_and_endpoints_matches_sim() {
         clients.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < N as u64 {
                 let name = tcp_name(addr).await.expect("connection through gtd");
-                *counts.lock().unwrap().entry(name).or_default() += 1;
+                *lock(&counts).entry(name).or_default() += 1;
             }
         }));
     }
     for c in clients {
         c.await.unwrap();
     }
-    let counts = counts.lock().unwrap().clone();
+    let counts = lock(&counts).clone();
     assert_eq!(counts.values().sum::<usize>(), N);
     // Stated tolerance: the rotation and round robin are deterministic, so each observed share
     // is within 0.5 points of sim's expectation (concurrency only reorders decisions).

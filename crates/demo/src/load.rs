@@ -4,8 +4,9 @@
 //! endpoint answered, and tallies it by group, beside the share the node's plan gave that
 //! group at that moment (so that observed and expected compare even across a failover).
 
+use gtd_core::sync::lock;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -103,7 +104,7 @@ impl Generator {
     }
 
     fn count(&self, name: Option<&str>) {
-        let mut t = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut t = lock(&self.tally);
         let group = name.and_then(|n| {
             self.listener
                 .groups

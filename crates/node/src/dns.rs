@@ -15,9 +15,10 @@
 //! shown in `/status` with the reason. Each change of a name's addresses or of its failure is
 //! logged once.
 
+use gtd_core::sync::lock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -511,10 +512,6 @@ pub(crate) fn expand(l: &Listener, names: &Table) -> Listener {
         g.endpoints = endpoints;
     }
     out
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 //! changing mode, a mark, an ejection, a reload): never on the per-request path while nothing
 //! happens, and each of those writers already logs a line and re-plans.
 
+use gtd_core::sync::lock;
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use gtd_core::view::build::unix_ms;
@@ -93,7 +94,7 @@ impl EventLog {
             endpoint: at.endpoint.map(str::to_owned),
             message,
         };
-        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ring = lock(&self.ring);
         if ring.len() == Self::CAPACITY {
             ring.pop_front();
         }
@@ -102,7 +103,7 @@ impl EventLog {
 
     /// The `/events` document: the events kept, newest first.
     pub fn recent(&self) -> Events {
-        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let ring = lock(&self.ring);
         Events {
             capacity: Self::CAPACITY,
             events: ring.iter().rev().cloned().collect(),

@@ -18,9 +18,10 @@
 //!
 //! Certificates are read here, so a bad one fails the start or reload that wanted it.
 
+use gtd_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -512,7 +513,7 @@ impl ListenerState {
     }
 
     fn ranker(&self) -> std::sync::MutexGuard<'_, Ranker> {
-        self.ranker.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.ranker)
     }
 
     /// Why group `group` (config index) has its rank (`/status`).

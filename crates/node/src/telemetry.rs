@@ -15,10 +15,11 @@
 //! listeners, groups and endpoints that are gone — gauges, counters and histograms alike, as a
 //! Prometheus client library's `DeleteLabelValues` would.
 
+use gtd_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use metrics::{Counter, Gauge, Histogram, Key, Label};
 use metrics_exporter_prometheus::formatting::{
@@ -576,10 +577,6 @@ impl Registry {
                 samples.clear_with(|s| b.record_many(s));
             });
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A float as the text format spells it: `+Inf`, `-Inf` and `NaN` where Rust would print

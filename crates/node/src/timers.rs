@@ -10,12 +10,13 @@
 //!   request (`upstream_timeout` on gtd's own client, `header_timeout` through [`HeadTimer`]),
 //!   registered once instead of once per request.
 
+use gtd_core::sync::lock;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -221,7 +222,7 @@ impl Wake for WatchFlag {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        let task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let task = lock(&self.task);
         if let Some(task) = task.as_ref() {
             task.wake_by_ref();
         }
@@ -253,11 +254,7 @@ impl<M: Future + ?Sized, W: Future + ?Sized> Future for Watched<'_, M, W> {
             return Poll::Ready(First::Main(v));
         }
         {
-            let mut task = this
-                .flag
-                .task
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut task = lock(&this.flag.task);
             if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
                 *task = Some(cx.waker().clone());
             }
@@ -386,11 +383,7 @@ impl Future for HeadSleep {
         let this = self.get_mut();
         loop {
             {
-                let mut timer = this
-                    .state
-                    .deadline
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut timer = lock(&this.state.deadline);
                 if timer.poll(cx, this.deadline).is_pending() {
                     return Poll::Pending;
                 }

@@ -3,7 +3,8 @@
 //! ([`super::checks`]), the planner (the ranking reads the RTTs) and `/status`. It lives in the
 //! snapshot, beneath the wings, and a reload carries it for endpoints that stay.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use gtd_core::sync::lock;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use gtd_core::config::HealthCheck;
@@ -124,7 +125,7 @@ impl Watch {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A copy of the state.

@@ -12,6 +12,7 @@
 //! 5 minutes by default) gets a new one and is made once more, so a node's session outlives
 //! its tokens.
 
+use gtd_core::sync::{lock, read, write};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -190,7 +191,7 @@ struct Stamp {
 
 impl tonic::service::Interceptor for Stamp {
     fn call(&mut self, mut request: tonic::Request<()>) -> tonic::Result<tonic::Request<()>> {
-        if let Some(token) = self.token.read().expect("etcd token").as_ref() {
+        if let Some(token) = read(&self.token).as_ref() {
             request.metadata_mut().insert("token", token.clone());
         }
         if self.require_leader {
@@ -268,7 +269,7 @@ impl Client {
             .token
             .parse()
             .map_err(|_| tonic::Status::internal("etcd sent a token that is not ASCII"))?;
-        *self.stamp.token.write().expect("etcd token") = Some(token);
+        *write(&self.stamp.token) = Some(token);
         Ok(())
     }
 
@@ -284,11 +285,11 @@ impl Client {
     {
         match call(self.service()).await {
             Err(s) if self.user.is_some() && expired(&s) => {
-                let stale = self.stamp.token.read().expect("etcd token").clone();
+                let stale = read(&self.stamp.token).clone();
                 {
                     let _one = self.renewing.lock().await;
                     // Renewed by another call while this one waited: use that token.
-                    if *self.stamp.token.read().expect("etcd token") == stale {
+                    if *read(&self.stamp.token) == stale {
                         self.authenticate().await?;
                     }
                 }
@@ -446,7 +447,7 @@ impl Client {
                 let (tx, rx) = mpsc::channel(4);
                 tx.try_send(first.clone())
                     .expect("a new channel has room for one request");
-                *senders.lock().expect("stream sender") = Some(tx);
+                *lock(&senders) = Some(tx);
                 call(s, tokio_stream::wrappers::ReceiverStream::new(rx))
             })
             .await?;

@@ -22,11 +22,12 @@
 pub(crate) mod line;
 pub(crate) mod stream;
 
+use gtd_core::sync::lock;
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use metrics::Counter;
@@ -131,7 +132,7 @@ impl AccessLog {
     pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Handle>, String> {
         let on = sink.is_some();
         let handle = {
-            let mut slot = self.handle.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = lock(&self.handle);
             match &*slot {
                 Some(h) => h.clone(),
                 None if !on => return Ok(None),
@@ -143,12 +144,7 @@ impl AccessLog {
                 }
             }
         };
-        *handle
-            .0
-            .shared
-            .next_sink
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(sink);
+        *lock(&handle.0.shared.next_sink) = Some(sink);
         handle.flush().await;
         Ok(on.then_some(handle))
     }
@@ -156,11 +152,7 @@ impl AccessLog {
     /// Waits (at most [`HANDOVER`]) until every line queued so far is written: at the end of a
     /// drain, before the process exits.
     pub(crate) async fn flush(&self) {
-        let handle = self
-            .handle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let handle = lock(&self.handle).clone();
         if let Some(h) = handle {
             h.flush().await;
         }
@@ -268,12 +260,7 @@ fn write_lines(mut rx: mpsc::Receiver<Msg>, shared: &Shared, format: LogFormat) 
                 drained = next.is_none();
             }
         }
-        if let Some(new) = shared
-            .next_sink
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        if let Some(new) = lock(&shared.next_sink).take() {
             sink = new;
         }
         if !text.is_empty()

@@ -11,6 +11,7 @@
 //! disk) never holds up a revision, and a failed write is tried again at the next look without
 //! ending the follower's session.
 
+use gtd_core::sync::lock;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -201,7 +202,7 @@ fn report(said: &mut Option<String>, why: String) {
 /// The node's entry now, with its errors as `errors` paces them.
 fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry {
     let (applied, source) = {
-        let a = fleet.applied.lock().expect("fleet state");
+        let a = lock(&fleet.applied);
         (a.0.revision, a.1)
     };
     let views = {
@@ -220,7 +221,7 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry 
         version: env!("CARGO_PKG_VERSION").to_owned(),
         applied: Some(applied),
         source: source.as_str().to_owned(),
-        refused: fleet.refused.lock().expect("fleet state").clone(),
+        refused: lock(&fleet.refused).clone(),
         uptime_s: up.as_secs(),
         started_at_ms: ms.saturating_sub(up.as_millis() as u64),
         updated_at_ms: ms,

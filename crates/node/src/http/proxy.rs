@@ -2,6 +2,7 @@
 //! up, the request's head rewritten for the endpoints, then attempt, decide
 //! ([`super::retry::next`]), act, until an answer goes back.
 
+use gtd_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -592,9 +593,7 @@ fn switch(
         l.cfg.idle_timeout,
         [l.metrics.bytes_up.clone(), l.metrics.bytes_down.clone()],
     );
-    if let Ok(mut slot) = conn.tunnel.lock() {
-        *slot = Some(Box::pin(relay));
-    }
+    *lock(&conn.tunnel) = Some(Box::pin(relay));
     Response::from_parts(parts, DownBody::empty())
 }
 

@@ -4,6 +4,7 @@
 //! connections closed after `idle_timeout`, the node's stop), until it closes. Each request is
 //! handed to [`super::proxy::proxy`].
 
+use gtd_core::sync::lock;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -112,7 +113,7 @@ pub(crate) async fn serve(
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
-    let upgraded = own_conn.tunnel.lock().ok().and_then(|mut t| t.take());
+    let upgraded = lock(&own_conn.tunnel).take();
     if let Some(relay) = upgraded {
         relay.await;
     }
