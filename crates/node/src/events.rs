@@ -117,7 +117,7 @@ pub(crate) fn reloaded(
     log: &EventLog,
     new: Option<&gtd_fleet::Revision>,
     what: &str,
-    result: &Result<(), String>,
+    result: &Result<(), crate::Error>,
 ) {
     let kind = if new.is_some() {
         Kind::Revision
@@ -127,6 +127,7 @@ pub(crate) fn reloaded(
     let message = match result {
         Ok(()) => format!("{what} applied"),
         Err(e) => {
+            let e = e.to_string();
             let first = e.lines().next().unwrap_or_default();
             let more = e.lines().count().saturating_sub(1);
             let more = if more > 0 {

@@ -831,7 +831,7 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
             cache(fleet, &r).await;
         }
         // The reload logged why, with every error.
-        Err(e) => fleet.refuse(n, e),
+        Err(e) => fleet.refuse(n, e.to_string()),
     }
     Ok(())
 }

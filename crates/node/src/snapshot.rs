@@ -34,16 +34,52 @@ use gtd_core::health::rtt::group_rtt;
 use gtd_core::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
 
 use super::access::Handle;
-use super::checks::probe::Spec;
+use super::checks::probe::{Spec, SpecError};
 use super::descriptors::{self, Share, Shared};
 use super::dns;
 use super::events::EventLog;
 use super::http::HttpState;
-use super::http::upstream::Upstream;
+use super::http::upstream::{Upstream, UpstreamError};
 use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
 use super::watch::{CheckResult, Watch};
+
+/// Why a config could not be built into a snapshot (the start fails, a reload keeps the running
+/// one): the listener, the group when it is one's, then the cause, whose message names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("listener {listener:?}{}: {cause}", group.as_ref().map(|g| format!(" group {g:?}")).unwrap_or_default())]
+pub struct BuildError {
+    listener: String,
+    group: Option<String>,
+    /// Boxed: a snapshot's results stay small on their way up.
+    cause: Box<BuildCause>,
+}
+
+/// What [`BuildError`] says went wrong.
+#[derive(Debug, thiserror::Error)]
+enum BuildCause {
+    /// An HTTPS listener's certificates.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// A group's client towards its endpoints.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// A group's health check.
+    #[error(transparent)]
+    Check(#[from] SpecError),
+}
+
+impl BuildError {
+    /// `cause` in listener `l` (in `group`, when one's).
+    fn new(l: &Listener, group: Option<&str>, cause: impl Into<BuildCause>) -> BuildError {
+        BuildError {
+            listener: l.name.clone(),
+            group: group.map(str::to_owned),
+            cause: Box::new(cause.into()),
+        }
+    }
+}
 
 /// An endpoint's or group's `state` before the planner first published it (see
 /// [`crate::outcomes`]): the first state published over it is set without an event.
@@ -225,7 +261,7 @@ impl Snapshot {
         registry: &Registry,
         names: &dns::Table,
         now: Instant,
-    ) -> Result<Snapshot, String> {
+    ) -> Result<Snapshot, BuildError> {
         let registry = &registry.scope();
         let serving: Vec<&Listener> = config
             .listeners
@@ -356,7 +392,7 @@ impl ListenerState {
         config: &Config,
         (region, (fds, fds_own)): (&str, (Arc<Share>, isize)),
         now: Instant,
-    ) -> Result<ListenerState, String> {
+    ) -> Result<ListenerState, BuildError> {
         let name = l.name.as_str();
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == gtd_core::config::Protocol::Udp;
@@ -364,10 +400,9 @@ impl ListenerState {
             .groups
             .iter()
             .map(|g| GroupState::build(l, g, old, registry, config, region, now))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, BuildError>>()?;
         let http = if http_listener {
-            let http =
-                HttpState::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?;
+            let http = HttpState::build(l, registry).map_err(|e| BuildError::new(l, None, e))?;
             Some(Box::new(http))
         } else {
             None
@@ -719,7 +754,7 @@ impl GroupState {
         config: &Config,
         region: &str,
         now: Instant,
-    ) -> Result<GroupState, String> {
+    ) -> Result<GroupState, BuildError> {
         let name = l.name.as_str();
         let old_cfg = old.map(|o| &*o.cfg);
         let http_listener = l.protocol.is_http();
@@ -765,7 +800,7 @@ impl GroupState {
             // The connections its clients open count into the endpoints' series.
             let opened = endpoints.iter().map(|e| e.connections.clone()).collect();
             let up = Upstream::attach(l, g, config, registry, &connect_seconds, opened)
-                .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?;
+                .map_err(|e| BuildError::new(l, Some(&g.name), e))?;
             Some(Box::new(up))
         } else {
             None
@@ -797,7 +832,7 @@ impl GroupState {
             })
             .collect();
         let probe = Spec::of(name, udp, g, region, l.connect_timeout, l.rtt_from)
-            .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
+            .map_err(|e| BuildError::new(l, Some(&g.name), e))?
             .map(Arc::new);
         Ok(GroupState {
             name: g.name.clone(),
