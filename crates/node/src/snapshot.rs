@@ -900,3 +900,41 @@ impl EndpointMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an operator reads of a snapshot that could not be built: the listener, the group
+    /// when it is one's, then the cause as its own error says it.
+    #[test]
+    fn a_build_error_names_the_listener_and_group_then_the_cause() {
+        let header = || UpstreamError::FeedbackHeader {
+            header: "x load".to_owned(),
+            error: http::HeaderName::from_bytes(b"x load").unwrap_err(),
+        };
+        let in_group = BuildError {
+            listener: "web".to_owned(),
+            group: Some("beijing".to_owned()),
+            cause: Box::new(header().into()),
+        };
+        assert_eq!(
+            in_group.to_string(),
+            format!("listener \"web\" group \"beijing\": {}", header())
+        );
+        assert!(
+            in_group
+                .to_string()
+                .starts_with("listener \"web\" group \"beijing\": feedback_header \"x load\": ")
+        );
+        let listener = BuildError {
+            listener: "web".to_owned(),
+            group: None,
+            cause: Box::new(crate::tls::TlsError::NoCertificate.into()),
+        };
+        assert_eq!(
+            listener.to_string(),
+            "listener \"web\": https listener without certificates"
+        );
+    }
+}
