@@ -5,13 +5,14 @@
 
 mod common;
 
-use gtd::sync::lock;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::*;
+
+use gtd::sync::lock;
 
 /// Everything logged so far, shared with the subscriber's writer.
 #[derive(Clone, Default)]

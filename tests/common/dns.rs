@@ -8,7 +8,6 @@
 //! the zone handler; here `set` is one synchronous map insert, and "silent" and the per-name
 //! query counters have nowhere to live in a zone store anyway.
 
-use gtd::sync::lock;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,8 @@ use hickory_server::proto::rr::rdata::SOA;
 use hickory_server::proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
+
+use gtd::sync::lock;
 
 /// TTL and minimum of the SOA sent with every negative answer (NXDOMAIN, NODATA). hickory-resolver
 /// caches a negative answer for min(SOA TTL, SOA minimum) (RFC 2308 §5); without an SOA it caches

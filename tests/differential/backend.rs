@@ -2,7 +2,6 @@
 //! (normalised, in order) and answering each with a fixed `200 ok`. Bytes that do not make a
 //! whole request by the end of a case are recorded as well (`wire::unfinished`).
 
-use gtd::sync::lock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +12,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::wire::{Parsed, parse_request, unfinished};
+
+use gtd::sync::lock;
 
 #[derive(Default)]
 struct Log {

@@ -1,7 +1,6 @@
 //! The health tests' own helpers: an HTTP backend that numbers the checks it receives and
 //! answers each as a script says, a client, and readers of `/status`.
 
-use gtd::sync::lock;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gtd::sync::lock;
 use gtd::view::{CheckView, EndpointView, GroupView, ListenerView, RankView, Status};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};

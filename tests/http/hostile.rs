@@ -5,7 +5,6 @@
 
 use crate::common::*;
 use crate::harness::*;
-use gtd::sync::lock;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,6 +20,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use gtd::sync::lock;
 
 // ------------------------------------------------------------------ a backend that says too much
 

@@ -2,12 +2,13 @@
 
 use crate::common::*;
 use crate::harness::*;
-use gtd::sync::lock;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use gtd::sync::lock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_split_across_groups_and_endpoints_matches_sim() {

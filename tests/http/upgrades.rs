@@ -3,7 +3,6 @@
 use crate::common::*;
 use crate::harness::*;
 use crate::tls::*;
-use gtd::sync::lock;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +10,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
+
+use gtd::sync::lock;
 
 /// A backend that switches protocols: `101` to a request asking for `Upgrade: websocket`, then
 /// an echo until the client closes; `426` to anything else. Keeps the request heads it read.

@@ -3,7 +3,6 @@
 
 use crate::common::*;
 use crate::harness::*;
-use gtd::sync::lock;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +12,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+use gtd::sync::lock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_split_across_groups_and_endpoints_matches_sim() {

@@ -12,7 +12,6 @@ mod error;
 mod load;
 mod view;
 
-use gtd_core::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -24,6 +23,7 @@ use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{self, Config, Protocol, UpstreamTls};
+use gtd_core::sync::lock;
 use gtd_node::{Node, Options as NodeOptions};
 
 use self::backends::{Backend, Geography, Spec};

@@ -4,7 +4,6 @@
 //! endpoint answered, and tallies it by group, beside the share the node's plan gave that
 //! group at that moment (so that observed and expected compare even across a failover).
 
-use gtd_core::sync::lock;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{Listener, Protocol};
+use gtd_core::sync::lock;
 
 /// Longest a decision may take before it counts as failed.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(5);

@@ -15,7 +15,6 @@
 //! shown in `/status` with the reason. Each change of a name's addresses or of its failure is
 //! logged once.
 
-use gtd_core::sync::lock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -32,6 +31,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{Config, Dns, Host, Listener};
+use gtd_core::sync::lock;
 
 use super::telemetry::{self as m, Registry};
 

@@ -7,11 +7,11 @@
 //! changing mode, a mark, an ejection, a reload): never on the per-request path while nothing
 //! happens, and each of those writers already logs a line and re-plans.
 
-use gtd_core::sync::lock;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use gtd_core::sync::lock;
 use gtd_core::view::build::unix_ms;
 use gtd_core::view::{EventView, Events};
 

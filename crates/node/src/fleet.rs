@@ -6,7 +6,6 @@
 //! Nothing here is on the request path: the follower is one task, and a revision reaches the
 //! data plane only through [`Inner::reload_with`]'s atomic swap.
 
-use gtd_core::sync::lock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +17,7 @@ use metrics::Gauge;
 use super::Inner;
 use super::telemetry::{self, Registry};
 use gtd_core::config::Config;
+use gtd_core::sync::lock;
 use gtd_core::view::FleetView;
 use gtd_fleet::drain::Drain;
 use gtd_fleet::etcd::Answers;

@@ -18,7 +18,6 @@
 //!
 //! Certificates are read here, so a bad one fails the start or reload that wanted it.
 
-use gtd_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +31,7 @@ use gtd_core::config::{Config, Listener, PriorityBy};
 use gtd_core::geoip::Place;
 use gtd_core::health::rtt::group_rtt;
 use gtd_core::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
+use gtd_core::sync::lock;
 
 use super::access::Handle;
 use super::checks::probe::{Spec, SpecError};

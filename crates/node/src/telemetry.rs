@@ -15,7 +15,6 @@
 //! listeners, groups and endpoints that are gone — gauges, counters and histograms alike, as a
 //! Prometheus client library's `DeleteLabelValues` would.
 
-use gtd_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::Ordering;
@@ -27,6 +26,8 @@ use metrics_exporter_prometheus::formatting::{
 };
 use metrics_util::registry::{AtomicStorage, Registry as Series};
 use metrics_util::storage::{AtomicBucket, Histogram as Buckets};
+
+use gtd_core::sync::lock;
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,6 @@
 //!   request (`upstream_timeout` on gtd's own client, `header_timeout` through [`HeadTimer`]),
 //!   registered once instead of once per request.
 
-use gtd_core::sync::lock;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -22,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use gtd_core::sync::lock;
 
 /// The process's fixed point on the monotonic clock, for instants kept in atomics as offsets
 /// from it (set by the first call).

@@ -3,13 +3,13 @@
 //! ([`super::checks`]), the planner (the ranking reads the RTTs) and `/status`. It lives in the
 //! snapshot, beneath the wings, and a reload carries it for endpoints that stay.
 
-use gtd_core::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use gtd_core::config::HealthCheck;
 use gtd_core::health::rtt::Ewma;
 use gtd_core::health::{Check, Rules, Verdict};
+use gtd_core::sync::lock;
 
 /// How one check ended, as `gtd_health_checks_total{result}` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

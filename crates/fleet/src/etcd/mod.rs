@@ -12,7 +12,6 @@
 //! 5 minutes by default) gets a new one and is made once more, so a node's session outlives
 //! its tokens.
 
-use gtd_core::sync::{lock, read, write};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -42,6 +41,8 @@ use rpc::kv_client::KvClient;
 use rpc::lease_client::LeaseClient;
 use rpc::maintenance_client::MaintenanceClient;
 use rpc::watch_client::WatchClient;
+
+use gtd_core::sync::{lock, read, write};
 
 /// Why a call to etcd failed.
 #[derive(Debug, thiserror::Error)]

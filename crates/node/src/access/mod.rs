@@ -22,7 +22,6 @@
 pub(crate) mod line;
 pub(crate) mod stream;
 
-use gtd_core::sync::lock;
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::PathBuf;
@@ -36,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::telemetry::{self as m, Registry};
 use crate::timers::Pace;
 use gtd_core::config;
+use gtd_core::sync::lock;
 
 pub use line::LogFormat;
 

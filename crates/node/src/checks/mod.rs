@@ -16,7 +16,6 @@
 
 pub(crate) mod probe;
 
-use gtd_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -24,6 +23,7 @@ use std::time::{Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::health::Change;
+use gtd_core::sync::lock;
 
 use super::Inner;
 use super::snapshot::{ListenerState, Snapshot};

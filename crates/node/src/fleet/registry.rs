@@ -11,7 +11,6 @@
 //! disk) never holds up a revision, and a failed write is tried again at the next look without
 //! ending the follower's session.
 
-use gtd_core::sync::lock;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{Fleet, Inner};
+use gtd_core::sync::lock;
 use gtd_core::view::ListenerView;
 use gtd_fleet::Store;
 use gtd_fleet::registry::{Entry, ErrorSummary, Toggle, error_summary, out_of_rotation};

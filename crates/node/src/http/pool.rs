@@ -8,9 +8,10 @@
 //! one and closes those that spoke). The request path takes one short, uncontended lock per
 //! endpoint and hashes nothing.
 
-use gtd_core::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use gtd_core::sync::lock;
 
 /// Milliseconds since `base`, plus one: never 0, never `u64::MAX` (values a connection's
 /// clock may keep for "in use").

@@ -2,7 +2,6 @@
 //! up, the request's head rewritten for the endpoints, then attempt, decide
 //! ([`super::retry::next`]), act, until an answer goes back.
 
-use gtd_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use gtd_core::balance::errors::ErrorKind;
 use gtd_core::config::{Listener, Measure};
 use gtd_core::health::outlier::Answer;
 use gtd_core::split::rules::{Match, RouteRequest};
+use gtd_core::sync::lock;
 
 use super::access::Line;
 use super::answers::{bare, class, closing, failed, own};

@@ -4,7 +4,6 @@
 //! connections closed after `idle_timeout`, the node's stop), until it closes. Each request is
 //! handed to [`super::proxy::proxy`].
 
-use gtd_core::sync::lock;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -23,6 +22,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 
 use gtd_core::config::{Listener, Protocol};
+use gtd_core::sync::lock;
 
 use super::bodies::DownBody;
 use crate::Inner;
