@@ -18,7 +18,7 @@
 //! use (`gtd::config`, `gtd::node`, ...). The node and the simulator call the same decision
 //! code; the rules themselves are stated in `docs/design.md`.
 
-pub use gtd_core::{balance, config, files, geoip, health, regions, split, view};
+pub use gtd_core::{balance, config, files, geoip, health, regions, split, sync, view};
 pub use gtd_demo as demo;
 pub use gtd_fleet as fleet;
 pub use gtd_node as node;

@@ -12,13 +12,15 @@ use std::time::Duration;
 
 use common::*;
 
+use gtd::sync::lock;
+
 /// Everything logged so far, shared with the subscriber's writer.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
     }
 
     /// The lines that mention `needle` and `endpoint=ENDPOINT`.
@@ -50,7 +52,7 @@ fn captured() -> Captured {
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        lock(&self.0).extend_from_slice(buf);
         Ok(buf.len())
     }
 

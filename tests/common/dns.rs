@@ -22,6 +22,8 @@ use hickory_server::proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
+use gtd::sync::lock;
+
 /// TTL and minimum of the SOA sent with every negative answer (NXDOMAIN, NODATA). hickory-resolver
 /// caches a negative answer for min(SOA TTL, SOA minimum) (RFC 2308 §5); without an SOA it caches
 /// it for `negative_min_ttl` (default 0). One second: negative caching that follows the RFC but
@@ -52,7 +54,7 @@ impl DnsServer {
     /// `name`'s records become `ips` (A for the IPv4 ones, AAAA for the IPv6 ones), with `ttl`.
     /// An empty `ips` leaves the name existing with no address (NODATA for A and AAAA).
     pub(crate) fn set(&self, name: &str, ips: &[IpAddr], ttl: u32) {
-        self.zone.lock().unwrap().names.insert(
+        lock(&self.zone).names.insert(
             key(name),
             Entry {
                 ips: ips.to_vec(),
@@ -63,17 +65,17 @@ impl DnsServer {
 
     /// `name` no longer exists: every query for it is answered NXDOMAIN.
     pub(crate) fn nxdomain(&self, name: &str) {
-        self.zone.lock().unwrap().names.remove(&key(name));
+        lock(&self.zone).names.remove(&key(name));
     }
 
     /// While on, every query is dropped unanswered (still counted by [`DnsServer::queries`]).
     pub(crate) fn silence(&self, on: bool) {
-        self.zone.lock().unwrap().silent = on;
+        lock(&self.zone).silent = on;
     }
 
     /// How many queries for `name` (any type, UDP or TCP, answered or not) have come so far.
     pub(crate) fn queries(&self, name: &str) -> u64 {
-        let zone = self.zone.lock().unwrap();
+        let zone = lock(&self.zone);
         zone.queries.get(&key(name)).copied().unwrap_or(0)
     }
 }
@@ -152,7 +154,7 @@ struct Handler {
 impl Handler {
     /// Looks the query up (and counts it) under the lock; nothing is awaited while it is held.
     fn reply(&self, name: &Name, query_type: RecordType) -> Reply {
-        let mut zone = self.zone.lock().unwrap();
+        let mut zone = lock(&self.zone);
         let key = key(&name.to_ascii());
         *zone.queries.entry(key.clone()).or_default() += 1;
         if zone.silent {

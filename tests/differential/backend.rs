@@ -13,6 +13,8 @@ use tokio::task::JoinHandle;
 
 use crate::wire::{Parsed, parse_request, unfinished};
 
+use gtd::sync::lock;
+
 #[derive(Default)]
 struct Log {
     /// Whole requests, in arrival order.
@@ -60,7 +62,7 @@ impl Recorder {
     /// What arrived since the last call (whole requests, then what is pending on each
     /// connection, unfinished); pending bytes are forgotten, so the next case starts clean.
     pub(crate) fn take(&self) -> Vec<String> {
-        let mut log = self.log.lock().unwrap();
+        let mut log = lock(&self.log);
         let mut out = std::mem::take(&mut log.requests);
         let mut ids: Vec<u64> = log.pending.keys().copied().collect();
         ids.sort_unstable();
@@ -83,7 +85,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
     loop {
         let n = s.read(&mut chunk).await.unwrap_or(0);
         if n == 0 {
-            let mut log = log.lock().unwrap();
+            let mut log = lock(&log);
             if let Some(rest) = log.pending.remove(&id)
                 && !rest.is_empty()
             {
@@ -94,7 +96,7 @@ async fn serve(mut s: tokio::net::TcpStream, id: u64, log: Arc<Mutex<Log>>) {
         let mut answers = Vec::new();
         let mut close = false;
         {
-            let mut log = log.lock().unwrap();
+            let mut log = lock(&log);
             let Log { requests, pending } = &mut *log;
             let buf = pending.entry(id).or_default();
             buf.extend_from_slice(&chunk[..n]);

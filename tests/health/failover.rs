@@ -4,6 +4,7 @@
 
 use crate::common::*;
 use crate::harness::*;
+use gtd::sync::lock;
 use gtd::view::{EndpointShare, GroupView};
 
 use std::collections::BTreeMap;
@@ -52,7 +53,7 @@ async fn a_dead_group_fails_over_and_back_without_a_failed_get() {
                 }
                 let (code, body) = get(&c, &url).await;
                 if code == 200 {
-                    *served.lock().unwrap().entry(body).or_default() += 1;
+                    *lock(&served).entry(body).or_default() += 1;
                 } else {
                     failed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -60,7 +61,7 @@ async fn a_dead_group_fails_over_and_back_without_a_failed_get() {
             }
         }));
     }
-    let count = |name: &str| served.lock().unwrap().get(name).copied().unwrap_or(0);
+    let count = |name: &str| lock(&served).get(name).copied().unwrap_or(0);
     until("beijing serving", || count("bj-1") > 0 && count("bj-2") > 0).await;
     assert_eq!(
         count("sh-1"),
@@ -101,7 +102,7 @@ async fn a_dead_group_fails_over_and_back_without_a_failed_get() {
         failed.load(Ordering::Relaxed),
         0,
         "every GET answered 200 through the failover and back: {:?}",
-        served.lock().unwrap()
+        lock(&served)
     );
     assert!(metric(&node, "gtd_failovers_total", &["listener=\"web\""]) >= 1.0);
     assert_eq!(

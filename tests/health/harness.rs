@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gtd::sync::lock;
 use gtd::view::{CheckView, EndpointView, GroupView, ListenerView, RankView, Status};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -172,7 +173,7 @@ impl Scripted {
 
     /// The check requests received so far.
     pub(crate) fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        lock(&self.seen).clone()
     }
 }
 
@@ -195,7 +196,7 @@ async fn answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    seen.lock().unwrap().push(Seen {
+    lock(&seen).push(Seen {
         method: parts.method.to_string(),
         path: parts.uri.to_string(),
         headers: parts.headers,

@@ -21,6 +21,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use gtd::sync::lock;
+
 // ------------------------------------------------------------------ a backend that says too much
 
 /// A backend on blocking sockets (one thread per connection, so that its two writes of one
@@ -167,7 +169,7 @@ fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<St
         if let Ok(n) = s.peek(&mut sniff) {
             let text = String::from_utf8_lossy(&sniff[..n]);
             if let Some(next) = text.split(' ').nth(1).and_then(|t| t.rsplit('/').next()) {
-                excused.lock().unwrap().insert(next.to_owned(), waiting);
+                lock(excused).insert(next.to_owned(), waiting);
             }
         }
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
@@ -246,7 +248,7 @@ async fn no_client_ever_gets_another_clients_response() {
                 let url = format!("http://{addr}/{variant}/{id}");
                 let (status, headers, _) = send(&c, method, &url, &[], body).await;
                 let got = headers.get("x-id").map(|v| v.to_str().unwrap().to_owned());
-                answers.lock().unwrap().push((id, status, got));
+                lock(&answers).push((id, status, got));
             }
         }));
     }
@@ -254,8 +256,8 @@ async fn no_client_ever_gets_another_clients_response() {
         w.await.unwrap();
     }
     node.shutdown().await;
-    let answers = std::mem::take(&mut *answers.lock().unwrap());
-    let excused = backend.excused.lock().unwrap().clone();
+    let answers = std::mem::take(&mut *lock(&answers));
+    let excused = lock(&backend.excused).clone();
     assert_eq!(answers.len(), CLIENTS);
     let wrong: Vec<_> = answers
         .iter()

@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use gtd::sync::lock;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_split_across_groups_and_endpoints_matches_sim() {
     let b1 = Backend::start("bj-1", 200).await;
@@ -63,14 +65,14 @@ async fn http_split_across_groups_and_endpoints_matches_sim() {
             while next.fetch_add(1, Ordering::Relaxed) < N {
                 let (status, _, body) = get(&c, &format!("http://{addr}/"), &[]).await;
                 assert_eq!(status, 200);
-                *counts.lock().unwrap().entry(body).or_default() += 1;
+                *lock(&counts).entry(body).or_default() += 1;
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let counts = counts.lock().unwrap().clone();
+    let counts = lock(&counts).clone();
     assert_eq!(counts.values().sum::<u64>(), N);
     // Stated tolerance: group rotation and round robin are deterministic, so each observed share
     // is within 0.5 points of sim's expectation (concurrency only reorders decisions).

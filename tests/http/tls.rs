@@ -258,7 +258,7 @@ groups = [\"system\"]
     // A certificate that does not parse fails a reload, naming the file; the running config
     // stays and keeps serving.
     std::fs::write(dir.path().join("wild.pem"), "not a certificate\n").unwrap();
-    let err = node.reload().await.unwrap_err();
+    let err = node.reload().await.unwrap_err().to_string();
     assert!(err.contains("wild.pem"), "{err}");
     let s = tls_connect(addr, &pki, "x.b.test", &[b"h2"]).await;
     let (status, _, _) = get_over(s, true, "x.b.test", "/").await;

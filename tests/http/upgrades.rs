@@ -11,6 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+use gtd::sync::lock;
+
 /// A backend that switches protocols: `101` to a request asking for `Upgrade: websocket`, then
 /// an echo until the client closes; `426` to anything else. Keeps the request heads it read.
 async fn upgrade_backend() -> (
@@ -25,7 +27,7 @@ async fn upgrade_backend() -> (
         async move {
             let head = read_head(&mut s).await.to_ascii_lowercase();
             let upgrade = head.contains("\r\nupgrade: websocket\r\n");
-            seen.lock().unwrap().push(head);
+            lock(&seen).push(head);
             if !upgrade {
                 let _ = s
                     .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
@@ -71,7 +73,7 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
     assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
     assert!(head.contains("\r\nconnection: upgrade\r\n"), "{head}");
     {
-        let heads = heads.lock().unwrap();
+        let heads = lock(&heads);
         let sent = &heads[0];
         assert!(sent.starts_with("get /chat http/1.1\r\n"), "{sent}");
         assert!(sent.contains("\r\nconnection: upgrade\r\n"), "{sent}");
@@ -118,7 +120,7 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
     let (status, _, _) = get(&client(), &format!("http://{addr}/chat"), &[]).await;
     assert_eq!(status, 426);
     assert!(
-        !heads.lock().unwrap()[2].contains("\r\nupgrade:"),
+        !lock(&heads)[2].contains("\r\nupgrade:"),
         "no Upgrade is forwarded for a request that does not ask"
     );
     // `curl --http2` on cleartext asks for h2c: not switched, the request goes on in HTTP/1.1.
@@ -129,7 +131,7 @@ async fn websocket_upgrade_is_relayed_both_ways_and_closed_when_idle() {
     let head = read_head(&mut s).await;
     assert!(head.starts_with("HTTP/1.1 426"), "{head}");
     assert!(
-        !heads.lock().unwrap()[3].contains("\r\nupgrade:"),
+        !lock(&heads)[3].contains("\r\nupgrade:"),
         "h2c is not forwarded"
     );
     node.shutdown().await;
@@ -160,7 +162,7 @@ async fn websocket_over_https_is_relayed() {
     let head = read_head(&mut s).await.to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(
-        heads.lock().unwrap()[0].contains("\r\nx-forwarded-proto: https\r\n"),
+        lock(&heads)[0].contains("\r\nx-forwarded-proto: https\r\n"),
         "the endpoint learns the client came over TLS"
     );
     for round in 0..5 {

@@ -263,7 +263,7 @@ async fn a_reload_resolves_a_new_name_before_serving_it_and_a_rejected_one_chang
         &format!("port = {}", taken.local_addr().unwrap().port()),
     );
     std::fs::write(&cfg, bad).unwrap();
-    let refused = node.reload().await.unwrap_err();
+    let refused = node.reload().await.unwrap_err().to_string();
     assert!(refused.contains("binding tcp"), "{refused}");
     dns.set("one.test", &ips(&["127.0.0.3"]), 1);
     // The name's table, then the snapshot built from it (the endpoints traffic goes to): the

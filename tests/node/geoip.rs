@@ -301,7 +301,7 @@ async fn a_reload_rereads_the_database_and_a_corrupt_one_keeps_the_old() {
     // database keeps placing clients.
     let good = std::fs::read(&db).unwrap();
     std::fs::write(&db, &good[..good.len() / 2]).unwrap();
-    let e = node.reload().await.unwrap_err();
+    let e = node.reload().await.unwrap_err().to_string();
     let line = text
         .lines()
         .position(|l| l.starts_with("database"))
@@ -320,7 +320,7 @@ async fn a_reload_rereads_the_database_and_a_corrupt_one_keeps_the_old() {
 
     // A missing file: the same.
     std::fs::remove_file(&db).unwrap();
-    let e = node.reload().await.unwrap_err();
+    let e = node.reload().await.unwrap_err().to_string();
     assert!(
         e.contains("database file") && e.contains("No such file"),
         "{e}"

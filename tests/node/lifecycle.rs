@@ -512,7 +512,8 @@ async fn a_reload_that_drops_the_token_of_an_exposed_admin_server_is_refused() {
     let err = node
         .reload()
         .await
-        .expect_err("the token's removal is refused");
+        .expect_err("the token's removal is refused")
+        .to_string();
     assert!(err.contains("has no token"), "{err}");
     let (status, _) = tokio::task::spawn_blocking(move || admin_at(at, "POST", "/reload", None))
         .await

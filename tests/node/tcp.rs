@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use gtd::sync::lock;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_split_across_groups_and_endpoints_matches_sim() {
     let (a1, h1) = tcp_backend("bj-1").await;
@@ -49,14 +51,14 @@ async fn tcp_split_across_groups_and_endpoints_matches_sim() {
         clients.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < N as u64 {
                 let name = tcp_name(addr).await.expect("connection through gtd");
-                *counts.lock().unwrap().entry(name).or_default() += 1;
+                *lock(&counts).entry(name).or_default() += 1;
             }
         }));
     }
     for c in clients {
         c.await.unwrap();
     }
-    let counts = counts.lock().unwrap().clone();
+    let counts = lock(&counts).clone();
     assert_eq!(counts.values().sum::<usize>(), N);
     // Stated tolerance: the rotation and round robin are deterministic, so each observed share
     // is within 0.5 points of sim's expectation (concurrency only reorders decisions).

@@ -29,7 +29,7 @@
 //!   (`.mmdb` look-ups), [`hash`] (the fixed placement hash: source-ip affinity, sticky
 //!   cookies, the check spread), [`pem`] (certificates and keys, checked with rustls's ring
 //!   provider: `gtd check` proves a key matches its certificate before any node starts),
-//!   [`calendar`].
+//!   [`calendar`], [`sync`] (the one policy for a poisoned lock).
 //!
 //! The node (`gtd-node`) and the simulator (`gtd-sim`) both build their plans with
 //! [`split::plan`] and call [`split`] and [`balance`] for every decision; there is no second
@@ -45,4 +45,5 @@ pub mod health;
 pub mod pem;
 pub mod regions;
 pub mod split;
+pub mod sync;
 pub mod view;

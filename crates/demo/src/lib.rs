@@ -16,13 +16,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{self, Config, Protocol, UpstreamTls};
+use gtd_core::sync::lock;
 use gtd_node::{Node, Options as NodeOptions};
 
 use self::backends::{Backend, Geography, Spec};
@@ -313,7 +314,7 @@ async fn drive(
         if elapsed.as_secs() > second || elapsed >= opts.duration {
             second = elapsed.as_secs();
             for (pane, (_, _, tally)) in panes.iter_mut().zip(&feeds) {
-                let t = tally.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let t = lock(tally).clone();
                 pane.history.push_back(t);
                 while pane.history.len() > view::WINDOW + 1 {
                     pane.history.pop_front();
@@ -464,7 +465,7 @@ fn report(
 ) -> Result<String> {
     // The whole run, for the final report.
     for (pane, (_, _, tally)) in panes.iter_mut().zip(feeds) {
-        let t = tally.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let t = lock(tally).clone();
         pane.history.push_back(t.clone());
         pane.history = VecDeque::from([t]);
     }

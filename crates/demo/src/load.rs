@@ -5,7 +5,7 @@
 //! group at that moment (so that observed and expected compare even across a failover).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{Listener, Protocol};
+use gtd_core::sync::lock;
 
 /// Longest a decision may take before it counts as failed.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -103,7 +104,7 @@ impl Generator {
     }
 
     fn count(&self, name: Option<&str>) {
-        let mut t = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut t = lock(&self.tally);
         let group = name.and_then(|n| {
             self.listener
                 .groups

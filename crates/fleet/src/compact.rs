@@ -64,10 +64,11 @@ pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome), Error
             })),
         }],
     };
-    let resp = store.client().txn(txn).await.map_err(|error| Error::Etcd {
-        doing: "claiming the compaction round".to_owned(),
-        error,
-    })?;
+    let resp = store
+        .client()
+        .txn(txn)
+        .await
+        .map_err(crate::etcd_error("claiming the compaction round"))?;
     let now = resp.header.as_ref().map_or(0, |h| h.revision);
     if !resp.succeeded {
         // Someone else's round: remember the key's version, so that this node can win the next
@@ -100,10 +101,7 @@ pub async fn round(store: &Store, last: Round) -> Result<(Round, Outcome), Error
         // Compacted further already (etcd's own auto-compaction, an operator): nothing left.
         Err(e) if e.is_compacted() => {}
         Err(error) => {
-            return Err(Error::Etcd {
-                doing: "compacting etcd's history".to_owned(),
-                error,
-            });
+            return Err(Error::etcd("compacting etcd's history", error));
         }
     }
     Ok((

@@ -62,11 +62,14 @@ pub enum Error {
     /// No member answered, or every one refused.
     #[error(transparent)]
     Unreachable(#[from] Unreachable),
-    /// A request etcd failed (its error is the source, for [`describe`] and [`transient`]).
+    /// A request etcd failed (its error is the source, for [`describe`]), classified as it
+    /// was turned into this error ([`Error::etcd`]).
     #[error("{doing}")]
     Etcd {
         /// What was being done: "reading the current revision".
         doing: String,
+        /// What etcd's answer means for asking again.
+        class: Class,
         /// etcd's answer, or the transport's failure.
         #[source]
         error: etcd::Error,
@@ -96,7 +99,7 @@ pub enum Error {
         #[source]
         error: serde_json::Error,
     },
-    /// A revision that does not serialise (never seen).
+    /// A revision, or a report, that does not serialise as JSON (never seen).
     #[error(transparent)]
     Encode(serde_json::Error),
     /// Another push won the transaction.
@@ -112,7 +115,7 @@ pub enum Error {
     NoCatalogFile,
 }
 
-/// As a `dyn Error` (boxed, or anyhow's in the binaries), for [`describe`] and [`retrying`].
+/// As a `dyn Error`, for [`describe`].
 impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
     fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         self
@@ -121,10 +124,74 @@ impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
 
 type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// [`Error::Etcd`] for `doing`.
-fn etcd_error(doing: impl Into<String>) -> impl FnOnce(etcd::Error) -> Error {
+impl Error {
+    /// etcd's `error` while `doing` something, classified here, once: every later question
+    /// (ask again? an election?) reads the [`Class`], not etcd's error.
+    pub fn etcd(doing: impl Into<String>, error: etcd::Error) -> Error {
+        Error::Etcd {
+            doing: doing.into(),
+            class: Class::of(&error),
+            error,
+        }
+    }
+}
+
+/// [`Error::etcd`] for `doing`, for `map_err`.
+pub(crate) fn etcd_error(doing: impl Into<String>) -> impl FnOnce(etcd::Error) -> Error {
     let doing = doing.into();
-    move |error| Error::Etcd { doing, error }
+    move |error| Error::etcd(doing, error)
+}
+
+/// What a failure to reach etcd, or etcd's answer, means for asking again: decided once,
+/// where gtd's error is built from etcd's ([`Error::etcd`], [`Unreachable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Asking again does not change it: credentials or a request etcd refuses, a certificate
+    /// one side of the TLS handshake refuses ([`refusal`]).
+    Refused,
+    /// etcd is electing a leader ([`etcd::Error::is_election`]): asking again once one is
+    /// elected gets past it.
+    Election,
+    /// Anything else of etcd or the way to it (a member gone, a timeout, a connection
+    /// refused): an outage, worth asking again.
+    Outage,
+}
+
+impl Class {
+    /// The class of etcd's answer (or the transport's failure).
+    pub fn of(e: &etcd::Error) -> Class {
+        if refusal(e) {
+            Class::Refused
+        } else if e.is_election() {
+            Class::Election
+        } else {
+            Class::Outage
+        }
+    }
+
+    /// Whether asking again may get another answer.
+    pub fn transient(self) -> bool {
+        self != Class::Refused
+    }
+}
+
+/// An error of gtd's that may be, or wrap, a failure of etcd's: its [`Class`] as its variants
+/// hold it (a wrapper asks the error it wraps). Read by [`transient`], [`in_election`] and
+/// [`retrying`].
+pub trait Classified {
+    /// The class of etcd's failure this error is; `None` when it is not etcd's (a refusal of
+    /// gtd's own, a file, a config).
+    fn class(&self) -> Option<Class>;
+}
+
+impl Classified for Error {
+    fn class(&self) -> Option<Class> {
+        match self {
+            Error::Etcd { class, .. } => Some(*class),
+            Error::Unreachable(u) => Some(u.class()),
+            _ => None,
+        }
+    }
 }
 
 /// The prefix when none is given.
@@ -212,27 +279,15 @@ where
     describe_error(e.as_ref())
 }
 
-/// [`describe`] of any error (an [`etcd::Error`] as the client returns it).
+/// [`describe`] of any error: each cause's text, down to the first [`etcd::Error`], which
+/// is told in its own few words ([`etcd::Error::brief`]).
 pub fn describe_error(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
     let mut next = Some(e);
     while let Some(cause) = next {
         next = cause.source();
         if let Some(etcd) = cause.downcast_ref::<etcd::Error>() {
-            // etcd::Error names no source: start from the status's or transport's.
-            let (mut words, mut source) = match etcd {
-                etcd::Error::GRpcStatus(status) => (
-                    status.message().to_owned(),
-                    std::error::Error::source(status),
-                ),
-                etcd::Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
-                other => (other.to_string(), None),
-            };
-            while let Some(s) = source {
-                words = s.to_string();
-                source = s.source();
-            }
-            parts.push(words);
+            parts.push(etcd.brief());
             break;
         }
         parts.push(cause.to_string());
@@ -347,10 +402,7 @@ impl Store {
         };
         match tokio::time::timeout(CONNECT_TIMEOUT * 2, work).await {
             Err(_) => Err(("timed out".to_owned(), false)),
-            Ok(Err(e)) => {
-                let refused = refusal(&e);
-                Err((describe_error(&e), refused))
-            }
+            Ok(Err(e)) => Err((e.brief(), Class::of(&e) == Class::Refused)),
             Ok(Ok((_, 0))) if leader => Err(("the member knows no leader".to_owned(), false)),
             Ok(Ok((client, _))) => Ok(client),
         }
@@ -630,32 +682,15 @@ pub fn prefix_end(key: &[u8]) -> Vec<u8> {
     end
 }
 
-/// Whether `e` came from etcd itself (a leader election under way, a member gone, a timeout):
-/// worth trying again, unlike a refusal of gtd's own or a [`refusal`] of etcd's.
-pub fn transient(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(c) = next {
-        let unreachable = match c.downcast_ref::<Error>() {
-            Some(Error::Unreachable(u)) => Some(u),
-            _ => c.downcast_ref::<Unreachable>(),
-        };
-        if c.downcast_ref::<etcd::Error>().is_some_and(|e| !refusal(e))
-            || unreachable.is_some_and(|u| !u.refused)
-        {
-            return true;
-        }
-        next = c.source();
-    }
-    false
+/// Whether `e` is a failure of etcd's (a leader election under way, a member gone, a
+/// timeout): worth trying again, unlike a refusal of gtd's own or a [`refusal`] of etcd's.
+pub fn transient<E: Classified + ?Sized>(e: &E) -> bool {
+    e.class().is_some_and(Class::transient)
 }
 
-/// Whether `e`, or an error beneath it, is etcd's answer during an election
-/// ([`etcd::Error::is_election`]).
-pub fn in_election(e: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(e), |c| c.source()).any(|c| {
-        c.downcast_ref::<etcd::Error>()
-            .is_some_and(etcd::Error::is_election)
-    })
+/// Whether `e` is etcd's answer during an election ([`Class::Election`]).
+pub fn in_election<E: Classified + ?Sized>(e: &E) -> bool {
+    e.class() == Some(Class::Election)
 }
 
 /// Whether etcd's answer is one that asking again will not change: credentials or a request
@@ -726,6 +761,17 @@ pub struct Unreachable {
     hint: Option<&'static str>,
 }
 
+impl Unreachable {
+    /// [`Class::Refused`] when every member refused, else [`Class::Outage`].
+    pub fn class(&self) -> Class {
+        if self.refused {
+            Class::Refused
+        } else {
+            Class::Outage
+        }
+    }
+}
+
 /// Runs `work` again while it fails with a [`transient`] error, for up to 15 s, pausing 0.25 s
 /// then twice as long each time: a command run during a leader election (a few seconds after
 /// a member died) waits for the new leader rather than failing. Every step of `gtd push`
@@ -734,7 +780,7 @@ pub struct Unreachable {
 /// lost, the next attempt finds the config already published and says so.
 pub async fn retrying<T, E, F, Fut>(mut work: F) -> Result<T, E>
 where
-    E: AsRef<dyn std::error::Error + Send + Sync + 'static>,
+    E: Classified,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
@@ -742,7 +788,7 @@ where
     let mut pause = Duration::from_millis(250);
     loop {
         match work().await {
-            Err(e) if transient(e.as_ref()) && std::time::Instant::now() < deadline => {
+            Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
                 // The last pause ends at the deadline, for one more attempt there.
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 tokio::time::sleep(pause.min(left)).await;
@@ -811,4 +857,116 @@ pub fn draft(config: &Config) -> Result<Revision> {
         rollback_of: None,
         message: String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// etcd's answer as the client returns it.
+    fn status(s: tonic::Status) -> etcd::Error {
+        etcd::Error::GRpcStatus(s)
+    }
+
+    #[test]
+    fn etcd_answers_are_classified_where_gtd_error_is_built() {
+        use tonic::Status;
+        let cases = [
+            (
+                Status::permission_denied("etcdserver: permission denied"),
+                Class::Refused,
+            ),
+            (
+                Status::unauthenticated("etcdserver: invalid auth token"),
+                Class::Refused,
+            ),
+            (
+                Status::invalid_argument(
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                Class::Refused,
+            ),
+            (
+                Status::failed_precondition("etcdserver: permission denied"),
+                Class::Refused,
+            ),
+            // The same codes with a passing state: asking again gets past it.
+            (
+                Status::failed_precondition("etcdserver: revision of auth store is old"),
+                Class::Outage,
+            ),
+            (
+                Status::unavailable("etcdserver: leader changed"),
+                Class::Election,
+            ),
+            (
+                Status::unavailable("etcdserver: no leader"),
+                Class::Election,
+            ),
+            (
+                Status::unavailable(
+                    "etcdserver: request timed out, possibly due to previous leader failure",
+                ),
+                Class::Election,
+            ),
+            (
+                Status::unavailable("error trying to connect: Connection refused"),
+                Class::Outage,
+            ),
+            (Status::deadline_exceeded("timeout expired"), Class::Outage),
+        ];
+        for (answer, class) in cases {
+            let message = answer.message().to_owned();
+            let e = Error::etcd("reading the current revision", status(answer));
+            assert_eq!(e.class(), Some(class), "{message}");
+            assert_eq!(transient(&e), class != Class::Refused, "{message}");
+            assert_eq!(in_election(&e), class == Class::Election, "{message}");
+        }
+        assert_eq!(Class::of(&etcd::Error::Closed("the watch")), Class::Outage);
+    }
+
+    #[test]
+    fn only_etcd_failures_have_a_class() {
+        let own = Error::Conflict(7);
+        assert_eq!(own.class(), None);
+        assert!(!transient(&own) && !in_election(&own));
+        let unreachable = |refused| {
+            Error::Unreachable(Unreachable {
+                reasons: "http://127.0.0.1:2379: Connection refused".to_owned(),
+                refused,
+                hint: None,
+            })
+        };
+        assert_eq!(unreachable(true).class(), Some(Class::Refused));
+        assert_eq!(unreachable(false).class(), Some(Class::Outage));
+        assert!(transient(&unreachable(false)) && !in_election(&unreachable(false)));
+    }
+
+    #[test]
+    fn wrappers_ask_the_store_error_they_wrap() {
+        let election = || {
+            Error::etcd(
+                "reading the current revision",
+                status(tonic::Status::unavailable("etcdserver: leader changed")),
+            )
+        };
+        assert!(in_election(&push::Error::Store(election())));
+        assert!(in_election(&report::Error::Store(election())));
+        assert!(!transient(&push::Error::NothingBefore { running: 3 }));
+    }
+
+    #[test]
+    fn describe_tells_etcd_in_its_own_words_through_a_wrapper_too() {
+        let denied = || {
+            Error::etcd(
+                "reading the current revision",
+                status(tonic::Status::permission_denied(
+                    "etcdserver: permission denied",
+                )),
+            )
+        };
+        let said = "reading the current revision: etcdserver: permission denied";
+        assert_eq!(describe(&denied()), said);
+        assert_eq!(describe(&push::Error::Store(denied())), said);
+    }
 }

@@ -1,6 +1,7 @@
 //! `gtd push`: validate a config as `gtd check` does and publish it as the fleet's next
 //! revision; `--rollback` republishes a kept revision; `--dry-run` shows what would change.
 
+use super::{Class, Classified};
 use std::path::{Path, PathBuf};
 
 use super::compare::{text_diff, validated};
@@ -13,8 +14,8 @@ use gtd_sim as sim;
 /// error but a refusal: [`Outcome`] with status 1).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// etcd, as the fleet's store reports it: its chain holds etcd's own error, which
-    /// [`super::retrying`] and [`super::describe`] read (see [`Error::into_store`]).
+    /// etcd, as the fleet's store reports it: its class is what [`super::retrying`]
+    /// reads, its chain what [`super::describe`] tells.
     #[error(transparent)]
     Store(#[from] super::Error),
     /// The config or catalogue file could not be read again for publishing.
@@ -50,15 +51,19 @@ pub enum Error {
     Sim(#[from] sim::Error),
 }
 
-impl Error {
-    /// The store's own error when it came from etcd (what [`super::retrying`] and
-    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
-    /// whose source is the store error's source), else this error.
-    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
+impl Classified for Error {
+    fn class(&self) -> Option<Class> {
         match self {
-            Error::Store(e) => Box::new(e),
-            other => Box::new(other),
+            Error::Store(e) => e.class(),
+            _ => None,
         }
+    }
+}
+
+/// As a `dyn Error`, for [`super::describe`].
+impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
+    fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
     }
 }
 

@@ -3,6 +3,7 @@
 //! marked stale, when etcd has no quorum (a table, or JSON: the document `GET /fleet` serves);
 //! `gtd fleet diff A B`.
 
+use super::{Class, Classified};
 use serde::Serialize;
 
 use super::compare::{text_diff, validated};
@@ -18,8 +19,8 @@ use super::{Access, Revision, Store};
 /// Why `gtd fleet diff` could not compare two revisions.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// etcd, as the fleet's store reports it (its chain holds etcd's own error, which
-    /// [`super::retrying`] and [`super::describe`] read: see [`Error::into_store`]).
+    /// etcd, as the fleet's store reports it (its class is what [`super::retrying`]
+    /// reads, its chain what [`super::describe`] tells).
     #[error(transparent)]
     Store(#[from] super::Error),
     /// A revision asked for is not kept.
@@ -35,15 +36,19 @@ pub enum Error {
     Sim(#[from] gtd_sim::Error),
 }
 
-impl Error {
-    /// The store's own error when it came from etcd (what [`super::retrying`] and
-    /// [`super::describe`] read: the chain starts at [`super::Error`], not at this wrapper,
-    /// whose source is the store error's source), else this error.
-    pub fn into_store(self) -> Box<dyn std::error::Error + Send + Sync> {
+impl Classified for Error {
+    fn class(&self) -> Option<Class> {
         match self {
-            Error::Store(e) => Box::new(e),
-            other => Box::new(other),
+            Error::Store(e) => e.class(),
+            _ => None,
         }
+    }
+}
+
+/// As a `dyn Error`, for [`super::describe`].
+impl AsRef<dyn std::error::Error + Send + Sync + 'static> for Error {
+    fn as_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
     }
 }
 

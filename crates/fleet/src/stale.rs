@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Access, Error, Result, Store, Unreachable, describe_error, normalise_prefix};
+use super::{Access, Error, Result, Store, Unreachable, normalise_prefix};
 
 /// Where a stale answer came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +65,7 @@ impl Store {
             let status = match tokio::time::timeout(super::REQUEST_TIMEOUT, client.status()).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    errors.push((format!("{endpoint}: {}", describe_error(&e)), false));
+                    errors.push((format!("{endpoint}: {}", e.brief()), false));
                     continue;
                 }
                 Err(_) => {

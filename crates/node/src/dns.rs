@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::config::{Config, Dns, Host, Listener};
+use gtd_core::sync::lock;
 
 use super::telemetry::{self as m, Registry};
 
@@ -511,10 +512,6 @@ pub(crate) fn expand(l: &Listener, names: &Table) -> Listener {
         g.endpoints = endpoints;
     }
     out
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

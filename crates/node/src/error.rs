@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 use gtd_core::config::{ConfigErrors, RegionError};
 
+use super::access::AccessLogError;
+use super::snapshot::BuildError;
+
 /// What stops a node from starting, or a reload from being applied.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -25,15 +28,36 @@ pub enum Error {
     /// The resolver for the config's host names cannot be set up.
     #[error("{0}")]
     Resolver(String),
-    /// A certificate or key cannot be used (the message names the listener and the file).
-    #[error("{0}")]
-    Snapshot(String),
+    /// The config cannot be built into a snapshot: a certificate, key or client (the message
+    /// names the listener, the group and the file).
+    #[error(transparent)]
+    Snapshot(#[from] BuildError),
     /// The access log cannot be opened or installed.
-    #[error("{0}")]
-    AccessLog(String),
+    #[error(transparent)]
+    AccessLog(#[from] AccessLogError),
     /// An admin server reachable beyond this host without a token.
-    #[error("{0}")]
-    Admin(String),
+    #[error(
+        "the admin server on {bind} is reachable beyond this host, and [admin] in {} has no \
+         token: set token = \"...\" or allow_without_token = true",
+        config.display()
+    )]
+    Admin {
+        /// Where the admin server is bound.
+        bind: SocketAddr,
+        /// The config without a token.
+        config: PathBuf,
+    },
+    /// A reload while the node drains (SIGTERM): its ports are closed for good.
+    #[error("the node is draining (SIGTERM): reload refused")]
+    Draining,
+    /// A reload's step run off the runtime ended without an answer (it panicked).
+    #[error("{doing} failed: {error}")]
+    Interrupted {
+        /// "reading the config", "opening the access log", "building the snapshot".
+        doing: &'static str,
+        /// The task's end.
+        error: tokio::task::JoinError,
+    },
     /// The admin server's address cannot be bound.
     #[error("binding the admin server on {addr}: {error}")]
     AdminBind {

@@ -8,9 +8,10 @@
 //! happens, and each of those writers already logs a line and re-plans.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
+use gtd_core::sync::lock;
 use gtd_core::view::build::unix_ms;
 use gtd_core::view::{EventView, Events};
 
@@ -93,7 +94,7 @@ impl EventLog {
             endpoint: at.endpoint.map(str::to_owned),
             message,
         };
-        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ring = lock(&self.ring);
         if ring.len() == Self::CAPACITY {
             ring.pop_front();
         }
@@ -102,7 +103,7 @@ impl EventLog {
 
     /// The `/events` document: the events kept, newest first.
     pub fn recent(&self) -> Events {
-        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let ring = lock(&self.ring);
         Events {
             capacity: Self::CAPACITY,
             events: ring.iter().rev().cloned().collect(),
@@ -116,7 +117,7 @@ pub(crate) fn reloaded(
     log: &EventLog,
     new: Option<&gtd_fleet::Revision>,
     what: &str,
-    result: &Result<(), String>,
+    result: &Result<(), crate::Error>,
 ) {
     let kind = if new.is_some() {
         Kind::Revision
@@ -126,6 +127,7 @@ pub(crate) fn reloaded(
     let message = match result {
         Ok(()) => format!("{what} applied"),
         Err(e) => {
+            let e = e.to_string();
             let first = e.lines().next().unwrap_or_default();
             let more = e.lines().count().saturating_sub(1);
             let more = if more > 0 {

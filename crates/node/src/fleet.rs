@@ -17,6 +17,7 @@ use metrics::Gauge;
 use super::Inner;
 use super::telemetry::{self, Registry};
 use gtd_core::config::Config;
+use gtd_core::sync::lock;
 use gtd_core::view::FleetView;
 use gtd_fleet::drain::Drain;
 use gtd_fleet::etcd::Answers;
@@ -47,9 +48,6 @@ pub enum Error {
         /// Why not the cached one.
         cache: CacheError,
     },
-    /// Watching `PREFIX/revision` or `PREFIX/drains/` failed (etcd's error is the source).
-    #[error("watching the current revision")]
-    Watch(#[source] gtd_fleet::etcd::Error),
     /// etcd ended the watch.
     #[error("the watch ended")]
     WatchEnded,
@@ -59,6 +57,16 @@ pub enum Error {
     /// The node stopped while waiting for a leader.
     #[error("stopping")]
     Stopping,
+}
+
+/// The class of etcd's failure, when the store's error is one (for [`gtd_fleet::transient`]).
+impl gtd_fleet::Classified for Error {
+    fn class(&self) -> Option<gtd_fleet::Class> {
+        match self {
+            Error::Store(e) => e.class(),
+            _ => None,
+        }
+    }
 }
 
 /// As [`gtd_fleet::describe`] reads errors.
@@ -221,13 +229,13 @@ impl Fleet {
     /// follower task cannot be left to do it.
     pub(crate) async fn leave(&self) {
         let lease = self.lease.swap(0, Ordering::Relaxed);
-        let store = self.store.lock().expect("fleet state").clone();
+        let store = lock(&self.store).clone();
         if let (Some(store), true) = (store, lease != 0) {
             match tokio::time::timeout(Duration::from_secs(2), store.client().lease_revoke(lease))
                 .await
             {
                 Ok(Ok(_)) => tracing::info!("fleet: left the registry"),
-                Ok(Err(e)) => tracing::warn!(error = %gtd_fleet::describe_error(&e),
+                Ok(Err(e)) => tracing::warn!(error = %e.brief(),
                     "fleet: the registry entry stays until its lease runs out"),
                 Err(_) => tracing::warn!(
                     "fleet: etcd did not answer; the registry entry stays until its lease runs out"
@@ -238,12 +246,12 @@ impl Fleet {
 
     /// The fleet-wide drains as last read.
     pub(crate) fn drains(&self) -> Arc<[Drain]> {
-        Arc::clone(&self.drains.lock().expect("fleet state"))
+        Arc::clone(&lock(&self.drains))
     }
 
     /// Records the drains read; true when they differ from those held.
     fn set_drains(&self, drains: Vec<Drain>) -> bool {
-        let mut held = self.drains.lock().expect("fleet state");
+        let mut held = lock(&self.drains);
         if *held.as_ref() == drains[..] {
             return false;
         }
@@ -260,34 +268,34 @@ impl Fleet {
 
     /// The running config as loaded, before the drains (set with each snapshot swapped in).
     pub(crate) fn base(&self) -> Option<Arc<Config>> {
-        self.base.lock().expect("fleet state").clone()
+        lock(&self.base).clone()
     }
 
     pub(crate) fn set_base(&self, base: Arc<Config>) {
-        *self.base.lock().expect("fleet state") = Some(base);
+        *lock(&self.base) = Some(base);
     }
 
     /// The revision served.
     pub(crate) fn applied(&self) -> Arc<Revision> {
-        Arc::clone(&self.applied.lock().expect("fleet state").0)
+        Arc::clone(&lock(&self.applied).0)
     }
 
     /// What the node serves, as its log lines name it: `revision 7 (etcd)`, or
     /// `revision 6 (cache)` when it came from the cache file.
     pub(crate) fn serving(&self) -> String {
-        let (r, source) = &*self.applied.lock().expect("fleet state");
+        let (r, source) = &*lock(&self.applied);
         format!("revision {} ({})", r.revision, source.as_str())
     }
 
     pub(crate) fn refuse(&self, revision: u64, reason: String) {
-        *self.refused.lock().expect("fleet state") = Some(Refusal { revision, reason });
+        *lock(&self.refused) = Some(Refusal { revision, reason });
     }
 
     pub(crate) fn set_applied(&self, r: Arc<Revision>, source: Source) {
         let n = r.revision;
-        *self.applied.lock().expect("fleet state") = (r, source);
+        *lock(&self.applied) = (r, source);
         self.gauges.0.set(n as f64);
-        let mut refused = self.refused.lock().expect("fleet state");
+        let mut refused = lock(&self.refused);
         if refused.as_ref().is_some_and(|x| x.revision <= n) {
             *refused = None;
         }
@@ -296,13 +304,13 @@ impl Fleet {
     fn set_error(&self, e: Option<String>) {
         self.connected.store(e.is_none(), Ordering::Relaxed);
         self.gauges.1.set(if e.is_none() { 1.0 } else { 0.0 });
-        *self.error.lock().expect("fleet state") = e;
+        *lock(&self.error) = e;
     }
 
     /// The `fleet` object of `/status`.
     pub(crate) fn status(&self, id: &str) -> FleetView {
         let (applied, source) = {
-            let a = self.applied.lock().expect("fleet state");
+            let a = lock(&self.applied);
             (a.0.revision, a.1)
         };
         FleetView {
@@ -313,15 +321,15 @@ impl Fleet {
             user: self.opts.etcd.user().map(str::to_owned),
             applied,
             source: source.as_str().to_owned(),
-            refused: self.refused.lock().expect("fleet state").clone(),
+            refused: lock(&self.refused).clone(),
             connected: self.connected.load(Ordering::Relaxed),
-            error: self.error.lock().expect("fleet state").clone(),
+            error: lock(&self.error).clone(),
         }
     }
 
     /// A connection for one `GET /fleet`: the session's, or a new one.
     pub(crate) async fn store(&self) -> Result<Store, gtd_fleet::Error> {
-        let running = self.store.lock().expect("fleet state").clone();
+        let running = lock(&self.store).clone();
         match running {
             Some(s) => Ok(s),
             None => Store::connect(&self.opts.etcd, &self.opts.prefix).await,
@@ -475,7 +483,7 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
     let Some(fleet) = inner.fleet.as_ref() else {
         return;
     };
-    let started = fleet.applied.lock().expect("fleet state").clone();
+    let started = lock(&fleet.applied).clone();
     if started.1 == Source::Etcd {
         cache(fleet, &started.0).await;
         cache_drains(fleet).await;
@@ -488,9 +496,9 @@ pub(crate) async fn follow(inner: Arc<Inner>) {
             // Stopping: the session's connection and lease stay for `Fleet::leave`.
             Ok(()) => return,
             Err(e) => {
-                *fleet.store.lock().expect("fleet state") = None;
+                *lock(&fleet.store) = None;
                 let e = gtd_fleet::describe(&e);
-                let was = fleet.error.lock().expect("fleet state").clone();
+                let was = lock(&fleet.error).clone();
                 if was.as_deref() != Some(&e) {
                     tracing::warn!(error = %e, "etcd: not following (down, or refusing this node); serving revision {} and retrying", fleet.applied().revision);
                 }
@@ -541,7 +549,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
         .await?
         .serializable();
     let seen = store.current().await?;
-    *fleet.store.lock().expect("fleet state") = Some(store.clone());
+    *lock(&fleet.store) = Some(store.clone());
     catch_up(inner, fleet, &mut store, seen.number).await?;
     let drains_seen = reread_drains(inner, fleet, &mut store).await?;
     let registration = registry::Registration::start(Arc::clone(inner), store.clone());
@@ -550,7 +558,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
     let id = node_id(inner, fleet);
     let _witness = AbortOnDrop(tokio::spawn(witness::watch(store.clone(), id.clone())));
     let _ramp = AbortOnDrop(tokio::spawn(drive_ramps(Arc::clone(inner), fleet, id)));
-    let was = fleet.error.lock().expect("fleet state").clone();
+    let was = lock(&fleet.error).clone();
     fleet.set_error(None);
     if was.is_some() {
         tracing::info!("etcd: following again");
@@ -589,7 +597,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                     }
                     Ok(None) => return Err(Error::WatchEnded),
                     Err(e) if e.is_leaderless() => {}
-                    Err(e) => return Err(Error::Watch(e)),
+                    Err(e) => return Err(watch_error(e)),
                 }
                 drain_events = watch(inner, &store, &drains_key, drains_end.clone(), drains_from).await?;
                 continue;
@@ -604,7 +612,7 @@ async fn session(inner: &Arc<Inner>, fleet: &Fleet) -> Result<()> {
                 events = watch(inner, &store, &key, Vec::new(), from).await?;
                 continue;
             }
-            Err(e) => return Err(Error::Watch(e)),
+            Err(e) => return Err(watch_error(e)),
         };
         if response.canceled {
             if response.compact_revision > 0 {
@@ -783,9 +791,15 @@ async fn watch(
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             }
-            watch => return watch.map_err(Error::Watch),
+            watch => return watch.map_err(watch_error),
         }
     }
+}
+
+/// A watch of `PREFIX/revision` or `PREFIX/drains/` that failed, as the store's error (etcd's
+/// answer classified, as every other).
+fn watch_error(e: gtd_fleet::etcd::Error) -> Error {
+    Error::Store(gtd_fleet::Error::etcd("watching the current revision", e))
 }
 
 /// Applies revision `n` unless the node serves it already or refused it.
@@ -794,15 +808,10 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
         return Ok(());
     }
     let (applied, source) = {
-        let a = fleet.applied.lock().expect("fleet state");
+        let a = lock(&fleet.applied);
         (Arc::clone(&a.0), a.1)
     };
-    let refused = fleet
-        .refused
-        .lock()
-        .expect("fleet state")
-        .as_ref()
-        .map(|r| r.revision);
+    let refused = lock(&fleet.refused).as_ref().map(|r| r.revision);
     if applied.revision == n && source == Source::Etcd || refused == Some(n) {
         return Ok(());
     }
@@ -822,7 +831,7 @@ async fn catch_up(inner: &Arc<Inner>, fleet: &Fleet, store: &mut Store, n: u64) 
             cache(fleet, &r).await;
         }
         // The reload logged why, with every error.
-        Err(e) => fleet.refuse(n, e),
+        Err(e) => fleet.refuse(n, e.to_string()),
     }
     Ok(())
 }

@@ -60,7 +60,7 @@ use self::access::{AccessLog, Sink};
 use self::snapshot::Snapshot;
 use self::telemetry::Registry;
 
-pub use self::access::LogFormat;
+pub use self::access::{AccessLogError, LogFormat};
 pub use self::error::Error;
 pub use self::tls::client_config as tls_client_config;
 
@@ -161,15 +161,14 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
 
 /// Refuses `config` for an admin server on `bind` that anyone beyond this host could reach
 /// without a token (at start, with `--admin`; on every reload, since the server stays bound).
-fn guard_admin(config: &Config, bind: SocketAddr) -> std::result::Result<(), String> {
+fn guard_admin(config: &Config, bind: SocketAddr) -> Result<()> {
     if !config.admin.exposed(bind) {
         return Ok(());
     }
-    Err(format!(
-        "the admin server on {bind} is reachable beyond this host, and [admin] in {} has no \
-         token: set token = \"...\" or allow_without_token = true",
-        config.source.display()
-    ))
+    Err(Error::Admin {
+        bind,
+        config: config.source.clone(),
+    })
 }
 
 impl Node {
@@ -248,14 +247,13 @@ impl Node {
             &registry,
             &names.table(),
             now,
-        )
-        .map_err(Error::Snapshot)?;
+        )?;
         let access = AccessLog::new(opts.log_format, &registry);
-        let sink = Sink::open(&config.log.access).map_err(Error::AccessLog)?;
-        snapshot.access = access.install(sink).await.map_err(Error::AccessLog)?;
+        let sink = Sink::open(&config.log.access)?;
+        snapshot.access = access.install(sink).await?;
         snapshot.publish(now);
         let admin_bind = opts.admin_bind.unwrap_or(config.admin.bind);
-        guard_admin(&config, admin_bind).map_err(Error::Admin)?;
+        guard_admin(&config, admin_bind)?;
         let admin = TcpListener::bind(admin_bind)
             .await
             .map_err(|error| Error::AdminBind {
@@ -331,7 +329,7 @@ impl Node {
     }
 
     /// Reloads the config file (as SIGHUP does).
-    pub async fn reload(&self) -> std::result::Result<(), String> {
+    pub async fn reload(&self) -> Result<()> {
         self.inner.reload().await
     }
 
@@ -441,7 +439,7 @@ impl Inner {
 
     /// Reloads what the node serves: the config file, or in a fleet the revision it serves
     /// (certificates and the access log file opened again).
-    pub(crate) async fn reload(self: &Arc<Self>) -> std::result::Result<(), String> {
+    pub(crate) async fn reload(self: &Arc<Self>) -> Result<()> {
         self.reload_with(None).await
     }
 
@@ -449,10 +447,7 @@ impl Inner {
     /// state comes from `new` (a revision from etcd, recorded as served once swapped in), else
     /// in a fleet from the revision served, else from the config file. Both are read under
     /// the reload lock, so a SIGHUP racing a new revision cannot put the older one back.
-    pub(crate) async fn reload_with(
-        self: &Arc<Self>,
-        new: Option<Arc<Revision>>,
-    ) -> std::result::Result<(), String> {
+    pub(crate) async fn reload_with(self: &Arc<Self>, new: Option<Arc<Revision>>) -> Result<()> {
         let mut bound = self.bound.lock().await;
         let revision = new
             .clone()
@@ -464,9 +459,9 @@ impl Inner {
         // Draining (SIGTERM): the ports are closed for good; a reload would open them again
         // with nothing accepting on them.
         if self.stop.is_cancelled() {
-            return Err("the node is draining (SIGTERM): reload refused".to_owned());
+            return Err(Error::Draining);
         }
-        let result: std::result::Result<(), String> = async {
+        let result: Result<()> = async {
             // Reading the files and building the snapshot (certificates included) block: off
             // the runtime, so that a slow disk holds only the reload, not the traffic.
             // The access log file is opened again here, so that a SIGHUP after logrotate moved
@@ -475,8 +470,7 @@ impl Inner {
             let config =
                 tokio::task::spawn_blocking(move || load(&inner.opts, revision.as_deref()))
                     .await
-                    .map_err(|e| format!("reading the config failed: {e}"))?
-                    .map_err(|e| format!("{e:#}"))?;
+                    .map_err(interrupted("reading the config"))??;
             // The admin server stays where it was bound: a config that takes its token away
             // while it is reachable beyond this host would open reloads and toggles to anyone.
             guard_admin(&config, self.admin_addr)?;
@@ -487,16 +481,17 @@ impl Inner {
                 None => Arc::clone(&base),
             };
             // New names are looked up before the snapshot that uses them is built.
-            self.names.prepare(&config, &self.region).await?;
+            self.names
+                .prepare(&config, &self.region)
+                .await
+                .map_err(|e| Error::Resolver(e.to_string()))?;
             let access = config.log.access.clone();
             let sink = tokio::task::spawn_blocking(move || Sink::open(&access))
                 .await
-                .map_err(|e| format!("opening the access log failed: {e}"))??;
+                .map_err(interrupted("opening the access log"))??;
             let mut next = self.build(config).await?;
             let wanted = wanted_ports(&next);
-            let fresh = bind_all(self.opts.bind, &wanted, &bound, &next)
-                .await
-                .map_err(|e| format!("{e:#}"))?;
+            let fresh = bind_all(self.opts.bind, &wanted, &bound, &next).await?;
             // The writer takes the new sink before the snapshot whose requests use it runs.
             next.access = self.access.install(sink).await?;
             relisten(&bound, &next);
@@ -543,7 +538,7 @@ impl Inner {
                 tracing::error!(
                     config = %what,
                     "reload rejected, the running config stays: {}",
-                    e.lines().collect::<Vec<_>>().join("; ")
+                    e.to_string().lines().collect::<Vec<_>>().join("; ")
                 );
             }
         }
@@ -552,7 +547,7 @@ impl Inner {
 
     /// Builds a snapshot of `config` with the names' addresses now, carrying the running one's
     /// state; off the runtime, since certificates are read.
-    async fn build(self: &Arc<Self>, config: Arc<Config>) -> std::result::Result<Snapshot, String> {
+    async fn build(self: &Arc<Self>, config: Arc<Config>) -> Result<Snapshot> {
         let inner = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let old = inner.snapshot.load_full();
@@ -566,7 +561,8 @@ impl Inner {
             )
         })
         .await
-        .map_err(|e| format!("building the snapshot failed: {e}"))?
+        .map_err(interrupted("building the snapshot"))?
+        .map_err(Error::Snapshot)
     }
 
     /// A name's addresses changed: the running config is built again with them (the same
@@ -586,7 +582,7 @@ impl Inner {
     /// Builds `config` (the running one, changed in what needs no port bound: new addresses,
     /// the fleet's drains, [`fleet`]'s `redrain`) and swaps it in, with the running snapshot's
     /// access log; the caller holds the reload lock.
-    async fn rebuild(self: &Arc<Self>, config: Arc<Config>) -> std::result::Result<(), String> {
+    async fn rebuild(self: &Arc<Self>, config: Arc<Config>) -> Result<()> {
         let mut next = self.build(config).await?;
         // The same access log writer and sink as the running snapshot.
         next.access = self.snapshot.load().access.clone();
@@ -597,6 +593,11 @@ impl Inner {
         next.publish(Instant::now());
         Ok(())
     }
+}
+
+/// [`Error::Interrupted`] while `doing`, for `map_err`.
+fn interrupted(doing: &'static str) -> impl FnOnce(tokio::task::JoinError) -> Error {
+    move |error| Error::Interrupted { doing, error }
 }
 
 /// (udp, port) of every listener in the snapshot.

@@ -20,7 +20,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -31,18 +31,55 @@ use gtd_core::config::{Config, Listener, PriorityBy};
 use gtd_core::geoip::Place;
 use gtd_core::health::rtt::group_rtt;
 use gtd_core::split::{self, GroupFacts, ListenerPlan, Mode, Ranker, Ranking};
+use gtd_core::sync::lock;
 
 use super::access::Handle;
-use super::checks::probe::Spec;
+use super::checks::probe::{Spec, SpecError};
 use super::descriptors::{self, Share, Shared};
 use super::dns;
 use super::events::EventLog;
 use super::http::HttpState;
-use super::http::upstream::Upstream;
+use super::http::upstream::{Upstream, UpstreamError};
 use super::location::{ByLocation, ClientSeries};
 use super::telemetry::{self as m, Registered, Registry, code_classes};
 use super::timers::Pace;
 use super::watch::{CheckResult, Watch};
+
+/// Why a config could not be built into a snapshot (the start fails, a reload keeps the running
+/// one): the listener, the group when it is one's, then the cause, whose message names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("listener {listener:?}{}: {cause}", group.as_ref().map(|g| format!(" group {g:?}")).unwrap_or_default())]
+pub struct BuildError {
+    listener: String,
+    group: Option<String>,
+    /// Boxed: a snapshot's results stay small on their way up.
+    cause: Box<BuildCause>,
+}
+
+/// What [`BuildError`] says went wrong.
+#[derive(Debug, thiserror::Error)]
+enum BuildCause {
+    /// An HTTPS listener's certificates.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// A group's client towards its endpoints.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// A group's health check.
+    #[error(transparent)]
+    Check(#[from] SpecError),
+}
+
+impl BuildError {
+    /// `cause` in listener `l` (in `group`, when one's).
+    fn new(l: &Listener, group: Option<&str>, cause: impl Into<BuildCause>) -> BuildError {
+        BuildError {
+            listener: l.name.clone(),
+            group: group.map(str::to_owned),
+            cause: Box::new(cause.into()),
+        }
+    }
+}
 
 /// An endpoint's or group's `state` before the planner first published it (see
 /// [`crate::outcomes`]): the first state published over it is set without an event.
@@ -224,7 +261,7 @@ impl Snapshot {
         registry: &Registry,
         names: &dns::Table,
         now: Instant,
-    ) -> Result<Snapshot, String> {
+    ) -> Result<Snapshot, BuildError> {
         let registry = &registry.scope();
         let serving: Vec<&Listener> = config
             .listeners
@@ -355,7 +392,7 @@ impl ListenerState {
         config: &Config,
         (region, (fds, fds_own)): (&str, (Arc<Share>, isize)),
         now: Instant,
-    ) -> Result<ListenerState, String> {
+    ) -> Result<ListenerState, BuildError> {
         let name = l.name.as_str();
         let http_listener = l.protocol.is_http();
         let udp = l.protocol == gtd_core::config::Protocol::Udp;
@@ -363,10 +400,9 @@ impl ListenerState {
             .groups
             .iter()
             .map(|g| GroupState::build(l, g, old, registry, config, region, now))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, BuildError>>()?;
         let http = if http_listener {
-            let http =
-                HttpState::build(l, registry).map_err(|e| format!("listener {:?}: {e}", l.name))?;
+            let http = HttpState::build(l, registry).map_err(|e| BuildError::new(l, None, e))?;
             Some(Box::new(http))
         } else {
             None
@@ -512,7 +548,7 @@ impl ListenerState {
     }
 
     fn ranker(&self) -> std::sync::MutexGuard<'_, Ranker> {
-        self.ranker.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.ranker)
     }
 
     /// Why group `group` (config index) has its rank (`/status`).
@@ -718,7 +754,7 @@ impl GroupState {
         config: &Config,
         region: &str,
         now: Instant,
-    ) -> Result<GroupState, String> {
+    ) -> Result<GroupState, BuildError> {
         let name = l.name.as_str();
         let old_cfg = old.map(|o| &*o.cfg);
         let http_listener = l.protocol.is_http();
@@ -764,7 +800,7 @@ impl GroupState {
             // The connections its clients open count into the endpoints' series.
             let opened = endpoints.iter().map(|e| e.connections.clone()).collect();
             let up = Upstream::attach(l, g, config, registry, &connect_seconds, opened)
-                .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?;
+                .map_err(|e| BuildError::new(l, Some(&g.name), e))?;
             Some(Box::new(up))
         } else {
             None
@@ -796,7 +832,7 @@ impl GroupState {
             })
             .collect();
         let probe = Spec::of(name, udp, g, region, l.connect_timeout, l.rtt_from)
-            .map_err(|e| format!("listener {:?} group {:?}: {e}", l.name, g.name))?
+            .map_err(|e| BuildError::new(l, Some(&g.name), e))?
             .map(Arc::new);
         Ok(GroupState {
             name: g.name.clone(),
@@ -862,5 +898,43 @@ impl EndpointMetrics {
                 std::array::from_fn(|_| Counter::noop())
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an operator reads of a snapshot that could not be built: the listener, the group
+    /// when it is one's, then the cause as its own error says it.
+    #[test]
+    fn a_build_error_names_the_listener_and_group_then_the_cause() {
+        let header = || UpstreamError::FeedbackHeader {
+            header: "x load".to_owned(),
+            error: http::HeaderName::from_bytes(b"x load").unwrap_err(),
+        };
+        let in_group = BuildError {
+            listener: "web".to_owned(),
+            group: Some("beijing".to_owned()),
+            cause: Box::new(header().into()),
+        };
+        assert_eq!(
+            in_group.to_string(),
+            format!("listener \"web\" group \"beijing\": {}", header())
+        );
+        assert!(
+            in_group
+                .to_string()
+                .starts_with("listener \"web\" group \"beijing\": feedback_header \"x load\": ")
+        );
+        let listener = BuildError {
+            listener: "web".to_owned(),
+            group: None,
+            cause: Box::new(crate::tls::TlsError::NoCertificate.into()),
+        };
+        assert_eq!(
+            listener.to_string(),
+            "listener \"web\": https listener without certificates"
+        );
     }
 }

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use metrics::{Counter, Gauge, Histogram, Key, Label};
 use metrics_exporter_prometheus::formatting::{
@@ -26,6 +26,8 @@ use metrics_exporter_prometheus::formatting::{
 };
 use metrics_util::registry::{AtomicStorage, Registry as Series};
 use metrics_util::storage::{AtomicBucket, Histogram as Buckets};
+
+use gtd_core::sync::lock;
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -576,10 +578,6 @@ impl Registry {
                 samples.clear_with(|s| b.record_many(s));
             });
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A float as the text format spells it: `+Inf`, `-Inf` and `NaN` where Rust would print

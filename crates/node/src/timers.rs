@@ -15,12 +15,14 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use gtd_core::sync::lock;
 
 /// The process's fixed point on the monotonic clock, for instants kept in atomics as offsets
 /// from it (set by the first call).
@@ -221,7 +223,7 @@ impl Wake for WatchFlag {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        let task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let task = lock(&self.task);
         if let Some(task) = task.as_ref() {
             task.wake_by_ref();
         }
@@ -253,11 +255,7 @@ impl<M: Future + ?Sized, W: Future + ?Sized> Future for Watched<'_, M, W> {
             return Poll::Ready(First::Main(v));
         }
         {
-            let mut task = this
-                .flag
-                .task
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut task = lock(&this.flag.task);
             if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
                 *task = Some(cx.waker().clone());
             }
@@ -386,11 +384,7 @@ impl Future for HeadSleep {
         let this = self.get_mut();
         loop {
             {
-                let mut timer = this
-                    .state
-                    .deadline
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut timer = lock(&this.state.deadline);
                 if timer.poll(cx, this.deadline).is_pending() {
                     return Poll::Pending;
                 }

@@ -69,13 +69,6 @@ pub enum TlsError {
     },
 }
 
-/// The HTTP wing and the probes still carry errors as text.
-impl From<TlsError> for String {
-    fn from(e: TlsError) -> String {
-        e.to_string()
-    }
-}
-
 /// The system's CA bundle for a group `tls` without `ca`: `SSL_CERT_FILE` when set (as for
 /// curl and OpenSSL), else the first of [`SYSTEM_BUNDLES`] that exists.
 fn system_bundle() -> Result<PathBuf, TlsError> {

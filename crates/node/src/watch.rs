@@ -3,12 +3,13 @@
 //! ([`super::checks`]), the planner (the ranking reads the RTTs) and `/status`. It lives in the
 //! snapshot, beneath the wings, and a reload carries it for endpoints that stay.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use gtd_core::config::HealthCheck;
 use gtd_core::health::rtt::Ewma;
 use gtd_core::health::{Check, Rules, Verdict};
+use gtd_core::sync::lock;
 
 /// How one check ended, as `gtd_health_checks_total{result}` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +125,7 @@ impl Watch {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A copy of the state.

@@ -201,7 +201,7 @@ pub(crate) fn command<F, Fut, E>(work: F) -> anyhow::Result<ExitCode>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<gtd::fleet::outcome::Outcome, E>>,
-    E: AsRef<dyn std::error::Error + Send + Sync + 'static>,
+    E: gtd::fleet::Classified + AsRef<dyn std::error::Error + Send + Sync + 'static>,
 {
     // Warnings (users off on the cluster) to stderr, as one line each.
     let _ = tracing_subscriber::fmt()

@@ -48,6 +48,9 @@ impl Fleet {
     pub(crate) fn apply(self) -> anyhow::Result<ExitCode> {
         let (prefix, access) = self.etcd.checked()?;
         let (json, what) = (self.json, self.what);
+        // A report that does not serialise is the store's error (never seen).
+        let encode =
+            |e: serde_json::Error| gtd::fleet::report::Error::from(gtd::fleet::Error::Encode(e));
         crate::etcd::command(|| async {
             let outcome = |out: String, code: u8| gtd::fleet::outcome::Outcome {
                 out,
@@ -57,16 +60,17 @@ impl Fleet {
             let o = match &what {
                 Some(FleetCommand::Diff { a, b }) => {
                     let mut store = gtd::fleet::Store::connect(&access, &prefix).await?;
-                    let out = gtd::fleet::report::diff(&mut store, *a, *b)
-                        .await
-                        .map_err(|e| e.into_store())?;
+                    let out = gtd::fleet::report::diff(&mut store, *a, *b).await?;
                     outcome(out, 0)
                 }
                 Some(FleetCommand::History { limit }) => {
                     let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
                     let h = gtd::fleet::history::read_or_stale(&access, &prefix, limit).await?;
                     if json {
-                        outcome(format!("{:#}\n", serde_json::to_value(&h)?), 0)
+                        outcome(
+                            format!("{:#}\n", serde_json::to_value(&h).map_err(encode)?),
+                            0,
+                        )
                     } else {
                         outcome(h.table(), 0)
                     }
@@ -80,7 +84,10 @@ impl Fleet {
                     let code = if f.missing.is_empty() { 0 } else { MISSING };
                     if json {
                         outcome(
-                            format!("{}\n", serde_json::to_string_pretty(&f.json())?),
+                            format!(
+                                "{}\n",
+                                serde_json::to_string_pretty(&f.json()).map_err(encode)?
+                            ),
                             code,
                         )
                     } else {
@@ -88,7 +95,7 @@ impl Fleet {
                     }
                 }
             };
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(o)
+            Ok::<_, gtd::fleet::report::Error>(o)
         })
     }
 }

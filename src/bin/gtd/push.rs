@@ -125,17 +125,9 @@ impl Push {
                 follow: self.follow,
             };
             let opts = self.options()?;
-            return crate::etcd::command(|| async {
-                gtd::fleet::ramp::run(&opts, &inputs)
-                    .await
-                    .map_err(|e| e.into_store())
-            });
+            return crate::etcd::command(|| async { gtd::fleet::ramp::run(&opts, &inputs).await });
         }
         let opts = self.options()?;
-        crate::etcd::command(|| async {
-            gtd::fleet::push::run(&opts)
-                .await
-                .map_err(|e| e.into_store())
-        })
+        crate::etcd::command(|| async { gtd::fleet::push::run(&opts).await })
     }
 }

@@ -42,6 +42,8 @@ use rpc::lease_client::LeaseClient;
 use rpc::maintenance_client::MaintenanceClient;
 use rpc::watch_client::WatchClient;
 
+use gtd_core::sync::{lock, read, write};
+
 /// Why a call to etcd failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -57,6 +59,25 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error in a few words: the gRPC status's message, or for a transport failure its
+    /// innermost cause ("Connection refused"), not tonic's nested debug output.
+    pub fn brief(&self) -> String {
+        // This error names no source: start from the status's or transport's.
+        let (mut words, mut source) = match self {
+            Error::GRpcStatus(status) => (
+                status.message().to_owned(),
+                std::error::Error::source(status),
+            ),
+            Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
+            other => (other.to_string(), None),
+        };
+        while let Some(s) = source {
+            words = s.to_string();
+            source = s.source();
+        }
+        words
+    }
+
     /// etcd's "no leader": the member is up but knows no leader (an election, or it is cut off
     /// from the others). A stream opened with `hasleader` is ended with it.
     pub fn is_leaderless(&self) -> bool {
@@ -171,7 +192,7 @@ struct Stamp {
 
 impl tonic::service::Interceptor for Stamp {
     fn call(&mut self, mut request: tonic::Request<()>) -> tonic::Result<tonic::Request<()>> {
-        if let Some(token) = self.token.read().expect("etcd token").as_ref() {
+        if let Some(token) = read(&self.token).as_ref() {
             request.metadata_mut().insert("token", token.clone());
         }
         if self.require_leader {
@@ -249,7 +270,7 @@ impl Client {
             .token
             .parse()
             .map_err(|_| tonic::Status::internal("etcd sent a token that is not ASCII"))?;
-        *self.stamp.token.write().expect("etcd token") = Some(token);
+        *write(&self.stamp.token) = Some(token);
         Ok(())
     }
 
@@ -265,11 +286,11 @@ impl Client {
     {
         match call(self.service()).await {
             Err(s) if self.user.is_some() && expired(&s) => {
-                let stale = self.stamp.token.read().expect("etcd token").clone();
+                let stale = read(&self.stamp.token).clone();
                 {
                     let _one = self.renewing.lock().await;
                     // Renewed by another call while this one waited: use that token.
-                    if *self.stamp.token.read().expect("etcd token") == stale {
+                    if *read(&self.stamp.token) == stale {
                         self.authenticate().await?;
                     }
                 }
@@ -427,7 +448,7 @@ impl Client {
                 let (tx, rx) = mpsc::channel(4);
                 tx.try_send(first.clone())
                     .expect("a new channel has room for one request");
-                *senders.lock().expect("stream sender") = Some(tx);
+                *lock(&senders) = Some(tx);
                 call(s, tokio_stream::wrappers::ReceiverStream::new(rx))
             })
             .await?;

@@ -47,10 +47,7 @@ struct Owned {
 async fn claim(store: &Store, id: &str) -> Result<Option<Owned>, Error> {
     use rpc::compare::{CompareResult, CompareTarget, TargetUnion};
     use rpc::request_op::Request;
-    let e = |doing: &str| {
-        let doing = doing.to_owned();
-        move |error| Error::Etcd { doing, error }
-    };
+    let e = crate::etcd_error;
     let lease = store
         .client()
         .lease_grant(OWNER_TTL)
@@ -185,10 +182,7 @@ async fn tick(
                     ..Default::default()
                 })
                 .await
-                .map_err(|error| Error::Etcd {
-                    doing: "reading the ramp's owner".to_owned(),
-                    error,
-                })?;
+                .map_err(crate::etcd_error("reading the ramp's owner"))?;
             if held.count > 0 {
                 return Ok(true);
             }

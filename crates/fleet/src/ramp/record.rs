@@ -430,10 +430,7 @@ pub async fn read(store: &Store) -> Result<Option<(Record, i64)>, Error> {
             ..Default::default()
         })
         .await
-        .map_err(|error| Error::Etcd {
-            doing: "reading the ramp".to_owned(),
-            error,
-        })?;
+        .map_err(crate::etcd_error("reading the ramp"))?;
     let Some(kv) = resp.kvs.first() else {
         return Ok(None);
     };
@@ -486,10 +483,7 @@ pub async fn write(
             failure: vec![],
         })
         .await
-        .map_err(|error| Error::Etcd {
-            doing: "writing the ramp".to_owned(),
-            error,
-        })?;
+        .map_err(crate::etcd_error("writing the ramp"))?;
     Ok(resp.succeeded)
 }
 

@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use metrics::Counter;
@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::telemetry::{self as m, Registry};
 use crate::timers::Pace;
 use gtd_core::config;
+use gtd_core::sync::lock;
 
 pub use line::LogFormat;
 
@@ -66,10 +67,22 @@ pub(crate) enum Sink {
     File { file: File, path: PathBuf },
 }
 
+/// Why the access log cannot be opened or its writer started.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessLogError {
+    /// The file `access` names (the message is `FILE:LINE:COL: ...`, as `gtd check` says it).
+    /// (Boxed: a node's errors stay small on their way up.)
+    #[error(transparent)]
+    Open(Box<config::ConfigError>),
+    /// The writer's task.
+    #[error("starting the access log writer: {0}")]
+    Writer(io::Error),
+}
+
 impl Sink {
     /// Opens the sink `cfg` names (`None`: the log is off). A file is opened in append mode,
     /// created when missing; a failure names it and the `access` key, as `gtd check` would.
-    pub(crate) fn open(cfg: &config::AccessLog) -> Result<Option<Sink>, String> {
+    pub(crate) fn open(cfg: &config::AccessLog) -> Result<Option<Sink>, AccessLogError> {
         Ok(Some(match cfg {
             config::AccessLog::Off => return Ok(None),
             config::AccessLog::Stderr => Sink::Stderr,
@@ -79,7 +92,10 @@ impl Sink {
                     file,
                     path: f.path.clone(),
                 },
-                Err(e) => return Err(f.error(format_args!("cannot be opened: {e}")).to_string()),
+                Err(e) => {
+                    let e = f.error(format_args!("cannot be opened: {e}"));
+                    return Err(AccessLogError::Open(Box::new(e)));
+                }
             },
         }))
     }
@@ -128,27 +144,25 @@ impl AccessLog {
     /// writer has taken it (or [`HANDOVER`] passed); the handle requests send their lines
     /// with, `None` when off.
     /// (The handle goes into the snapshot.)
-    pub(crate) async fn install(&self, sink: Option<Sink>) -> Result<Option<Handle>, String> {
+    pub(crate) async fn install(
+        &self,
+        sink: Option<Sink>,
+    ) -> Result<Option<Handle>, AccessLogError> {
         let on = sink.is_some();
         let handle = {
-            let mut slot = self.handle.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = lock(&self.handle);
             match &*slot {
                 Some(h) => h.clone(),
                 None if !on => return Ok(None),
                 None => {
                     let h = Handle::start(self.format, &self.registry)
-                        .map_err(|e| format!("starting the access log writer: {e}"))?;
+                        .map_err(AccessLogError::Writer)?;
                     *slot = Some(h.clone());
                     h
                 }
             }
         };
-        *handle
-            .0
-            .shared
-            .next_sink
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(sink);
+        *lock(&handle.0.shared.next_sink) = Some(sink);
         handle.flush().await;
         Ok(on.then_some(handle))
     }
@@ -156,11 +170,7 @@ impl AccessLog {
     /// Waits (at most [`HANDOVER`]) until every line queued so far is written: at the end of a
     /// drain, before the process exits.
     pub(crate) async fn flush(&self) {
-        let handle = self
-            .handle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let handle = lock(&self.handle).clone();
         if let Some(h) = handle {
             h.flush().await;
         }
@@ -268,12 +278,7 @@ fn write_lines(mut rx: mpsc::Receiver<Msg>, shared: &Shared, format: LogFormat) 
                 drained = next.is_none();
             }
         }
-        if let Some(new) = shared
-            .next_sink
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        if let Some(new) = lock(&shared.next_sink).take() {
             sink = new;
         }
         if !text.is_empty()
@@ -350,7 +355,10 @@ mod tests {
             line: 7,
             column: 10,
         });
-        let e = Sink::open(&cfg).err().expect("a directory does not open");
+        let e = Sink::open(&cfg)
+            .err()
+            .expect("a directory does not open")
+            .to_string();
         let want = format!(
             "gtd.toml:7:10: log: access log file {:?} cannot be opened: ",
             dir.path().display().to_string()

@@ -214,7 +214,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
             Ok(()) => json_reply(StatusCode::OK, &json!({"result": "ok"})),
             Err(e) => json_reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                &json!({"result": "error", "error": e}),
+                &json!({"result": "error", "error": e.to_string()}),
             ),
         },
         Route::Toggle {

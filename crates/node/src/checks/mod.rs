@@ -17,12 +17,13 @@
 pub(crate) mod probe;
 
 use std::net::IpAddr;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
 use gtd_core::health::Change;
+use gtd_core::sync::lock;
 
 use super::Inner;
 use super::snapshot::{ListenerState, Snapshot};
@@ -54,10 +55,7 @@ impl Watch {
 /// endpoint is out until it passes), then one task per endpoint that is not `down`.
 pub(crate) fn start(inner: &Arc<Inner>, snap: &Snapshot) {
     let token = inner.drained.child_token();
-    let before = std::mem::replace(
-        &mut *inner.checks.lock().unwrap_or_else(PoisonError::into_inner),
-        token.clone(),
-    );
+    let before = std::mem::replace(&mut *lock(&inner.checks), token.clone());
     before.cancel();
     let source = snap.config.node.source_ip;
     let now = Instant::now();

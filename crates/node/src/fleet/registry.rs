@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{Fleet, Inner};
+use gtd_core::sync::lock;
 use gtd_core::view::ListenerView;
 use gtd_fleet::Store;
 use gtd_fleet::registry::{Entry, ErrorSummary, Toggle, error_summary, out_of_rotation};
@@ -176,10 +177,7 @@ async fn hold(
         writing = Some(Box::pin(async move {
             match client.txn(txn).await {
                 Ok(_) => Write::Done(shape),
-                Err(e) => Write::Failed(format!(
-                    "writing the registry entry: {}",
-                    gtd_fleet::describe_error(&e)
-                )),
+                Err(e) => Write::Failed(format!("writing the registry entry: {}", e.brief())),
             }
         }));
     }
@@ -204,7 +202,7 @@ fn report(said: &mut Option<String>, why: String) {
 /// The node's entry now, with its errors as `errors` paces them.
 fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry {
     let (applied, source) = {
-        let a = fleet.applied.lock().expect("fleet state");
+        let a = lock(&fleet.applied);
         (a.0.revision, a.1)
     };
     let views = {
@@ -223,7 +221,7 @@ fn entry(inner: &Arc<Inner>, fleet: &Fleet, errors: &mut ErrorSummary) -> Entry 
         version: env!("CARGO_PKG_VERSION").to_owned(),
         applied: Some(applied),
         source: source.as_str().to_owned(),
-        refused: fleet.refused.lock().expect("fleet state").clone(),
+        refused: lock(&fleet.refused).clone(),
         uptime_s: up.as_secs(),
         started_at_ms: ms.saturating_sub(up.as_millis() as u64),
         updated_at_ms: ms,

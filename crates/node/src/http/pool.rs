@@ -11,6 +11,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use gtd_core::sync::lock;
+
 /// Milliseconds since `base`, plus one: never 0, never `u64::MAX` (values a connection's
 /// clock may keep for "in use").
 pub(crate) fn stamp(base: Instant) -> u64 {
@@ -74,7 +76,7 @@ impl<C: Reusable> KeepAlive<C> {
         loop {
             let conn = {
                 let now = self.stamp();
-                let mut slot = self.slots[index].lock().ok()?;
+                let mut slot = lock(&self.slots[index]);
                 loop {
                     let (conn, since) = slot.pop()?;
                     if now.saturating_sub(since) < self.idle_ms && conn.reusable() {
@@ -96,9 +98,8 @@ impl<C: Reusable> KeepAlive<C> {
             return;
         }
         let since = self.stamp();
-        if let Ok(mut slot) = self.slots[index].lock()
-            && slot.len() < self.keepalive
-        {
+        let mut slot = lock(&self.slots[index]);
+        if slot.len() < self.keepalive {
             slot.push((conn, since));
         }
     }
@@ -110,17 +111,15 @@ impl<C: Reusable> KeepAlive<C> {
     pub(crate) fn sweep(&self) {
         let now = self.stamp();
         for slot in &self.slots {
-            let gone: Vec<Parked<C>> = match slot.lock() {
-                Ok(mut idle) => {
-                    let keep = idle
-                        .iter()
-                        .position(|(_, since)| now.saturating_sub(*since) < self.idle_ms)
-                        .unwrap_or(idle.len());
-                    let mut gone: Vec<Parked<C>> = idle.drain(..keep).collect();
-                    gone.extend(idle.extract_if(.., |(conn, _)| !conn.quiet()));
-                    gone
-                }
-                Err(_) => continue,
+            let gone: Vec<Parked<C>> = {
+                let mut idle = lock(slot);
+                let keep = idle
+                    .iter()
+                    .position(|(_, since)| now.saturating_sub(*since) < self.idle_ms)
+                    .unwrap_or(idle.len());
+                let mut gone: Vec<Parked<C>> = idle.drain(..keep).collect();
+                gone.extend(idle.extract_if(.., |(conn, _)| !conn.quiet()));
+                gone
             };
             drop(gone);
         }
@@ -129,7 +128,7 @@ impl<C: Reusable> KeepAlive<C> {
     /// Idle connections to endpoint `index` now.
     #[cfg(test)]
     fn idle(&self, index: usize) -> usize {
-        self.slots[index].lock().map_or(0, |s| s.len())
+        lock(&self.slots[index]).len()
     }
 }
 

@@ -16,6 +16,7 @@ use gtd_core::balance::errors::ErrorKind;
 use gtd_core::config::{Listener, Measure};
 use gtd_core::health::outlier::Answer;
 use gtd_core::split::rules::{Match, RouteRequest};
+use gtd_core::sync::lock;
 
 use super::access::Line;
 use super::answers::{bare, class, closing, failed, own};
@@ -592,9 +593,7 @@ fn switch(
         l.cfg.idle_timeout,
         [l.metrics.bytes_up.clone(), l.metrics.bytes_down.clone()],
     );
-    if let Ok(mut slot) = conn.tunnel.lock() {
-        *slot = Some(Box::pin(relay));
-    }
+    *lock(&conn.tunnel) = Some(Box::pin(relay));
     Response::from_parts(parts, DownBody::empty())
 }
 

@@ -22,6 +22,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 
 use gtd_core::config::{Listener, Protocol};
+use gtd_core::sync::lock;
 
 use super::bodies::DownBody;
 use crate::Inner;
@@ -112,7 +113,7 @@ pub(crate) async fn serve(
         }
     }
     // An upgraded request took the connection over: relay it here, so it stays counted.
-    let upgraded = own_conn.tunnel.lock().ok().and_then(|mut t| t.take());
+    let upgraded = lock(&own_conn.tunnel).take();
     if let Some(relay) = upgraded {
         relay.await;
     }

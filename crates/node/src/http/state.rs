@@ -95,11 +95,11 @@ pub(super) const MAX_HEAD: usize = 64 * 1024;
 
 impl HttpState {
     /// Builds the HTTP state of listener `l` (certificates are read here).
-    pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpState, String> {
+    pub(crate) fn build(l: &Listener, registry: &Registry) -> Result<HttpState, tls::TlsError> {
         let name = l.name.as_str();
         let tls = match (&l.tls, l.protocol) {
             (Some(t), Protocol::Https) => Some(TlsAcceptor::from(tls::server_config(t)?)),
-            (None, Protocol::Https) => return Err("https listener without tls".into()),
+            (None, Protocol::Https) => return Err(tls::TlsError::NoCertificate),
             _ => None,
         };
         let mut server = auto::Builder::new(TokioExecutor::new());

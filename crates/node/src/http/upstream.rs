@@ -87,6 +87,30 @@ impl fmt::Debug for Upstream {
     }
 }
 
+/// Why a group's client cannot be built (the snapshot names the listener and group).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The group's `tls` towards its endpoints.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// An endpoint's address that is no URI authority.
+    #[error("endpoint {address:?}: {error}")]
+    Endpoint {
+        /// The address as configured.
+        address: String,
+        /// Why not.
+        error: http::uri::InvalidUri,
+    },
+    /// A `feedback_header` that is no header name.
+    #[error("feedback_header {header:?}: {error}")]
+    FeedbackHeader {
+        /// The header as configured.
+        header: String,
+        /// Why not.
+        error: http::header::InvalidHeaderName,
+    },
+}
+
 impl Upstream {
     /// Builds the upstream of `group` of listener `l` as the snapshot holds it: its
     /// connections count into the group's connect-time histogram `connect_seconds` and into
@@ -98,7 +122,7 @@ impl Upstream {
         registry: &Registry,
         connect_seconds: &Histogram,
         opened: Vec<Counter>,
-    ) -> Result<Upstream, String> {
+    ) -> Result<Upstream, UpstreamError> {
         let labels = [l.name.as_str(), group.name.as_str()];
         let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
         let connects = Connects {
@@ -115,7 +139,7 @@ impl Upstream {
         source_ip: Option<IpAddr>,
         response_seconds: Histogram,
         connects: Connects,
-    ) -> Result<Upstream, String> {
+    ) -> Result<Upstream, UpstreamError> {
         let tls = match &group.tls {
             Some(t) if t.enabled => {
                 Some((TlsConnector::from(tls::client_config(t)?), t.sni.clone()))
@@ -127,15 +151,19 @@ impl Upstream {
             connect_timeout: l.connect_timeout,
             tls,
         };
-        let targets = group
-            .endpoints
-            .iter()
-            .map(|e| {
-                let authority = http::uri::Authority::try_from(e.address.text.as_str())
-                    .map_err(|err| format!("endpoint {:?}: {err}", e.address.text))?;
-                Ok((e.address.clone(), authority.host().to_owned()))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
+        let targets =
+            group
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let authority = http::uri::Authority::try_from(e.address.text.as_str())
+                        .map_err(|error| UpstreamError::Endpoint {
+                            address: e.address.text.clone(),
+                            error,
+                        })?;
+                    Ok((e.address.clone(), authority.host().to_owned()))
+                })
+                .collect::<Result<Vec<_>, UpstreamError>>()?;
         let pool = Arc::new(Pool::new(
             targets.len(),
             group.keepalive as usize,
@@ -156,8 +184,12 @@ impl Upstream {
             .map(Into::into);
         let feedback = match &group.balance {
             Balance::Feedback { header, .. } => Some(
-                HeaderName::try_from(header.to_ascii_lowercase())
-                    .map_err(|e| format!("feedback_header {header:?}: {e}"))?,
+                HeaderName::try_from(header.to_ascii_lowercase()).map_err(|error| {
+                    UpstreamError::FeedbackHeader {
+                        header: header.clone(),
+                        error,
+                    }
+                })?,
             ),
             _ => None,
         };
@@ -178,7 +210,7 @@ impl Upstream {
 
     /// The request target (origin form) for `path` (path and query as received): the group's
     /// `path_prefix` goes in front. Allocates only when there is a prefix.
-    fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, String> {
+    fn uri(&self, path: Option<&PathAndQuery>) -> Result<Uri, http::uri::InvalidUri> {
         let original = path.map_or("/", PathAndQuery::as_str);
         // An absolute-form target with an empty path (`http://a.example?q=1`) keeps its query
         // behind the path `/` (RFC 9112 §3.2.1), not as `?q=1`.
@@ -194,7 +226,7 @@ impl Upstream {
                 joined.push_str(prefix);
                 joined.push_str(slash);
                 joined.push_str(original);
-                PathAndQuery::from_maybe_shared(Bytes::from(joined)).map_err(|e| e.to_string())?
+                PathAndQuery::from_maybe_shared(Bytes::from(joined))?
             }
         };
         Ok(Uri::from(path))

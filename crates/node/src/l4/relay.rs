@@ -165,6 +165,8 @@ mod pipes {
     use std::os::fd::OwnedFd;
     use std::sync::Mutex;
 
+    use gtd_core::sync::lock;
+
     use rustix::pipe::{PipeFlags, pipe_with};
 
     /// Most pipes kept for later (each is two descriptors); beyond that they are closed.
@@ -174,7 +176,7 @@ mod pipes {
 
     /// An empty pipe (read end, write end): a kept one, else a new one.
     pub(super) fn borrow() -> io::Result<(OwnedFd, OwnedFd)> {
-        let kept = IDLE.lock().ok().and_then(|mut idle| idle.pop());
+        let kept = lock(&IDLE).pop();
         match kept {
             Some(pipe) => Ok(pipe),
             None => Ok(pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?),
@@ -183,9 +185,8 @@ mod pipes {
 
     /// Gives back an empty pipe of the default size.
     pub(super) fn give_back(pipe: (OwnedFd, OwnedFd)) {
-        if let Ok(mut idle) = IDLE.lock()
-            && idle.len() < KEPT
-        {
+        let mut idle = lock(&IDLE);
+        if idle.len() < KEPT {
             idle.push(pipe);
         }
     }
