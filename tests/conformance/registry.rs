@@ -2,6 +2,8 @@
 //! says changes (a revision, a group's health), and its lease, which adds no revision to etcd's
 //! history, says it is alive.
 
+use std::net::SocketAddr;
+
 use serde_json::Value;
 
 use crate::etcd::*;
@@ -56,4 +58,44 @@ fn a_node_writes_its_registry_entry_only_when_it_changes() {
         "Shanghai's view of the shanghai group in the registry",
         || groups_healthy(&cluster, "cn-shanghai", "shanghai") == Some(false),
     );
+}
+
+/// The ramp reads each node's counters at the admin address its registry entry names. Two
+/// nodes on two hosts with the default admin bind (`127.0.0.1:9100`) register the same
+/// address, and the driving node would read its own counters as the other's, judging a step
+/// on one node's traffic counted twice and never on the other's errors. A reading is taken
+/// only from the node the entry belongs to: asked at one node's admin server for the other,
+/// it is refused, naming both.
+#[test]
+fn a_ramp_reads_a_node_only_where_that_node_answers() {
+    let cluster = Cluster::start();
+    let cfg = Cfg::shipped();
+    let fleet = start_fleet(&cluster, &cfg, std::slice::from_ref(&cfg));
+    let ids: Vec<String> = fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            n.status()
+                .fleet
+                .expect("a fleet node's status names its registry id")
+                .id
+        })
+        .collect();
+    let (a, b) = (&fleet.nodes[0], &fleet.nodes[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read = |admin: SocketAddr, id: &str| {
+        rt.block_on(gtd::fleet::ramp::read::reading(&admin.to_string(), id))
+    };
+    let (counts, _) = read(a.admin, &ids[0]).expect("a node is read at its own admin");
+    assert!(!counts.is_empty(), "{counts:?}");
+    let err = read(a.admin, &ids[1]).expect_err("another node's admin is not this node's");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("answers as {}, not as {}", ids[0], ids[1])),
+        "{text}"
+    );
+    assert!(read(b.admin, &ids[1]).is_ok());
 }

@@ -305,18 +305,32 @@ async fn publish_step(
         let entries = store.nodes().await?;
         let mut base: BTreeMap<String, Counts> = BTreeMap::new();
         let mut timing = BTreeMap::new();
+        let mut unread = Vec::new();
         for (node, _) in &rec.steps[step - 1].shares {
-            if let Some(e) = entries.iter().find(|e| &e.id == node)
-                && let Ok((c, t)) = reading(&reach(&e.admin, &e.id)).await
-            {
-                for (g, c) in c {
-                    base.entry(g).or_default().add(&c);
+            let Some(e) = entries.iter().find(|e| &e.id == node) else {
+                continue;
+            };
+            match reading(&reach(&e.admin, &e.id), &e.id).await {
+                Ok((c, t)) => {
+                    for (g, c) in c {
+                        base.entry(g).or_default().add(&c);
+                    }
+                    timing.insert(node.clone(), t);
                 }
-                timing.insert(node.clone(), t);
+                Err(why) => unread.push(format!("{node} ({why})")),
             }
         }
         rec.baseline = Some(base);
         rec.timing = Some(timing);
+        if !unread.is_empty() {
+            rec.note(
+                id,
+                format!(
+                    "baseline: not read, so without a latency gate: {}",
+                    unread.join("; ")
+                ),
+            );
+        }
     }
     let p = &rec.steps[step - 1];
     let message = format!(
@@ -364,6 +378,7 @@ async fn applying(
     let mut lagging = Vec::new();
     let mut window = BTreeMap::new();
     let mut timing = BTreeMap::new();
+    let mut unread = Vec::new();
     for (node, _) in &rec.steps[step - 1].shares {
         let Some(e) = entries.iter().find(|e| &e.id == node) else {
             continue;
@@ -375,17 +390,26 @@ async fn applying(
             ));
             continue;
         }
-        // One that does not answer is left out of the window (and of the gates).
-        if let Ok((c, t)) = reading(&reach(&e.admin, &e.id)).await {
-            window.insert(node.clone(), c);
-            timing.insert(node.clone(), t);
+        // One that does not answer, or answers as another node, is left out of the window
+        // (and of the gates), and the log names it and why.
+        match reading(&reach(&e.admin, &e.id), &e.id).await {
+            Ok((c, t)) => {
+                window.insert(node.clone(), c);
+                timing.insert(node.clone(), t);
+            }
+            Err(why) => unread.push(format!("{node} ({why})")),
         }
     }
     if lagging.is_empty() {
+        let unread = if unread.is_empty() {
+            String::new()
+        } else {
+            format!("; not read, so not judged: {}", unread.join("; "))
+        };
         rec.note(
             id,
             format!(
-                "every node applied revision {revision}: the window starts ({} nodes)",
+                "every node applied revision {revision}: the window starts ({} nodes){unread}",
                 window.len()
             ),
         );
@@ -769,7 +793,7 @@ async fn gates(
         };
         // A node that does not answer (stopped, restarting) is not judged: its registry
         // entry leaves with its lease, and the others' counters still judge the step.
-        let Ok((now, now_timing)) = reading(&reach(&e.admin, &e.id)).await else {
+        let Ok((now, now_timing)) = reading(&reach(&e.admin, &e.id), &e.id).await else {
             continue;
         };
         let delta = |g: &str| {

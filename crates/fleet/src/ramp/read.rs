@@ -12,20 +12,91 @@ use super::gates::{Counts, Latency, Timing};
 /// One node's reading: its [`Counts`] per `LISTENER/GROUP`, and its [`Timing`].
 pub type Reading = (BTreeMap<String, Counts>, Timing);
 
-/// One node's counters per `LISTENER/GROUP`, read from its admin server: decisions from
-/// `/status` (`served`), attempts and errors from `/metrics` (`gtd_requests_total`,
-/// `gtd_connect_failures_total`).
-pub async fn counters(admin: &str) -> Result<BTreeMap<String, Counts>, String> {
-    Ok(reading(admin).await?.0)
+/// Why a node could not be read: the ramp leaves it out of its gates and says so in its log.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No TCP connection to its admin server.
+    #[error("connecting to {admin}: {error}")]
+    Connect {
+        /// The admin address asked.
+        admin: String,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The request or the answer broke off.
+    #[error("asking {admin}{path}: {error}")]
+    Io {
+        /// The admin address asked.
+        admin: String,
+        /// `/status` or `/metrics`.
+        path: &'static str,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Something answered, not with a 200 of HTTP.
+    #[error("{admin}{path}: {answer}")]
+    Answer {
+        /// The admin address asked.
+        admin: String,
+        /// `/status` or `/metrics`.
+        path: &'static str,
+        /// Its status line, or "no HTTP answer".
+        answer: String,
+    },
+    /// No whole answer within [`ANSWER_LIMIT`].
+    #[error("{admin}{path}: no answer in {} s", ANSWER_LIMIT.as_secs())]
+    Timeout {
+        /// The admin address asked.
+        admin: String,
+        /// `/status` or `/metrics`.
+        path: &'static str,
+    },
+    /// `/status` is not the JSON a node writes.
+    #[error("{admin}/status: {error}")]
+    Json {
+        /// The admin address asked.
+        admin: String,
+        /// serde's reason.
+        error: serde_json::Error,
+    },
+    /// Another node answers at the address the registry gives for this one: two nodes
+    /// whose admin servers are bound to `127.0.0.1:9100` on two hosts both register that
+    /// address, and the driver would read its own counters as the other node's.
+    #[error("{admin} answers as {}, not as {expected}", answered.as_deref().unwrap_or("a node outside the fleet"))]
+    NotThatNode {
+        /// The admin address asked.
+        admin: String,
+        /// The node the registry says is there.
+        expected: String,
+        /// The registry id `/status` gives (none: a node that follows no fleet).
+        answered: Option<String>,
+    },
 }
 
-/// One node's [`Reading`]: [`counters`], and from the same two documents each group's
-/// `rtt_ms` and each endpoint's `served` (`/status`) and each group's
-/// `gtd_upstream_response_seconds` histogram (`/metrics`; HTTP listeners only).
-pub async fn reading(admin: &str) -> Result<Reading, String> {
+/// How long one admin request may take.
+const ANSWER_LIMIT: Duration = Duration::from_secs(5);
+
+/// The [`Reading`] of the node registered as `id`, from the admin server at `admin` (as
+/// [`reach`] gives it): its counters per `LISTENER/GROUP` — decisions from `/status`
+/// (`served`), attempts and errors from `/metrics` (`gtd_requests_total`,
+/// `gtd_connect_failures_total`) — and its [`Timing`]: each group's `rtt_ms` and each
+/// endpoint's `served` (`/status`), each group's `gtd_upstream_response_seconds` histogram
+/// (`/metrics`; HTTP listeners only). Refused unless `/status` names `id` as the node.
+pub async fn reading(admin: &str, id: &str) -> Result<Reading, ReadError> {
     let status = get(admin, "/status").await?;
     let doc: serde_json::Value =
-        serde_json::from_str(&status).map_err(|e| format!("/status: {e}"))?;
+        serde_json::from_str(&status).map_err(|error| ReadError::Json {
+            admin: admin.to_owned(),
+            error,
+        })?;
+    let answered = doc["fleet"]["id"].as_str();
+    if answered != Some(id) {
+        return Err(ReadError::NotThatNode {
+            admin: admin.to_owned(),
+            expected: id.to_owned(),
+            answered: answered.map(str::to_owned),
+        });
+    }
     let mut out: BTreeMap<String, Counts> = BTreeMap::new();
     let mut timing = Timing::default();
     for l in doc["listeners"].as_array().into_iter().flatten() {
@@ -149,33 +220,44 @@ pub fn reach(admin: &str, id: &str) -> String {
 }
 
 /// An HTTP/1.0 GET to an admin server: the body of a 200.
-async fn get(admin: &str, path: &str) -> Result<String, String> {
+async fn get(admin: &str, path: &'static str) -> Result<String, ReadError> {
+    let io = |error| ReadError::Io {
+        admin: admin.to_owned(),
+        path,
+        error,
+    };
     let work = async {
         let mut s = tokio::net::TcpStream::connect(admin)
             .await
-            .map_err(|e| format!("connecting to {admin}: {e}"))?;
+            .map_err(|error| ReadError::Connect {
+                admin: admin.to_owned(),
+                error,
+            })?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
             .await
-            .map_err(|e| format!("asking {admin}{path}: {e}"))?;
+            .map_err(io)?;
         let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("reading {admin}{path}: {e}"))?;
+        s.read_to_end(&mut buf).await.map_err(io)?;
         let text = String::from_utf8_lossy(&buf).into_owned();
+        let answer = |answer: &str| ReadError::Answer {
+            admin: admin.to_owned(),
+            path,
+            answer: answer.to_owned(),
+        };
         let (head, body) = text
             .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("{admin}{path}: no HTTP answer"))?;
+            .ok_or_else(|| answer("no HTTP answer"))?;
         if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-            return Err(format!(
-                "{admin}{path}: {}",
-                head.lines().next().unwrap_or_default()
-            ));
+            return Err(answer(head.lines().next().unwrap_or_default()));
         }
         Ok(body.to_owned())
     };
-    tokio::time::timeout(Duration::from_secs(5), work)
+    tokio::time::timeout(ANSWER_LIMIT, work)
         .await
-        .map_err(|_| format!("{admin}{path}: no answer in 5 s"))?
+        .map_err(|_| ReadError::Timeout {
+            admin: admin.to_owned(),
+            path,
+        })?
 }
 
 #[cfg(test)]
