@@ -181,3 +181,34 @@ async fn an_admin_drain_keeps_new_udp_flows_away_and_its_flows_on_it() {
     assert!(to_b >= 5, "B took {to_b} of 30 new flows after the undrain");
     node.shutdown().await;
 }
+
+/// A toggle of a listener, group or endpoint the node does not have is a 404 naming which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toggle_of_what_the_node_lacks_is_a_404_naming_it() {
+    let (a, ha) = tcp_backend("A").await;
+    let _b = Backends(vec![ha]);
+    let port = free_port(false);
+    let g = group("g", "cn-beijing", 100.0, "", &[(a, 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &tcp_listener(port, "", &[g]));
+    let node = start(&cfg).await;
+    for (path, said) in [
+        (
+            "/endpoints/nope/g/x/drain",
+            r#"no listener \"nope\" on this node"#,
+        ),
+        (
+            "/endpoints/t/h/x/drain",
+            r#"no group \"h\" in listener \"t\""#,
+        ),
+        (
+            "/endpoints/t/g/10.9.9.9:1/disable",
+            r#"no endpoint \"10.9.9.9:1\" in group \"g\""#,
+        ),
+    ] {
+        let (code, body) = admin(&node, "POST", path, None);
+        assert_eq!(code, 404, "{path}: {body}");
+        assert!(body.contains(said), "{path}: {body}");
+    }
+    node.shutdown().await;
+}

@@ -21,16 +21,19 @@ impl Inner {
         group: &str,
         address: &str,
         action: Action,
-    ) -> std::result::Result<Toggled, String> {
+    ) -> std::result::Result<Toggled, Unknown> {
         let snap = self.snapshot.load();
         let l = snap
             .listener(listener)
-            .ok_or_else(|| format!("no listener {listener:?} on this node"))?;
+            .ok_or_else(|| Unknown::Listener(listener.to_owned()))?;
         let gi = l
             .groups
             .iter()
             .position(|g| g.name == group)
-            .ok_or_else(|| format!("no group {group:?} in listener {listener:?}"))?;
+            .ok_or_else(|| Unknown::Group {
+                listener: listener.to_owned(),
+                group: group.to_owned(),
+            })?;
         // An endpoint as configured (every address of a name), or one address of a name
         // (`NAME:PORT@IP`, as `/status` and the metrics name it).
         let states = l.groups[gi].balancer.endpoints();
@@ -42,7 +45,10 @@ impl Inner {
             .map(|(_, state)| state)
             .collect();
         let Some(first) = chosen.first() else {
-            return Err(format!("no endpoint {address:?} in group {group:?}"));
+            return Err(Unknown::Endpoint {
+                group: group.to_owned(),
+                address: address.to_owned(),
+            });
         };
         let now = Instant::now();
         for state in &chosen {
@@ -68,6 +74,30 @@ impl Inner {
         l.replan(now);
         Ok(done)
     }
+}
+
+/// What a toggle names that this node does not have (the admin API's 404).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unknown {
+    /// No listener of that name.
+    #[error("no listener {0:?} on this node")]
+    Listener(String),
+    /// No group of that name in the listener.
+    #[error("no group {group:?} in listener {listener:?}")]
+    Group {
+        /// The listener.
+        listener: String,
+        /// The group asked for.
+        group: String,
+    },
+    /// No endpoint of that address (or `NAME:PORT@IP`) in the group.
+    #[error("no endpoint {address:?} in group {group:?}")]
+    Endpoint {
+        /// The group.
+        group: String,
+        /// The address asked for.
+        address: String,
+    },
 }
 
 /// What a `POST /endpoints/…/ACTION` does to one endpoint on this node (until changed again;

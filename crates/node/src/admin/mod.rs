@@ -228,7 +228,7 @@ async fn handle(node: &Arc<Inner>, req: Request<Incoming>, local: IpAddr) -> Res
                 &json!({"listener": listener, "group": group, "endpoint": address,
                     "enabled": done.enabled, "drained": done.drained}),
             ),
-            Err(e) => json_reply(StatusCode::NOT_FOUND, &json!({"error": e})),
+            Err(e) => json_reply(StatusCode::NOT_FOUND, &json!({"error": e.to_string()})),
         },
         Route::MethodNotAllowed => json_reply(
             StatusCode::METHOD_NOT_ALLOWED,
