@@ -5,7 +5,7 @@
 # counted (it is the same two sends and two receives per request for any proxy).
 #
 #   benches/proxy/instructions.sh [--gtd PATH] [--seconds N] [--conns N] [--access-log VALUE]
-#                                 [--reuse safe|always] [--close]
+#                                 [--reuse safe|always] [--close] [--cpus LIST]
 #
 # It starts three nginx backends ("return 200 ok") on 127.0.0.1:18181-18183 and gtd under
 # callgrind with one HTTP listener on 127.0.0.1:18180 (round robin, keepalive = 128; gtd on CPU 1,
@@ -21,6 +21,9 @@
 # --reuse sets the group's reuse (unset: the default); --close has wrk send `Connection: close`,
 # so that every request is its client connection's first. It also prints the endpoint
 # connections gtd opened during the counted run (gtd_connections_total), per request.
+# --cpus runs gtd on these CPUs (taskset's list, default 1): on more than one its runtime is
+# tokio's work-stealing one with a worker per CPU, on one a single-threaded runtime, so "0,1"
+# counts what the multi-threaded scheduler adds per request.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,6 +37,7 @@ while (($#)); do
     --access-log) access="$2"; shift 2 ;;
     --reuse) reuse="$2"; shift 2 ;;
     --close) close=(-H "Connection: close"); shift ;;
+    --cpus) cpus="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -99,7 +103,7 @@ EOF
 # backends and wrk on the other.
 pin_gtd=() pin_load=()
 if command -v taskset >/dev/null && (($(nproc) > 1)); then
-  pin_gtd=(taskset -c 1) pin_load=(taskset -c 0)
+  pin_gtd=(taskset -c "${cpus:-1}") pin_load=(taskset -c 0)
 fi
 RUST_LOG=warn "${pin_gtd[@]}" valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out.%p" \
   "$gtd" run --config "$dir/gtd.toml" --region cn-beijing --bind 127.0.0.1 \

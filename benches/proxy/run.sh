@@ -20,6 +20,11 @@
 #   --gtd PATH        use this gtd binary and skip the build
 #   --no-build        do not run cargo build (the binary must exist)
 #   --no-pin          do not pin processes to CPUs
+#   --proxy-cpus LIST the CPUs the proxy runs on (taskset's list); nginx gets one worker
+#                     and HAProxy one thread per CPU in it, gtd sizes its runtime to it
+#                     (one CPU: a single-threaded runtime; more: one worker each). The
+#                     load and the backends stay on CPU 0, so "0,1" shares CPU 0 with them
+#                     on a 2-CPU machine: compare the proxies' scaling, not the figures.  [1]
 #   -h, --help
 # Needs: nginx (and its stream module for tcp/udp: libnginx-mod-stream on Debian), haproxy,
 # wrk, iperf3, jq, curl, ss, setsid, timeout; taskset unless --no-pin.
@@ -41,7 +46,7 @@ log() { printf '[%(%H:%M:%S)T] run.sh: %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
 
 modes=() reps=3 duration=10 targets="direct nginx haproxy gtd" conns="50 200" rates="0 1G"
-results="$repo/target/bench" gtd="" build=1 pin=1
+results="$repo/target/bench" gtd="" build=1 pin=1 proxy_cpus=1
 while (($#)); do
   case "$1" in
     tcp | udp | http) modes+=("$1"); shift ;;
@@ -55,6 +60,7 @@ while (($#)); do
     --gtd) gtd="${2:?--gtd PATH}"; build=0; shift 2 ;;
     --no-build) build=0; shift ;;
     --no-pin) pin=0; shift ;;
+    --proxy-cpus) proxy_cpus="${2:?--proxy-cpus LIST}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
@@ -69,6 +75,9 @@ done
 for c in timeout setsid ss curl jq awk; do command -v "$c" >/dev/null || die "missing '$c'"; done
 ((pin == 0)) || command -v taskset >/dev/null || die "missing 'taskset' (or pass --no-pin)"
 ((pin == 0)) || (($(nproc) >= 2)) || { log "fewer than 2 CPUs: not pinning"; pin=0; }
+[[ "$proxy_cpus" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--proxy-cpus: '$proxy_cpus' is not a list like 1 or 0,1"
+workers=$(tr ',' '\n' <<<"$proxy_cpus" | wc -l)
+((pin)) || workers=1
 
 # ---- processes: one process group each, stopped by group id -----------------------------------
 declare -A PGID=()
@@ -120,7 +129,7 @@ gtd="$(cd "$(dirname "$gtd")" && pwd)/$(basename "$gtd")"
 # ---- configurations -------------------------------------------------------------------------
 nginx_common() { # NAME : the lines every nginx config here starts with
   cat <<EOF
-worker_processes 1;
+worker_processes $([[ "$1" == nginx ]] && echo "$workers" || echo 1);
 daemon off;
 pid $run_dir/$1.pid;
 error_log $run_dir/$1.error.log warn;
@@ -175,7 +184,7 @@ stream_nginx_conf() { # nginx stream module towards the iperf3 server (UDP: TCP 
 haproxy_conf() {
   cat <<EOF
 global
-  nbthread 1
+  nbthread $workers
   maxconn 8192
 defaults
   mode $([[ "$mode" == http ]] && echo http || echo tcp)
@@ -234,18 +243,18 @@ run_mode() {
   # The proxies under test, each alone on CPU 1.
   if [[ " $list " == *" nginx "* ]]; then
     if [[ "$mode" == http ]]; then http_nginx_conf; else stream_nginx_conf; fi >"$run_dir/nginx.conf"
-    start_bg nginx 1 nginx -p "$run_dir" -c "$run_dir/nginx.conf" -e "$run_dir/nginx.error.log"
+    start_bg nginx "$proxy_cpus" nginx -p "$run_dir" -c "$run_dir/nginx.conf" -e "$run_dir/nginx.error.log"
   fi
   if [[ " $list " == *" haproxy "* ]]; then
     haproxy_conf >"$run_dir/haproxy.cfg"
-    start_bg haproxy 1 haproxy -db -f "$run_dir/haproxy.cfg"
+    start_bg haproxy "$proxy_cpus" haproxy -db -f "$run_dir/haproxy.cfg"
   fi
   if [[ " $list " == *" gtd "* ]]; then
-    start_bg gtd 1 env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
+    start_bg gtd "$proxy_cpus" env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
       --port "${port[gtd]}" --backends "$backends" --run-dir "$run_dir" --gtd "$gtd"
   fi
   if [[ " $list " == *" gtd-log "* ]]; then
-    start_bg gtd-log 1 env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
+    start_bg gtd-log "$proxy_cpus" env RUST_LOG="${RUST_LOG:-warn}" "$here/gtd-bench-config.sh" --proto "$mode" \
       --port "${port[gtd-log]}" --backends "$backends" --run-dir "$run_dir" --gtd "$gtd" \
       --access-log "$run_dir/access.log"
   fi
