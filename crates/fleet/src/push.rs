@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::compare::{text_diff, validated};
 use super::outcome::{Outcome, REFUSED};
-use super::{Revision, Store, ramp};
+use super::ramp::record;
+use super::{Revision, Store};
 use gtd_core::config;
 use gtd_sim as sim;
 
@@ -201,23 +202,21 @@ async fn publish_guarded(
 
 /// `--dry-run`'s first line while a ramp runs: what the push would do about it.
 async fn ramp_note(store: &Store, force: bool) -> Result<String> {
-    Ok(
-        match ramp::record::read(store).await.map_err(Error::Store)? {
-            Some((rec, _)) if !rec.state.done() => format!(
-                "ramp {} is {} (step {}/{}): {}\n",
-                rec.id,
-                rec.state.word(),
-                rec.at,
-                rec.steps.len(),
-                if force {
-                    "--force would stop it where it is and publish this"
-                } else {
-                    "this push would be refused until it ends (gtd ramp abort, or --force)"
-                }
-            ),
-            _ => String::new(),
-        },
-    )
+    Ok(match record::read(store).await.map_err(Error::Store)? {
+        Some((rec, _)) if !rec.state.done() => format!(
+            "ramp {} is {} (step {}/{}): {}\n",
+            rec.id,
+            rec.state.word(),
+            rec.at,
+            rec.steps.len(),
+            if force {
+                "--force would stop it where it is and publish this"
+            } else {
+                "this push would be refused until it ends (gtd ramp abort, or --force)"
+            }
+        ),
+        _ => String::new(),
+    })
 }
 
 /// A plain push beside the fleet's ramp (issue 38): refused (status 2, nothing published)
@@ -231,12 +230,12 @@ async fn beside_ramp(
     force: bool,
     next: u64,
 ) -> Result<Result<(crate::Beside, String), Outcome>> {
-    let (rec, seen) = match ramp::record::read(store).await.map_err(Error::Store)? {
+    let (rec, seen) = match record::read(store).await.map_err(Error::Store)? {
         Some((rec, seen)) => (Some(rec), seen),
         None => (None, 0),
     };
     let mut beside = crate::Beside {
-        compare: vec![ramp::record::unchanged(store, seen)],
+        compare: vec![record::unchanged(store, seen)],
         ops: Vec::new(),
     };
     let Some(mut rec) = rec.filter(|r| !r.state.done()) else {
@@ -255,12 +254,12 @@ async fn beside_ramp(
     rec.replaced(&super::who(), next);
     beside
         .ops
-        .push(ramp::record::put(store, &rec).map_err(Error::Store)?);
+        .push(record::put(store, &rec).map_err(Error::Store)?);
     Ok(Ok((beside, said)))
 }
 
 /// The refusal of a plain push while `rec` is not over.
-fn ramp_refusal(rec: &ramp::record::Record) -> Outcome {
+fn ramp_refusal(rec: &record::Record) -> Outcome {
     Outcome {
         out: String::new(),
         err: format!(
@@ -286,7 +285,7 @@ fn ramp_refusal(rec: &ramp::record::Record) -> Outcome {
 /// A publish that did not hold: refused when a ramp was stored meanwhile, else the error.
 async fn raced(store: &Store, e: super::Error) -> Result<Outcome> {
     if matches!(e, super::Error::Conflict(_))
-        && let Some((rec, _)) = ramp::record::read(store).await.map_err(Error::Store)?
+        && let Some((rec, _)) = record::read(store).await.map_err(Error::Store)?
         && !rec.state.done()
     {
         return Ok(ramp_refusal(&rec));

@@ -32,6 +32,7 @@ pub const DEFAULT_STEPS: [f64; 5] = [1.0, 5.0, 20.0, 50.0, 100.0];
 
 /// The exit status of a refused ramp (nothing published).
 pub use super::outcome::REFUSED;
+pub use record::Shares;
 
 /// One node the prediction is for: a registered node (its entry's order and health) or, with
 /// none registered, an acceleration region as the catalogue ranks it.
@@ -96,9 +97,6 @@ impl Node {
             .collect()
     }
 }
-
-/// Per listener and group (in the node's priority order), percent of the node's decisions.
-pub type Shares = Vec<(String, Vec<(String, f64)>)>;
 
 /// A config with ratio overrides, as the simulator takes it.
 struct Picture<'a> {

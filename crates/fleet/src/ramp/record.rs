@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Shares;
 use super::gates::{Counts, Timing};
 use crate::etcd::pb::etcdserverpb as rpc;
 use crate::{Error, Revision, Store, now_ms};
+
+/// Per listener and group (in the node's priority order), percent of the node's decisions:
+/// what each step's plan predicts for a node, kept in the record.
+pub type Shares = Vec<(String, Vec<(String, f64)>)>;
 
 /// Where a ramp is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
