@@ -227,10 +227,25 @@ fn graph(
     let files = modules(src);
     let mut edges = BTreeMap::new();
     for (module, file) in &files {
-        let text = std::fs::read_to_string(file).expect("source");
+        let text = code(&std::fs::read_to_string(file).expect("source"));
+        // A `#[cfg(test)] mod NAME { … }` in the file is a module below it: its `super` is
+        // the file's module, not the one above.
+        let mut outside = text.clone().into_bytes();
+        let mut written = Vec::new();
+        for (at, name, end) in test_modules(&text) {
+            let inner: Module = module.iter().cloned().chain([name]).collect();
+            written.extend(
+                paths(&text[at..=end])
+                    .into_iter()
+                    .map(|p| (inner.clone(), p)),
+            );
+            outside[at..=end].fill(b' ');
+        }
+        let outside = String::from_utf8(outside).expect("blanked with spaces");
+        written.extend(paths(&outside).into_iter().map(|p| (module.clone(), p)));
         let mut to = BTreeSet::new();
-        for path in paths(&code(&text)) {
-            if let Some(target) = resolve(module, &path, &files)
+        for (from, path) in written {
+            if let Some(target) = resolve(&from, &path, &files)
                 && target != *module
                 && files.contains_key(&target)
                 // A module naming those below it is their front, not an import circle.
@@ -358,6 +373,24 @@ fn the_reader_sees_a_circle() {
     let a = vec!["a".to_owned()];
     let c = vec!["c".to_owned()];
     assert!(!edges[&a].contains(&c), "a comment is not an import");
+
+    // A file's own test module: its `super` is the file, not the module above the file.
+    write("lib.rs", "mod a;\nmod d;\n");
+    write("d.rs", "mod e;\n");
+    std::fs::create_dir_all(dir.path().join("d")).unwrap();
+    write(
+        "d/e.rs",
+        "pub fn h() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use super::super::g;\n}\n",
+    );
+    write("a.rs", "use crate::d::e::h;\n");
+    let (_, edges) = graph(dir.path());
+    let e = vec!["d".to_owned(), "e".to_owned()];
+    let d = vec!["d".to_owned()];
+    assert_eq!(
+        edges[&e].iter().collect::<Vec<_>>(),
+        vec![&d],
+        "only `super::super` of the test module names d"
+    );
 }
 
 /// The longest a function outside tests may be, signature to closing brace.
@@ -381,6 +414,26 @@ fn closing(code: &[u8], open: usize) -> usize {
     code.len()
 }
 
+/// The `#[cfg(test)] mod NAME { … }` blocks of `text` (already through [`code`]): where each
+/// starts, its name, and where its closing brace is.
+fn test_modules(text: &str) -> Vec<(usize, String, usize)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]") {
+        let at = from + at;
+        let rest = &text[at..];
+        if let Some(open) = rest.find('{')
+            && let Some(m) = rest[..open].find("mod ")
+        {
+            let name = rest[m + 4..open].trim().to_owned();
+            out.push((at, name, closing(b, at + open)));
+        }
+        from = at + 1;
+    }
+    out
+}
+
 /// Every function of `src` over [`MAX_LINES`] outside `#[cfg(test)]` modules and `tests.rs`
 /// files, as `FILE:LINE NAME (N lines)`.
 fn long_functions(src: &str) -> Vec<String> {
@@ -391,18 +444,10 @@ fn long_functions(src: &str) -> Vec<String> {
         }
         let text = code(&std::fs::read_to_string(&file).expect("source"));
         let b = text.as_bytes();
-        let mut tests = Vec::new();
-        let mut from = 0;
-        while let Some(at) = text[from..].find("#[cfg(test)]") {
-            let at = from + at;
-            let rest = &text[at..];
-            if let Some(open) = rest.find('{')
-                && rest[..open].contains("mod ")
-            {
-                tests.push((at, closing(b, at + open)));
-            }
-            from = at + 1;
-        }
+        let tests: Vec<(usize, usize)> = test_modules(&text)
+            .into_iter()
+            .map(|(a, _, z)| (a, z))
+            .collect();
         let mut from = 0;
         while let Some(at) = text[from..].find("fn ") {
             let at = from + at;
