@@ -13,7 +13,7 @@ use gtd::sim::{Failures, Request, Source, parse_assignment, parse_checks};
 
 /// Print the traffic split every gtd node will produce, before anyone deploys a change.
 #[derive(Parser, Debug)]
-#[command(name = "sim", version, about, long_about = None)]
+#[command(name = "sim", version, long_about = None)]
 struct Args {
     /// The config the nodes run.
     #[arg(long, default_value = "config.toml")]

@@ -93,3 +93,15 @@ fn arguments_it_cannot_take_are_refused_naming_the_flag() {
         "{err}"
     );
 }
+
+/// `sim --help` says what `sim` does, not what the package is (clap's bare `about` took the
+/// package's description: "gtd — a global traffic director: …").
+#[test]
+fn its_help_says_what_sim_does() {
+    let (code, out, _) = cli(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.starts_with("Print the traffic split every gtd node will produce"),
+        "{out}"
+    );
+}
