@@ -369,41 +369,33 @@ impl Store {
                         serializable: false,
                     });
                 }
-                Err((why, refused)) => {
-                    errors.push((format!("{endpoint}: {why}"), refused));
+                Err((why, class)) => {
+                    errors.push((format!("{endpoint}: {why}"), class));
                 }
             }
         }
-        let refused = errors.iter().all(|(_, r)| *r);
-        let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
-        let reasons = errors
-            .into_iter()
-            .map(|(w, _)| w)
-            .collect::<Vec<_>>()
-            .join("; ");
-        Err(Error::Unreachable(Unreachable {
-            reasons,
-            refused,
-            hint,
-        }))
+        Err(Unreachable::of(access, errors))
     }
 
     /// A connection to one member (that knows a leader, unless not `leader`), or why not and
-    /// whether it was refused (see [`refusal`]).
+    /// its [`Class`]: refused (see [`refusal`]), a member without a leader (an election), or
+    /// no answer.
     async fn connect_one(
         endpoint: &str,
         options: ConnectOptions,
         leader: bool,
-    ) -> std::result::Result<Client, (String, bool)> {
+    ) -> std::result::Result<Client, (String, Class)> {
         let work = async {
             let client = Client::connect(endpoint, options).await?;
             let status = client.status().await?;
             Ok::<_, etcd::Error>((client, status.leader))
         };
         match tokio::time::timeout(CONNECT_TIMEOUT * 2, work).await {
-            Err(_) => Err(("timed out".to_owned(), false)),
-            Ok(Err(e)) => Err((e.brief(), Class::of(&e) == Class::Refused)),
-            Ok(Ok((_, 0))) if leader => Err(("the member knows no leader".to_owned(), false)),
+            Err(_) => Err(("timed out".to_owned(), Class::Outage)),
+            Ok(Err(e)) => Err((e.brief(), Class::of(&e))),
+            Ok(Ok((_, 0))) if leader => {
+                Err(("the member knows no leader".to_owned(), Class::Election))
+            }
             Ok(Ok((client, _))) => Ok(client),
         }
     }
@@ -751,24 +743,47 @@ const AUTH_OFF: &str = "authentication is not enabled";
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{} ({reasons}){}",
-    if *refused { "etcd refused gtd" } else { "no etcd member answered with a leader" },
+    if *class == Class::Refused { "etcd refused gtd" } else { "no etcd member answered with a leader" },
     hint.map(|h| format!(" -- hint: {h}")).unwrap_or_default()
 )]
 pub struct Unreachable {
     reasons: String,
-    refused: bool,
+    /// Refused when every member refused, an election when one answered without a leader,
+    /// else an outage (no member answered).
+    class: Class,
     /// What to try, when the reasons say it.
     hint: Option<&'static str>,
 }
 
 impl Unreachable {
-    /// [`Class::Refused`] when every member refused, else [`Class::Outage`].
-    pub fn class(&self) -> Class {
-        if self.refused {
+    /// The error of a connection that no member of `access` gave, from each member's reason
+    /// and class. Every member refused gtd: a refusal. One answered without a leader: an
+    /// election, which asking again gets past. Else none answered: an outage.
+    pub(crate) fn of(access: &Access, errors: Vec<(String, Class)>) -> Error {
+        let class = if errors.iter().all(|(_, c)| *c == Class::Refused) {
             Class::Refused
+        } else if errors.iter().any(|(_, c)| *c == Class::Election) {
+            Class::Election
         } else {
             Class::Outage
-        }
+        };
+        let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
+        let reasons = errors
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Error::Unreachable(Unreachable {
+            reasons,
+            class,
+            hint,
+        })
+    }
+
+    /// [`Class::Refused`] when every member refused, [`Class::Election`] when one answered
+    /// that it knows no leader, else [`Class::Outage`].
+    pub fn class(&self) -> Class {
+        self.class
     }
 }
 
@@ -930,16 +945,19 @@ mod tests {
         let own = Error::Conflict(7);
         assert_eq!(own.class(), None);
         assert!(!transient(&own) && !in_election(&own));
-        let unreachable = |refused| {
+        let unreachable = |class| {
             Error::Unreachable(Unreachable {
                 reasons: "http://127.0.0.1:2379: Connection refused".to_owned(),
-                refused,
+                class,
                 hint: None,
             })
         };
-        assert_eq!(unreachable(true).class(), Some(Class::Refused));
-        assert_eq!(unreachable(false).class(), Some(Class::Outage));
-        assert!(transient(&unreachable(false)) && !in_election(&unreachable(false)));
+        assert_eq!(unreachable(Class::Refused).class(), Some(Class::Refused));
+        assert_eq!(unreachable(Class::Outage).class(), Some(Class::Outage));
+        assert!(
+            transient(&unreachable(Class::Outage)) && !in_election(&unreachable(Class::Outage))
+        );
+        assert!(in_election(&unreachable(Class::Election)));
     }
 
     #[test]

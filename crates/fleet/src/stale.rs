@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Access, Error, Result, Store, Unreachable, normalise_prefix};
+use super::{Access, Class, Error, Result, Store, Unreachable, normalise_prefix};
 
 /// Where a stale answer came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,19 +57,19 @@ impl Store {
         for endpoint in access.endpoints() {
             let client = match Store::connect_one(endpoint, options.clone(), false).await {
                 Ok(c) => c,
-                Err((reason, refused)) => {
-                    errors.push((format!("{endpoint}: {reason}"), refused));
+                Err((reason, class)) => {
+                    errors.push((format!("{endpoint}: {reason}"), class));
                     continue;
                 }
             };
             let status = match tokio::time::timeout(super::REQUEST_TIMEOUT, client.status()).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    errors.push((format!("{endpoint}: {}", e.brief()), false));
+                    errors.push((format!("{endpoint}: {}", e.brief()), Class::of(&e)));
                     continue;
                 }
                 Err(_) => {
-                    errors.push((format!("{endpoint}: timed out"), false));
+                    errors.push((format!("{endpoint}: timed out"), Class::Outage));
                     continue;
                 }
             };
@@ -89,17 +89,6 @@ impl Store {
             };
             return Ok((store, stale));
         }
-        let refused = errors.iter().all(|(_, r)| *r);
-        let hint = access.hint(errors.iter().map(|(w, _)| w.as_str()));
-        let reasons = errors
-            .into_iter()
-            .map(|(w, _)| w)
-            .collect::<Vec<_>>()
-            .join("; ");
-        Err(Error::Unreachable(Unreachable {
-            reasons,
-            refused,
-            hint,
-        }))
+        Err(Unreachable::of(access, errors))
     }
 }

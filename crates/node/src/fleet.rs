@@ -368,10 +368,11 @@ pub(crate) async fn initial(opts: &Options) -> Result<Initial> {
     // the new leader answers, as long as an election takes, rather than exit or start from an
     // older cached revision.
     // A node with nothing cached asks again on any answer an outage gives (a member that
-    // times out mid-election says "request timed out", not "leader changed"); a refused
-    // connection or credentials are not such answers, and end the wait at once.
-    let again =
-        |e: &Error| gtd_fleet::in_election(e) || (cached.is_err() && gtd_fleet::transient(e));
+    // times out mid-election says "request timed out", not "leader changed"); no member
+    // reached (a refused connection) or refused credentials are not such answers, and end
+    // the wait at once.
+    let answered_outage = |e: &Error| matches!(e, Error::Store(s @ gtd_fleet::Error::Etcd { .. }) if gtd_fleet::transient(s));
+    let again = |e: &Error| gtd_fleet::in_election(e) || (cached.is_err() && answered_outage(e));
     let began = tokio::time::Instant::now();
     let mut from_etcd = read().await;
     while let Err(e) = &from_etcd {
