@@ -383,9 +383,19 @@ fn the_reader_sees_a_circle() {
         "pub fn h() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use super::super::g;\n}\n",
     );
     write("a.rs", "use crate::d::e::h;\n");
+    // `#[cfg(test)] mod t;` declares a file: the function after it is the file's own code.
+    write(
+        "d.rs",
+        "mod e;\n#[cfg(test)]\nmod t;\npub fn k() { super::a::x(); }\n",
+    );
+    write("d/t.rs", "");
     let (_, edges) = graph(dir.path());
     let e = vec!["d".to_owned(), "e".to_owned()];
     let d = vec!["d".to_owned()];
+    assert!(
+        edges[&d].contains(&a),
+        "code after a cfg(test) file module is read as the file's: {edges:?}"
+    );
     assert_eq!(
         edges[&e].iter().collect::<Vec<_>>(),
         vec![&d],
@@ -423,7 +433,11 @@ fn test_modules(text: &str) -> Vec<(usize, String, usize)> {
     while let Some(at) = text[from..].find("#[cfg(test)]") {
         let at = from + at;
         let rest = &text[at..];
-        if let Some(open) = rest.find('{')
+        // `#[cfg(test)] mod NAME {`: a `;` first is a file module (`mod tests;`) or another
+        // item, and what follows it is not a test module.
+        if let Some(open) = rest
+            .find(['{', ';'])
+            .filter(|&i| rest.as_bytes()[i] == b'{')
             && let Some(m) = rest[..open].find("mod ")
         {
             let name = rest[m + 4..open].trim().to_owned();
