@@ -413,13 +413,6 @@ pub(crate) enum ResolverError {
     Build(NetError),
 }
 
-/// A reload still carries its errors as text.
-impl From<ResolverError> for String {
-    fn from(e: ResolverError) -> String {
-        e.to_string()
-    }
-}
-
 /// One lookup of `name`: A and AAAA asked separately (together, the resolver would report
 /// one family's failure as the other's "no record"), combined. A family that answers gives its
 /// addresses; one that fails for want of an answer keeps the family's last good ones in
