@@ -53,7 +53,7 @@ pub(crate) async fn accept_loop(
         if listener.cfg.protocol.is_http() {
             node.tracker.spawn(async move {
                 match admit(&listener, peer) {
-                    Ok(_held) => super::http::serve(&node2, &listener, stream, peer).await,
+                    Ok(held) => super::http::serve(node2, held, stream, peer).await,
                     // The 503 holds the socket for up to a second: a bounded number of them,
                     // so that a flood past max_connections cannot take descriptors that way
                     // instead.
@@ -88,17 +88,29 @@ enum Refused {
 /// (the client's, and the endpoint connection a TCP relay opens at once; an HTTP request takes
 /// its own, see `http::proxy`). Without descriptors the client is closed: the rest of the node
 /// keeps what it needs.
-fn admit(
-    l: &ListenerState,
-    peer: SocketAddr,
-) -> Result<(Active<'_>, crate::descriptors::Fds), Refused> {
+fn admit(l: &Arc<ListenerState>, peer: SocketAddr) -> Result<Admitted, Refused> {
     let active = Active::admit(l, peer).ok_or(Refused::Full)?;
     let needs = if l.cfg.protocol.is_http() { 1 } else { 2 };
     let Some(fds) = l.fds.take(needs) else {
         l.refused_files();
         return Err(Refused::Files);
     };
-    Ok((active, fds))
+    Ok(Admitted { active, _fds: fds })
+}
+
+/// An admitted connection's place: counted among its listener's open connections, with its
+/// descriptors, until dropped. It goes with the connection from task to task (a parked HTTP/1
+/// connection moves to a task of its own: `http::serve`).
+pub(crate) struct Admitted {
+    active: Active,
+    _fds: crate::descriptors::Fds,
+}
+
+impl Admitted {
+    /// The listener the connection was admitted to.
+    pub(crate) fn listener(&self) -> &ListenerState {
+        &self.active.0
+    }
 }
 
 /// The answer to an HTTP client refused at `max_connections`, written before the request is
@@ -133,13 +145,13 @@ impl Drop for Answering {
 }
 
 /// Counts an open client connection until dropped.
-struct Active<'a>(&'a ListenerState);
+struct Active(Arc<ListenerState>);
 
-impl<'a> Active<'a> {
+impl Active {
     /// Admits a connection while the listener has fewer than `max_connections` open.
     /// A refusal is counted, and warned about at most every 10 s (under overload it is every
     /// connection).
-    fn admit(l: &'a ListenerState, peer: SocketAddr) -> Option<Active<'a>> {
+    fn admit(l: &Arc<ListenerState>, peer: SocketAddr) -> Option<Active> {
         if l.active.fetch_add(1, Ordering::Relaxed) >= l.cfg.max_connections as usize {
             l.active.fetch_sub(1, Ordering::Relaxed);
             l.metrics.refused_full.increment(1);
@@ -155,11 +167,11 @@ impl<'a> Active<'a> {
             return None;
         }
         l.metrics.connections_active.increment(1.0);
-        Some(Active(l))
+        Some(Active(Arc::clone(l)))
     }
 }
 
-impl Drop for Active<'_> {
+impl Drop for Active {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
         self.0.metrics.connections_active.decrement(1.0);

@@ -92,11 +92,12 @@ impl Share {
 
     /// `n` descriptors, from the listener's own part or else the shared one; `None` when
     /// neither has them.
-    pub(crate) fn take(self: &Arc<Share>, n: isize) -> Option<Fds> {
+    pub(crate) fn take(self: &Arc<Share>, n: i32) -> Option<Fds> {
+        let (count, n) = (n, n as isize);
         if self.own.free.fetch_sub(n, Ordering::Relaxed) >= n {
             return Some(Fds {
                 share: Arc::clone(self),
-                n,
+                n: count,
                 own: true,
             });
         }
@@ -104,7 +105,7 @@ impl Share {
         if self.shared.0.free.fetch_sub(n, Ordering::Relaxed) >= n {
             return Some(Fds {
                 share: Arc::clone(self),
-                n,
+                n: count,
                 own: false,
             });
         }
@@ -117,7 +118,9 @@ impl Share {
 #[derive(Debug)]
 pub(crate) struct Fds {
     share: Arc<Share>,
-    n: isize,
+    /// 1 or 2 (a connection's own descriptors): an `i32` keeps every connection's task 8 bytes
+    /// smaller.
+    n: i32,
     own: bool,
 }
 
@@ -128,7 +131,7 @@ impl Drop for Fds {
         } else {
             &self.share.shared.0.free
         };
-        free.fetch_add(self.n, Ordering::Relaxed);
+        free.fetch_add(self.n as isize, Ordering::Relaxed);
     }
 }
 

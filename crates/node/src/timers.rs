@@ -330,14 +330,21 @@ struct HeadState {
 }
 
 impl HeadTimer {
-    pub(crate) fn new(moves: Arc<AtomicU64>, header: Duration, idle: Duration) -> HeadTimer {
+    /// The timer of a connection whose request heads are read from now on; `waited` when a
+    /// head has been waited for on it before (a parked connection served again).
+    pub(crate) fn new(
+        moves: Arc<AtomicU64>,
+        header: Duration,
+        idle: Duration,
+        waited: bool,
+    ) -> HeadTimer {
         HeadTimer(Arc::new(HeadState {
             deadline: Mutex::default(),
             moves,
             header,
             look: (header / 4).max(Duration::from_millis(1)),
             idle,
-            waited: AtomicBool::new(false),
+            waited: AtomicBool::new(waited),
         }))
     }
 }
@@ -503,7 +510,7 @@ mod tests {
         use hyper::rt::Timer as _;
         let moves = Arc::new(AtomicU64::new(0));
         let (header, idle) = (Duration::from_secs(1), Duration::from_secs(5));
-        let timer = HeadTimer::new(Arc::clone(&moves), header, idle);
+        let timer = HeadTimer::new(Arc::clone(&moves), header, idle, false);
         let now = || tokio::time::Instant::now().into_std();
         // Polls `sleep` every 100 ms (as its task would be woken) while `during` runs each
         // step (t in ms since the start); the time it was first ready at.
@@ -554,13 +561,15 @@ mod tests {
         let t = ready_at(&mut between, &odd_read).await;
         assert!((3600..=3900).contains(&t), "{t}");
 
-        // An idle_timeout shorter than header_timeout ends the rest first.
+        // An idle_timeout shorter than header_timeout ends the rest first; a timer made for a
+        // connection that has waited for a head before (a parked one served again) starts
+        // with a rest.
         let short = HeadTimer::new(
             Arc::clone(&moves),
             Duration::from_secs(5),
             Duration::from_secs(1),
+            true,
         );
-        drop(short.sleep_until(now() + Duration::from_secs(5)));
         let mut rest = short.sleep_until(now() + Duration::from_secs(5));
         assert_eq!(ready_at(&mut rest, &|_| ()).await, 1000);
     }

@@ -45,6 +45,9 @@ const FIRST_READ: usize = 16 * 1024;
 /// one. 256 KiB cost a slow reader about 0.9 MB of memory (nginx 49 KB, HAProxy 53 KB).
 const MAX_READ: usize = 64 * 1024;
 
+/// Room made for a request head before it is encoded (a larger one grows it).
+const HEAD_ROOM: usize = 1024;
+
 /// Errors of a relayed body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -67,7 +70,7 @@ impl RawConn {
         RawConn {
             stream,
             buf: BytesMut::with_capacity(8 * 1024),
-            out: Vec::with_capacity(1024),
+            out: Vec::with_capacity(HEAD_ROOM),
             timer: Deadline::default(),
         }
     }
@@ -105,6 +108,18 @@ impl RawConn {
 }
 
 impl Reusable for RawConn {
+    /// Gives back the connection's buffers: a connection resting in the pool holds its socket,
+    /// not 9 KiB of buffers (up to `keepalive` of them per endpoint). Taken again, with room
+    /// for a head, when it next carries a request.
+    fn rest(&mut self) {
+        if self.buf.capacity() > 0 && self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        }
+        if self.out.capacity() > 0 {
+            self.out = Vec::new();
+        }
+    }
+
     /// Nothing unread: the last response ended where the connection's bytes did.
     fn reusable(&self) -> bool {
         self.buf.is_empty()
@@ -169,8 +184,10 @@ impl RawPool {
                     (RawConn::new(stream), false)
                 }
             };
-            // The head is written into the connection's own buffer: no allocation per request.
+            // The head is written into the connection's own buffer: no allocation per request
+            // (but the first after a rest in the pool, `RawConn::rest`).
             conn.out.clear();
+            conn.out.reserve(HEAD_ROOM);
             encode(request, &mut conn.out);
             match round_trip(&mut conn, head_request, deadline).await {
                 Ok(head) => {

@@ -5,17 +5,17 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gtd_core::sync::lock;
 use http::header::HeaderValue;
 
 /// What one connection's requests need to know about it (shared by them: one reference count
 /// per request).
 pub(super) struct Conn {
-    pub(super) peer: IpAddr,
-    /// The client's address and port (for the access log).
+    /// The client's address (canonical: an IPv4-mapped IPv6 address as IPv4) and port.
     pub(super) client: SocketAddr,
     /// Where the `[geoip]` database puts the client: looked up once for the connection.
     pub(super) place: Option<gtd_core::geoip::Place>,
@@ -24,8 +24,8 @@ pub(super) struct Conn {
     /// The client's address as an X-Forwarded-For value, made once per connection.
     pub(super) xff: HeaderValue,
     /// Where an upgraded request leaves its tunnel, for the connection's task to run once hyper
-    /// hands the connection over.
-    pub(super) tunnel: Mutex<Option<Tunnel>>,
+    /// hands the connection over (one pointer: see [`Conn::upgraded`]).
+    tunnel: arc_swap::ArcSwapOption<Mutex<Option<Tunnel>>>,
     /// Requests of this connection waiting for their response headers (an HTTP/2 connection has
     /// several): the connection is not idle meanwhile, however long the endpoint takes.
     pub(super) inflight: AtomicU32,
@@ -43,17 +43,14 @@ pub(super) struct Conn {
     /// removed it, moved it or changed its protocol): the connection is shut down (see [`run`]).
     pub(super) listener_gone: tokio::sync::Notify,
     /// Requests of this connection holding an endpoint connection (see [`Slot`]).
-    upstream: AtomicU32,
+    upstream: AtomicU16,
     /// Told when one of them ends.
     upstream_freed: tokio::sync::Notify,
-    /// The connection's opening plus `header_timeout`: when the first byte, the TLS handshake
-    /// and the first request head must be in.
-    pub(super) first_by: tokio::time::Instant,
     /// The connection's moves (see [`crate::timers::Moving`]), shared with its socket.
     pub(super) moves: Arc<AtomicU64>,
     /// Requests taken from the connection whose response has not ended yet (see [`Exchange`]):
     /// while one is open the connection is not parked.
-    pub(super) exchanges: AtomicU32,
+    pub(super) exchanges: AtomicU16,
     /// The moves count when the last exchange ended: a read since then means bytes of the next
     /// request may sit in hyper's buffer.
     pub(super) ended_at: AtomicU64,
@@ -63,6 +60,24 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// Leaves the relay of an upgraded request for the connection's task.
+    pub(super) fn upgrade(&self, relay: Tunnel) {
+        self.tunnel.store(Some(Arc::new(Mutex::new(Some(relay)))));
+    }
+
+    /// The relay an upgraded request left, if one did. (Not a `Mutex` in `Conn` itself: the
+    /// pointer keeps a `Conn` within 240 bytes, so that every connection's `Arc<Conn>` is an
+    /// allocation of 256 rather than 320: `conn_fits_its_size_class`.)
+    pub(super) fn upgraded(&self) -> Option<Tunnel> {
+        let cell = self.tunnel.swap(None)?;
+        lock(&cell).take()
+    }
+
+    /// The client's address.
+    pub(super) fn peer(&self) -> IpAddr {
+        self.client.ip()
+    }
+
     /// True for the first request of this connection to be sent to an endpoint, once (an
     /// HTTP/2 connection's streams race for it: one wins). Under `reuse = "safe"` it goes on
     /// an endpoint connection of its own.
@@ -81,30 +96,32 @@ impl Conn {
         place: Option<gtd_core::geoip::Place>,
         port: u16,
         https: bool,
-        first_by: tokio::time::Instant,
         moves: Arc<AtomicU64>,
     ) -> Conn {
         let peer = client.ip().to_canonical();
-        let xff = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
+        // Copied into a buffer of its own length: a `String`'s spare room would make the
+        // header's bytes a shared buffer, a second allocation for every connection.
+        let xff = HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(
+            peer.to_string().as_bytes(),
+        ))
+        .expect("an address is a header value");
         Conn {
-            peer,
             client: SocketAddr::new(peer, client.port()),
             place,
             port,
             https,
             xff,
-            tunnel: Mutex::default(),
+            tunnel: arc_swap::ArcSwapOption::empty(),
             inflight: AtomicU32::new(0),
             asked: AtomicBool::new(false),
             sent: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             drain_wake: tokio::sync::Notify::new(),
             listener_gone: tokio::sync::Notify::new(),
-            upstream: AtomicU32::new(0),
+            upstream: AtomicU16::new(0),
             upstream_freed: tokio::sync::Notify::new(),
-            first_by,
             moves,
-            exchanges: AtomicU32::new(0),
+            exchanges: AtomicU16::new(0),
             ended_at: AtomicU64::new(0),
             unflushed: AtomicBool::new(false),
         }
@@ -136,7 +153,7 @@ impl Drop for Exchange {
 /// Most requests of one client connection that hold an endpoint connection at once: an HTTP/2
 /// client's further streams wait for one of them to end (an HTTP/1.1 connection has one request
 /// at a time). Without it, 100 streams whose bodies never come hold 100 endpoint connections.
-pub(crate) const UPSTREAM_PER_CONNECTION: u32 = 32;
+pub(crate) const UPSTREAM_PER_CONNECTION: u16 = 32;
 
 /// One of a connection's [`UPSTREAM_PER_CONNECTION`] places, held until dropped.
 pub(crate) struct Slot(Arc<Conn>);
@@ -180,5 +197,23 @@ impl Held {
             _slot: slot,
             _fds: fds,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every client connection holds its `Arc<Conn>` for as long as it lives, parked or not
+    /// (docs/performance.md, the cost of a connection): with the `Arc`'s two counts it is an
+    /// allocation of 256 bytes, the next size class up being 320.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn conn_fits_its_size_class() {
+        assert!(
+            std::mem::size_of::<Conn>() + 16 <= 256,
+            "{}",
+            std::mem::size_of::<Conn>()
+        );
     }
 }

@@ -32,7 +32,17 @@ pub(crate) trait Reusable {
     fn quiet(&self) -> bool {
         true
     }
+
+    /// Gives back what the connection needs only while it carries a request (its buffers):
+    /// asked by [`KeepAlive::sweep`] of every connection idle for [`REST_AFTER_MS`] or more, so
+    /// that under load, when connections are taken again within milliseconds, nothing is freed
+    /// and taken again per request. Cheap once done: asked again at every sweep.
+    fn rest(&mut self) {}
 }
+
+/// How long a connection stays idle in the pool before it gives back its buffers
+/// ([`Reusable::rest`]): as long as a client connection rests before it is parked.
+pub(crate) const REST_AFTER_MS: u64 = 1000;
 
 /// An idle connection and when it went idle ([`stamp`]).
 type Parked<C> = (C, u64);
@@ -109,7 +119,12 @@ impl<C: Reusable> KeepAlive<C> {
     /// looked at, so one an endpoint spoke on unasked does not wait for a request to be found
     /// out (the closing is done outside the lock).
     pub(crate) fn sweep(&self) {
-        let now = self.stamp();
+        self.sweep_at(self.stamp());
+    }
+
+    /// [`Self::sweep`] at `now` ([`Self::stamp`]); those idle for [`REST_AFTER_MS`] give back
+    /// their buffers.
+    fn sweep_at(&self, now: u64) {
         for slot in &self.slots {
             let gone: Vec<Parked<C>> = {
                 let mut idle = lock(slot);
@@ -119,6 +134,11 @@ impl<C: Reusable> KeepAlive<C> {
                     .unwrap_or(idle.len());
                 let mut gone: Vec<Parked<C>> = idle.drain(..keep).collect();
                 gone.extend(idle.extract_if(.., |(conn, _)| !conn.quiet()));
+                for (conn, since) in idle.iter_mut() {
+                    if now.saturating_sub(*since) >= REST_AFTER_MS {
+                        conn.rest();
+                    }
+                }
                 gone
             };
             drop(gone);
@@ -207,6 +227,36 @@ mod tests {
         let pool = KeepAlive::new(1, 0, Duration::from_secs(60));
         pool.put(0, conn(1).0);
         assert!(pool.take(0).is_none());
+    }
+
+    /// A stand-in connection that counts its rests.
+    struct Resting(Arc<std::sync::atomic::AtomicU32>);
+
+    impl Reusable for Resting {
+        fn reusable(&self) -> bool {
+            true
+        }
+
+        fn rest(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn connections_idle_for_a_second_give_back_their_buffers_and_busy_ones_do_not() {
+        let pool = KeepAlive::new(1, 4, Duration::from_secs(60));
+        let rests = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        pool.put(0, Resting(Arc::clone(&rests)));
+        let put_at = pool.stamp();
+        pool.sweep_at(put_at + REST_AFTER_MS / 2);
+        assert_eq!(
+            rests.load(Ordering::Relaxed),
+            0,
+            "idle for half a second: kept"
+        );
+        pool.sweep_at(put_at + REST_AFTER_MS);
+        assert_eq!(rests.load(Ordering::Relaxed), 1, "idle for a second: rests");
+        assert!(pool.take(0).is_some(), "and is still handed out");
     }
 
     #[test]

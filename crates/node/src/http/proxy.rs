@@ -16,7 +16,6 @@ use gtd_core::balance::errors::ErrorKind;
 use gtd_core::config::{Listener, Measure};
 use gtd_core::health::outlier::Answer;
 use gtd_core::split::rules::{Match, RouteRequest};
-use gtd_core::sync::lock;
 
 use super::access::Line;
 use super::answers::{bare, class, closing, failed, own};
@@ -177,7 +176,7 @@ pub(super) async fn proxy(
         // and only a request that may be sent again takes one another request left.
         let first = conn.first_request();
         let safe_to_reuse = !first && body.held() && super::methods::idempotent(&req.method);
-        let mut router = Attempts::for_client(l, req.route, conn.peer, conn.place.as_ref());
+        let mut router = Attempts::for_client(l, req.route, conn.peer(), conn.place.as_ref());
         let mut budget = Budget::new(cfg, now);
         let Some(mut attempt) = req.first(http, &conn, &mut router, now) else {
             break 'request failed(http, l, Last::Nothing);
@@ -220,7 +219,7 @@ pub(super) async fn proxy(
             }
             let elapsed = now.duration_since(sent_at);
             let resend = Resend::new(&req.method, cfg.retry_non_idempotent, body.replayable());
-            let view = req.view(conn.peer);
+            let view = req.view(conn.peer());
             let mut decide =
                 |ended| super::retry::next(ended, resend, &budget, now, || router.next(&view, now));
             let (response, pooled) = match result {
@@ -377,7 +376,7 @@ impl Forward {
             return Err(refusal);
         }
         let view = View {
-            ip: conn.peer,
+            ip: conn.peer(),
             uri: &parts.uri,
             headers: &parts.headers,
         };
@@ -440,7 +439,7 @@ impl Forward {
         if bound.is_some() {
             http.sticky_hits.increment(1);
         }
-        bound.or_else(|| router.next(&self.view(conn.peer), now))
+        bound.or_else(|| router.next(&self.view(conn.peer()), now))
     }
 }
 
@@ -593,7 +592,7 @@ fn switch(
         l.cfg.idle_timeout,
         [l.metrics.bytes_up.clone(), l.metrics.bytes_down.clone()],
     );
-    *lock(&conn.tunnel) = Some(Box::pin(relay));
+    conn.upgrade(Box::pin(relay));
     Response::from_parts(parts, DownBody::empty())
 }
 

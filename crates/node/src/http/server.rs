@@ -22,10 +22,10 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 
 use gtd_core::config::{Listener, Protocol};
-use gtd_core::sync::lock;
 
 use super::bodies::DownBody;
 use crate::Inner;
+use crate::accept::Admitted;
 use crate::snapshot::ListenerState;
 use crate::timers::{First, HeadTimer, Moving, Watched, quiet, reads};
 
@@ -36,15 +36,66 @@ use super::state::{HttpState, MAX_HEAD};
 
 /// Serves one accepted connection of an HTTP or HTTPS listener until it closes (or the node
 /// stops: then in-flight requests finish and idle connections close).
-pub(crate) async fn serve(
-    node: &Arc<Inner>,
-    l: &ListenerState,
-    stream: TcpStream,
-    peer: SocketAddr,
-) {
+///
+/// A cleartext HTTP/1 connection that rests between requests is parked: this task ends, and a
+/// task of its own ([`parked`]) holds what a parked connection needs (its socket and the
+/// timers of [`rest`]) and nothing of what served it (docs/performance.md, the cost of a
+/// connection).
+pub(crate) async fn serve(node: Arc<Inner>, held: Admitted, stream: TcpStream, peer: SocketAddr) {
+    let l = held.listener();
     let Some(http) = l.http.as_deref() else {
         return;
     };
+    if let Some(rested) = open(&node, l, http, stream, peer).await {
+        let tracker = node.tracker.clone();
+        tracker.spawn(parked(node, held, rested));
+    }
+}
+
+/// A parked connection's task, from its first rest until it closes: served again (the serving
+/// state boxed, so that it does not size this task) whenever bytes arrive. (A block rather
+/// than an `async fn`, whose arguments would take room twice in the task.)
+#[allow(clippy::manual_async_fn)]
+fn parked(
+    node: Arc<Inner>,
+    held: Admitted,
+    mut stream: Parked,
+) -> impl Future<Output = ()> + Send + 'static {
+    // The listener and its HTTP state are looked up again after each wait rather than kept
+    // across it: every reference kept takes room in the task.
+    async move {
+        loop {
+            parked_now(&held, 1.0);
+            let woken = rest(&node, held.listener(), &stream).await;
+            parked_now(&held, -1.0);
+            let l = held.listener();
+            let (true, Some(http)) = (woken, l.http.as_deref()) else {
+                return;
+            };
+            match Box::pin(serve_h1(&node, l, http, stream)).await {
+                Some(s) => stream = s,
+                None => return,
+            }
+        }
+    }
+}
+
+/// Counts a connection in (`1.0`) or out of (`-1.0`) its listener's parked connections.
+fn parked_now(held: &Admitted, by: f64) {
+    if let Some(http) = held.listener().http.as_deref() {
+        http.parked.increment(by);
+    }
+}
+
+/// Serves a connection from its opening until it closes, or, for a cleartext HTTP/1
+/// connection, until it is first parked (returned).
+async fn open(
+    node: &Arc<Inner>,
+    l: &ListenerState,
+    http: &HttpState,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<Parked> {
     let _ = stream.set_nodelay(true);
     // hyper's protocol detection and rustls both wait for bytes without a timer: bound the wait
     // for the first one; from there the handshake timeout, HTTP/1's header_read_timeout (or
@@ -58,27 +109,10 @@ pub(crate) async fn serve(
         place,
         l.cfg.port,
         l.cfg.protocol == Protocol::Https,
-        first_bytes_by,
         Arc::clone(&moves),
     ));
-    let own_conn = Arc::clone(&conn);
-    let service_node = Arc::clone(node);
-    let service = hyper::service::service_fn(move |req| {
-        // Here, not in `proxy`: HTTP/2 runs that in a task of its own, maybe after the watchdog.
-        conn.asked.store(true, Ordering::Relaxed);
-        if req.version() == http::Version::HTTP_2 {
-            conn.h2.store(true, Ordering::Relaxed);
-        }
-        if service_node.draining.load(Ordering::Relaxed) {
-            conn.drain_wake.notify_one();
-        }
-        let exchange = Exchange::start(&conn);
-        proxy(Arc::clone(&service_node), Arc::clone(&conn), req, exchange)
-    });
     let mut first = [0_u8; PREFACE.len()];
-    let Some(seen) = opening(&stream, &mut first, first_bytes_by).await else {
-        return;
-    };
+    let seen = opening(&stream, &mut first, first_bytes_by).await?;
     match &http.tls {
         // A TLS connection starts with a handshake record (22); a letter is a plaintext request,
         // which gets a 400 saying so, as nginx answers it, instead of a closed connection.
@@ -87,9 +121,12 @@ pub(crate) async fn serve(
             answer_and_close(stream, PLAIN_TO_HTTPS).await;
         }
         Some(acceptor) => {
-            // Boxed: a TLS connection's state would otherwise size every connection's task.
+            let service = service(node, &conn);
+            let opened = (moves, first_bytes_by);
+            // Boxed, as every branch: one branch's state would otherwise size every
+            // connection's task (a TLS connection's the largest).
             Box::pin(serve_tls(
-                node, l, http, acceptor, stream, moves, service, &own_conn,
+                node, l, http, acceptor, stream, opened, service, &conn,
             ))
             .await;
         }
@@ -99,24 +136,64 @@ pub(crate) async fn serve(
             let moves = Arc::clone(&stream.moves);
             let builder = http.server.clone().http2_only();
             let io = TokioIo::new(stream);
-            Box::pin(run(node, l, &builder, io, service, &moves, &own_conn)).await;
+            let service = service(node, &conn);
+            Box::pin(run(
+                node,
+                l,
+                &builder,
+                io,
+                service,
+                &moves,
+                first_bytes_by,
+                &conn,
+            ))
+            .await;
         }
         None => {
-            let mut h1 = http.h1.clone();
-            h1.timer(HeadTimer::new(
-                Arc::clone(&moves),
-                l.cfg.header_timeout,
-                l.cfg.idle_timeout,
-            ));
-            let stream = Parkable::new(Moving::sharing(stream, moves), Arc::clone(&own_conn));
-            serve_h1(node, l, &h1, stream, service, &own_conn, &http.parked).await;
+            let stream = Parked {
+                io: Moving::sharing(stream, moves),
+                conn,
+            };
+            return Box::pin(serve_h1(node, l, http, stream)).await;
         }
     }
-    // An upgraded request took the connection over: relay it here, so it stays counted.
-    let upgraded = lock(&own_conn.tunnel).take();
-    if let Some(relay) = upgraded {
+    relay_upgraded(&conn).await;
+    None
+}
+
+/// An upgraded request took the connection over: relays it here, so it stays counted.
+async fn relay_upgraded(conn: &Conn) {
+    if let Some(relay) = conn.upgraded() {
         relay.await;
     }
+}
+
+/// What serves each request of connection `conn`: [`proxy`], with the connection's counts.
+fn service(
+    node: &Arc<Inner>,
+    conn: &Arc<Conn>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<DownBody>,
+    Error = h2::Error,
+    Future: Send + 'static,
+> + Clone
++ Send
++ Unpin
++ 'static {
+    let (node, conn) = (Arc::clone(node), Arc::clone(conn));
+    hyper::service::service_fn(move |req| {
+        // Here, not in `proxy`: HTTP/2 runs that in a task of its own, maybe after the watchdog.
+        conn.asked.store(true, Ordering::Relaxed);
+        if req.version() == http::Version::HTTP_2 {
+            conn.h2.store(true, Ordering::Relaxed);
+        }
+        if node.draining.load(Ordering::Relaxed) {
+            conn.drain_wake.notify_one();
+        }
+        let exchange = Exchange::start(&conn);
+        proxy(Arc::clone(&node), Arc::clone(&conn), req, exchange)
+    })
 }
 
 /// Serves one connection of an HTTPS listener: the TLS handshake (by the connection's
@@ -128,7 +205,7 @@ async fn serve_tls<S>(
     http: &HttpState,
     acceptor: &tokio_rustls::TlsAcceptor,
     stream: TcpStream,
-    moves: Arc<AtomicU64>,
+    (moves, first_bytes_by): (Arc<AtomicU64>, tokio::time::Instant),
     service: S,
     own_conn: &Conn,
 ) where
@@ -139,7 +216,6 @@ async fn serve_tls<S>(
     S::Future: Send + 'static,
 {
     let peer = own_conn.client;
-    let first_bytes_by = own_conn.first_by;
     let stream = Moving::sharing(stream, moves);
     let moves = Arc::clone(&stream.moves);
     let handshake = acceptor.accept(stream);
@@ -163,7 +239,17 @@ async fn serve_tls<S>(
         with_head_timer(&http.server, &moves, &l.cfg).http1_only()
     };
     let io = TokioIo::new(stream);
-    Box::pin(run(node, l, &builder, io, service, &moves, own_conn)).await;
+    run(
+        node,
+        l,
+        &builder,
+        io,
+        service,
+        &moves,
+        first_bytes_by,
+        own_conn,
+    )
+    .await;
 }
 
 /// The listener's server settings with a timer of the connection's own for HTTP/1's
@@ -179,7 +265,7 @@ pub(super) fn with_head_timer(
     let mut server = server.clone();
     server
         .http1()
-        .timer(HeadTimer::new(Arc::clone(moves), header, idle));
+        .timer(HeadTimer::new(Arc::clone(moves), header, idle, false));
     server
 }
 
@@ -187,10 +273,11 @@ pub(super) fn with_head_timer(
 /// byte has moved on it for the listener's `idle_timeout` while no request was waiting for its
 /// response headers (then it is shut down gracefully, for at most another `idle_timeout`: an
 /// idle HTTP/2 connection gets its GOAWAY, a client that stopped reading its response is let
-/// go). A connection on which no whole request head has come by [`Conn::first_by`] is closed:
+/// go). A connection on which no whole request head has come by `first_by` is closed:
 /// HTTP/1's header timer does that for every head, this does it for HTTP/2, whose first
 /// HEADERS (or CONTINUATION) frames could otherwise trickle in for as long as the idle watchdog
 /// allows.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run<I, S>(
     node: &Inner,
     l: &ListenerState,
@@ -198,6 +285,7 @@ pub(super) async fn run<I, S>(
     io: I,
     service: S,
     moves: &AtomicU64,
+    first_by: tokio::time::Instant,
     conn_state: &Conn,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -212,7 +300,7 @@ pub(super) async fn run<I, S>(
     tokio::pin!(conn);
     // The node's stop and the idle watchdog are polled only when they fire (see `Watched`).
     let unasked = async {
-        tokio::time::sleep_until(conn_state.first_by).await;
+        tokio::time::sleep_until(first_by).await;
         if conn_state.asked.load(Ordering::Relaxed) {
             std::future::pending::<()>().await;
         }
@@ -285,68 +373,66 @@ async fn opening(
     }
 }
 
-/// How long an HTTP/1 connection rests between requests before it is parked: hyper's state for
-/// it (a read buffer of 8 to 16 KiB, a write buffer of 8 KiB, its dispatcher) is dropped, and
-/// only the socket is kept until the next request's bytes arrive (docs/performance.md, the
-/// cost of a connection). Under load a connection's next request comes sooner, so it is
-/// never parked and pays nothing for it.
+/// The longest an HTTP/1 connection rests between requests before it is parked: hyper's state
+/// for it (a read buffer of 8 to 16 KiB, a write buffer of 8 KiB, its dispatcher) is dropped,
+/// and only the socket is kept until the next request's bytes arrive (docs/performance.md, the
+/// cost of a connection). A connection is first looked at [`PARK_FIRST`] after it is served,
+/// and then after twice as long each time it was found busy, up to this. Under load a
+/// connection's next request comes sooner, so it is never parked and pays nothing for it but
+/// its timer.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);
 
-/// Serves one cleartext HTTP/1 connection with hyper's HTTP/1 server, parking it whenever it
-/// has rested for [`PARK_AFTER`] between exchanges: nothing in flight, nothing unflushed, no
-/// byte read since the last exchange ended. A parked connection holds its socket and this
-/// task; when bytes arrive, a new hyper connection serves them, under the same timers (the
-/// idle watchdog, `header_timeout` through the shared [`HeadTimer`], the node's stop).
-async fn serve_h1<S>(
-    node: &Inner,
+/// The shortest rest before an HTTP/1 connection is parked (see [`PARK_AFTER`]): short enough
+/// that a burst of clients that each ask once does not hold a second's worth of hyper's
+/// buffers at once (2,000 such clients: 2.7 KB a connection afterwards with a second, 2.0 KB
+/// with this; docs/performance.md).
+const PARK_FIRST: Duration = Duration::from_millis(250);
+
+/// Serves one cleartext HTTP/1 connection with hyper's HTTP/1 server until it closes
+/// (`None`) or rests (at most [`PARK_AFTER`]) between exchanges (returned, to be parked by
+/// [`serve`]): nothing in flight, nothing unflushed, no byte read since the last exchange
+/// ended. A parked connection holds its socket and its task; when bytes arrive, this serves
+/// them with a new hyper connection, under the same timers (the idle watchdog,
+/// `header_timeout` through a [`HeadTimer`], the node's stop).
+async fn serve_h1(
+    node: &Arc<Inner>,
     l: &ListenerState,
-    builder: &hyper::server::conn::http1::Builder,
-    mut stream: Parkable,
-    service: S,
-    conn_state: &Conn,
-    parked_now: &metrics::Gauge,
-) where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<DownBody>, Error = h2::Error>
-        + Clone
-        + Send
-        + Unpin
-        + 'static,
-    S::Future: Send + 'static,
-{
+    http: &HttpState,
+    parked: Parked,
+) -> Option<Parked> {
+    let conn = Arc::clone(&parked.conn);
+    let mut stream = Parkable::new(parked);
+    let mut builder = http.h1.clone();
+    // After a rest, the head hyper waits for is a later one (keep-alive rest, then
+    // header_timeout once its bytes come), as it was before the connection was parked.
+    builder.timer(HeadTimer::new(
+        Arc::clone(&conn.moves),
+        l.cfg.header_timeout,
+        l.cfg.idle_timeout,
+        conn.asked.load(Ordering::Relaxed),
+    ));
+    let service = service(node, &conn);
     // Bytes of a next request that hyper had read when the connection was parked: a parked
     // connection with such bytes is served again at once and not parked again (so that a
     // stalled request head meets header_timeout, hyper's own timer).
     let mut may_park = true;
     loop {
-        // Boxed: the serving state (hyper's connection, its watchdogs) is on the heap only
-        // while the connection is served, so that a parked connection's task holds no more
-        // than its rest.
-        let busy = Box::pin(busy(
-            node,
-            l,
-            builder,
-            stream,
-            service.clone(),
-            conn_state,
-            may_park,
-        ));
-        match busy.await {
-            Busy::Ended => return,
+        match busy(node, l, &builder, stream, service.clone(), &conn, may_park).await {
+            Busy::Ended => break,
             Busy::Read(s) => {
                 stream = s;
                 may_park = false;
             }
             Busy::Rested(s) => {
-                stream = s;
-                parked_now.increment(1.0);
-                let woken = rest(node, l, &stream, &conn_state.moves).await;
-                parked_now.decrement(1.0);
-                if !woken {
-                    return;
-                }
+                return Some(Parked {
+                    io: s.io,
+                    conn: s.conn,
+                });
             }
         }
     }
+    relay_upgraded(&conn).await;
+    None
 }
 
 /// How a connection's service by hyper ended.
@@ -355,11 +441,11 @@ enum Busy {
     Ended,
     /// Parked with bytes of a next request hyper had read: to be served again at once.
     Read(Parkable),
-    /// Parked, rested for [`PARK_AFTER`]: to wait for bytes.
+    /// Parked, rested (see [`PARK_AFTER`]): to wait for bytes.
     Rested(Parkable),
 }
 
-/// Serves the connection with hyper until it ends or rests for [`PARK_AFTER`] (when
+/// Serves the connection with hyper until it ends or rests (see [`PARK_AFTER`]; when
 /// `may_park`), under the connection's watchdogs.
 async fn busy<S>(
     node: &Inner,
@@ -379,17 +465,21 @@ where
     S::Future: Send + 'static,
 {
     let moves = &*conn_state.moves;
-    let mut conn = Box::pin(
-        builder
-            .serve_connection(TokioIo::new(stream), service)
-            .with_upgrades(),
-    );
+    // Unpin: no box, and taken apart by value when it is parked.
+    let mut conn = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    // Looked at after PARK_FIRST, then after twice as long each time the connection was found
+    // busy, up to PARK_AFTER: a connection under load costs one timer a second.
     let parked = async {
+        let (mut period, mut seen) = (PARK_FIRST, moves.load(Ordering::Relaxed));
         loop {
-            quiet(moves, PARK_AFTER, Some(&conn_state.inflight)).await;
-            if may_park && parkable(conn_state) {
+            tokio::time::sleep(period).await;
+            let now = moves.load(Ordering::Relaxed);
+            if now == seen && may_park && parkable(conn_state) {
                 return;
             }
+            (period, seen) = ((period * 2).min(PARK_AFTER), now);
         }
     };
     let watch = async {
@@ -401,7 +491,7 @@ where
         }
     };
     tokio::pin!(watch);
-    let outcome = match Watched::new(conn.as_mut(), watch.as_mut()).await {
+    let outcome = match Watched::new(Pin::new(&mut conn), watch.as_mut()).await {
         First::Main(r) => {
             ended(r);
             return Busy::Ended;
@@ -410,17 +500,17 @@ where
     };
     let Some(dog) = outcome else {
         // Parked: hyper's state goes, the socket stays.
-        let Some(parts) = Pin::into_inner(conn).into_parts() else {
+        let Some(parts) = conn.into_parts() else {
             return Busy::Ended;
         };
         let mut stream = parts.io.into_inner();
         if parts.read_buf.is_empty() {
             return Busy::Rested(stream);
         }
-        stream.prefix = parts.read_buf;
+        stream.prefix = Some(Box::new(parts.read_buf));
         return Busy::Read(stream);
     };
-    watchdog(l, conn.as_mut(), dog, conn_state).await;
+    watchdog(l, Pin::new(&mut conn), dog, conn_state).await;
     Busy::Ended
 }
 
@@ -435,19 +525,25 @@ fn parkable(c: &Conn) -> bool {
 
 /// A parked connection's rest: true when bytes (or the client's end) arrived, false when it is
 /// to close (it rested for `idle_timeout`, or the node stops and no request came within the
-/// grace a stopping node gives an idle connection).
-async fn rest(node: &Inner, l: &ListenerState, stream: &Parkable, moves: &AtomicU64) -> bool {
-    let socket = stream.io.get_ref();
-    let idle = async {
-        // The idle watchdog's rule: nothing moved for a whole idle_timeout.
-        quiet(moves, l.cfg.idle_timeout, None).await;
-    };
-    tokio::select! {
-        r = socket.readable() => r.is_ok(),
-        () = idle => false,
-        () = node.stop.cancelled() => {
-            let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
-            matches!(tokio::time::timeout(grace, socket.readable()).await, Ok(Ok(())))
+/// grace a stopping node gives an idle connection). One timer serves both waits: this is what
+/// a parked connection's task holds.
+async fn rest(node: &Inner, l: &ListenerState, stream: &Parked) -> bool {
+    let mut stopping = false;
+    // Nothing moves on a parked connection: its idle_timeout runs from the rest's start.
+    let timer = tokio::time::sleep(l.cfg.idle_timeout);
+    tokio::pin!(timer);
+    loop {
+        // The socket's own waker slot (no waiter of this future's): hyper's connection, which
+        // used it, is gone while the connection rests.
+        let readable = std::future::poll_fn(|cx| stream.io.get_ref().poll_read_ready(cx));
+        tokio::select! {
+            r = readable => return r.is_ok(),
+            () = node.stop.cancelled(), if !stopping => {
+                stopping = true;
+                let grace = IDLE_DRAIN_GRACE.min(l.cfg.drain_timeout);
+                timer.as_mut().reset(tokio::time::Instant::now() + grace);
+            }
+            () = timer.as_mut() => return false,
         }
     }
 }
@@ -537,23 +633,31 @@ where
 /// first), and whether hyper left written bytes unflushed ([`Conn::unflushed`]).
 pub(super) struct Parkable {
     io: Moving<TcpStream>,
-    prefix: Bytes,
+    /// Boxed: it is rare, and a parked connection's task holds this struct.
+    prefix: Option<Box<Bytes>>,
     conn: Arc<Conn>,
     /// Bytes read since the exchange that ended at move count `head_from` (the next head's).
-    head_bytes: usize,
+    head_bytes: u32,
     head_from: u64,
 }
 
 impl Parkable {
-    fn new(io: Moving<TcpStream>, conn: Arc<Conn>) -> Parkable {
+    fn new(Parked { io, conn }: Parked) -> Parkable {
         Parkable {
             io,
-            prefix: Bytes::new(),
+            prefix: None,
             conn,
             head_bytes: 0,
             head_from: 0,
         }
     }
+}
+
+/// What a parked connection keeps: its socket and its [`Conn`]. (Nothing of [`Parkable`]'s
+/// head count: a connection is parked only with no byte read since its last exchange ended.)
+pub(super) struct Parked {
+    io: Moving<TcpStream>,
+    conn: Arc<Conn>,
 }
 
 impl AsyncRead for Parkable {
@@ -563,10 +667,13 @@ impl AsyncRead for Parkable {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        if !this.prefix.is_empty() {
-            let n = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix[..n]);
-            this.prefix.advance(n);
+        if let Some(prefix) = &mut this.prefix {
+            let n = prefix.len().min(buf.remaining());
+            buf.put_slice(&prefix[..n]);
+            prefix.advance(n);
+            if prefix.is_empty() {
+                this.prefix = None;
+            }
             return Poll::Ready(Ok(()));
         }
         // While a request head is read (no exchange open), reads stop at MAX_HEAD bytes since
@@ -580,19 +687,23 @@ impl AsyncRead for Parkable {
                 this.head_from = ended;
                 this.head_bytes = 0;
             }
-            limit = MAX_HEAD.saturating_sub(this.head_bytes).min(HEAD_READ);
+            limit = MAX_HEAD
+                .saturating_sub(this.head_bytes as usize)
+                .min(HEAD_READ);
         }
         if limit > 0 && buf.remaining() > limit {
             let mut head = [0_u8; HEAD_READ];
             let mut part = ReadBuf::new(&mut head[..limit]);
             let read = Pin::new(&mut this.io).poll_read(cx, &mut part);
-            this.head_bytes += part.filled().len();
+            this.head_bytes += part.filled().len() as u32; // at most HEAD_READ
             buf.put_slice(part.filled());
             return read;
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
-        this.head_bytes += buf.filled().len() - before;
+        // Saturating: past MAX_HEAD the count only has to stay there (a body may be long).
+        let n = u32::try_from(buf.filled().len() - before).unwrap_or(u32::MAX);
+        this.head_bytes = this.head_bytes.saturating_add(n);
         read
     }
 }
