@@ -144,6 +144,21 @@ async fn a_head_that_stalls_after_a_rest_meets_header_timeout_and_idle_ones_clos
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_head_begun_before_the_rest_and_then_stalled_meets_header_timeout() {
+    // The first byte of a next request comes with the first: hyper reads it with it, so the
+    // connection rests with it in hyper's buffer, and is served again from it. That byte is
+    // a head begun: header_timeout holds, not the hour of keep-alive rest.
+    let (b, _dir, node, addr) = node_with("idle_timeout = \"1h\"\nheader_timeout = \"2s\"").await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let first = ask_rest(&mut s, b"GET / HTTP/1.1\r\nHost: example\r\n\r\nG").await;
+    answered(&first);
+    let rest = until_closed(&mut s, "a stalled head closed by header_timeout").await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    assert_eq!(b.hits(), 1);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_a_parked_connection_as_the_drain_begins_is_answered_with_connection_close() {
     let (b, _dir, node, addr) = node_with("drain_timeout = \"1h\"\nidle_timeout = \"1h\"").await;
     let mut s = TcpStream::connect(addr).await.unwrap();

@@ -376,16 +376,17 @@ async fn opening(
 /// The longest an HTTP/1 connection rests between requests before it is parked: hyper's state
 /// for it (a read buffer of 8 to 16 KiB, a write buffer of 8 KiB, its dispatcher) is dropped,
 /// and only the socket is kept until the next request's bytes arrive (docs/performance.md, the
-/// cost of a connection). A connection is first looked at [`PARK_FIRST`] after it is served,
-/// and then after twice as long each time it was found busy, up to this. Under load a
-/// connection's next request comes sooner, so it is never parked and pays nothing for it but
-/// its timer.
+/// cost of a connection). A connection is looked at every [`PARK_FIRST`] at first and parked
+/// when nothing moved since the last look; each look that finds it busy doubles the wait, up
+/// to this. Under load a connection's next request comes sooner, so it is never parked and
+/// pays nothing for it but a timer a second.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// The shortest rest before an HTTP/1 connection is parked (see [`PARK_AFTER`]): short enough
 /// that a burst of clients that each ask once does not hold a second's worth of hyper's
-/// buffers at once (2,000 such clients: 2.7 KB a connection afterwards with a second, 2.0 KB
-/// with this; docs/performance.md).
+/// buffers at once (docs/performance.md, a parked connection's own task). A client that asks
+/// again after more than this (and under [`PARK_AFTER`]) finds its connection parked and pays
+/// for hyper's state being made again: about half a request's instructions.
 const PARK_FIRST: Duration = Duration::from_millis(250);
 
 /// Serves one cleartext HTTP/1 connection with hyper's HTTP/1 server until it closes
@@ -469,17 +470,23 @@ where
     let mut conn = builder
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
-    // Looked at after PARK_FIRST, then after twice as long each time the connection was found
-    // busy, up to PARK_AFTER: a connection under load costs one timer a second.
+    // Looked at every PARK_FIRST, and parked when nothing moved since the last look (the first
+    // look sees the exchange that opened or woke the connection: it is not counted as busy);
+    // each later look that finds it busy doubles the wait, up to PARK_AFTER, so that a
+    // connection under load costs one timer a second.
     let parked = async {
         let (mut period, mut seen) = (PARK_FIRST, moves.load(Ordering::Relaxed));
+        let mut first = true;
         loop {
             tokio::time::sleep(period).await;
             let now = moves.load(Ordering::Relaxed);
             if now == seen && may_park && parkable(conn_state) {
                 return;
             }
-            (period, seen) = ((period * 2).min(PARK_AFTER), now);
+            if !std::mem::take(&mut first) {
+                period = (period * 2).min(PARK_AFTER);
+            }
+            seen = now;
         }
     };
     let watch = async {
@@ -671,6 +678,9 @@ impl AsyncRead for Parkable {
             let n = prefix.len().min(buf.remaining());
             buf.put_slice(&prefix[..n]);
             prefix.advance(n);
+            // A read as any other: the head timer sees a head begun (header_timeout, not the
+            // keep-alive rest), the idle watchdog a move.
+            this.io.moves.fetch_add(1, Ordering::Relaxed);
             if prefix.is_empty() {
                 this.prefix = None;
             }
