@@ -1,8 +1,9 @@
-//! HTTP/2 clients that open every stream they may, advertise a window of 2 GiB and never read
-//! (an attacker, or a thousand stalled phones): what the node keeps for them is bounded per
-//! stream, as for an HTTP/1.1 slow reader. hyper's default let each stream queue ~400 KiB for
-//! the client; a trial measured 17 MB per such connection, 1.7 GB for 100. The node runs as a
-//! child `gtd run`, so that its resident memory is its own.
+//! Clients that never read (an attacker, or a thousand stalled phones): what the node keeps for
+//! them is bounded. HTTP/2 clients that open every stream they may and advertise a window of
+//! 2 GiB: hyper's default let each stream queue ~400 KiB for the client; a trial measured 17 MB
+//! per such connection, 1.7 GB for 100. HTTP/1.1 clients: hyper's write buffer took up to 128
+//! KiB of a body and gtd's reads up to 64 KiB more. The node runs as a child `gtd run`, so that
+//! its resident memory is its own.
 
 use crate::common::*;
 
@@ -90,9 +91,11 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
-    let (endpoint, _endpoint) = endless().await;
+/// A node (a child process) with one HTTP listener in front of `endpoint`: the node, its pid
+/// and the listener's address, once it accepts.
+async fn node_before(
+    endpoint: std::net::SocketAddr,
+) -> (Child, tempfile::TempDir, u32, std::net::SocketAddr) {
     let (port, admin_port) = (free_port(false), free_port(false));
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("config.toml");
@@ -121,12 +124,12 @@ async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
         assert!(Instant::now() < deadline, "the node did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let before = rss(pid);
-    let mut clients = Vec::new();
-    for _ in 0..CONNECTIONS {
-        clients.push(never_reading(to).await);
-    }
-    // Until the node stops growing: its buffers are full, the endpoints wait on it.
+    (node, dir, pid, to)
+}
+
+/// Waits until node `pid` stops growing (its buffers full, the endpoints waiting on it; a
+/// minute at most), and returns what it grew by since `before`.
+async fn grown_until_steady(pid: u32, before: u64) -> u64 {
     let (mut last, mut steady_since) = (rss(pid), Instant::now());
     let deadline = Instant::now() + Duration::from_secs(60);
     while steady_since.elapsed() < Duration::from_secs(3) && Instant::now() < deadline {
@@ -136,7 +139,19 @@ async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
             (last, steady_since) = (now, Instant::now());
         }
     }
-    let grown = rss(pid).saturating_sub(before);
+    rss(pid).saturating_sub(before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
+    let (endpoint, _endpoint) = endless().await;
+    let (_node, _dir, pid, to) = node_before(endpoint).await;
+    let before = rss(pid);
+    let mut clients = Vec::new();
+    for _ in 0..CONNECTIONS {
+        clients.push(never_reading(to).await);
+    }
+    let grown = grown_until_steady(pid, before).await;
     println!(
         "{CONNECTIONS} connections × {STREAMS} streams that never read: the node grew {} MiB ({} KiB a stream)",
         grown >> 20,
@@ -148,4 +163,52 @@ async fn http2_clients_that_never_read_cost_a_bounded_amount_per_stream() {
         grown >> 20
     );
     drop(clients);
+}
+
+/// HTTP/1.1 clients that read slowly (8 KiB every 50 ms, far slower than the endpoint
+/// writes), and what the node may grow by for each. Measured with this test's debug build,
+/// whose futures are far larger than a release build's: 173 KiB each, 243 KiB before a
+/// response body was paced (hyper's write buffer of up to 128 KiB, gtd's reads of up to 64
+/// KiB). A release build: 54 and 248 KiB (`benches/proxy/slow_readers.sh`).
+const HTTP1_CLIENTS: usize = 60;
+const HTTP1_BOUND: u64 = 200 << 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_clients_that_read_slowly_cost_a_bounded_amount_each() {
+    let (endpoint, _endpoint) = endless().await;
+    let (_node, _dir, pid, to) = node_before(endpoint).await;
+    let before = rss(pid);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..HTTP1_CLIENTS {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(8192).unwrap();
+        let mut s = socket.connect(to).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let stop = stop.clone();
+        readers.spawn(async move {
+            let mut buf = vec![0_u8; 8192];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
+                    return;
+                }
+            }
+        });
+    }
+    let grown = grown_until_steady(pid, before).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "{HTTP1_CLIENTS} HTTP/1.1 clients that read slowly: the node grew {} KiB ({} KiB each)",
+        grown >> 10,
+        (grown >> 10) / HTTP1_CLIENTS as u64
+    );
+    assert!(
+        grown < HTTP1_CLIENTS as u64 * HTTP1_BOUND,
+        "the node grew {} KiB for {HTTP1_CLIENTS} HTTP/1.1 clients that read slowly",
+        grown >> 10
+    );
+    while readers.join_next().await.is_some() {}
 }

@@ -34,6 +34,7 @@ use gtd_core::config::Measure;
 
 use super::access::Line;
 use super::client::{BoxError, RawBody};
+use super::conn::PIECE;
 use super::h1;
 pub(crate) use super::progress::Progress;
 use crate::timers::{Moving, quiet};
@@ -437,6 +438,8 @@ enum Down {
 /// An endpoint's response body on its way to the client (see the module doc).
 pub struct Relayed {
     inner: EndpointBody,
+    /// What is left of a frame handed to hyper in parts ([`super::conn::PIECE`]).
+    rest: Option<Bytes>,
     pick: Option<Pick>,
     conn: Option<Pooled>,
     started: Instant,
@@ -454,10 +457,20 @@ impl Relayed {
     ) -> Relayed {
         Relayed {
             inner,
+            rest: None,
             pick: Some(pick),
             conn,
             started,
             bytes,
+        }
+    }
+
+    /// Counts `n` bytes handed to the client's side.
+    fn sent(&self, line: &mut Line, paced: Option<&super::conn::Conn>, n: usize) {
+        self.bytes.increment(n as u64);
+        line.sent(n);
+        if let Some(conn) = paced {
+            conn.handed(n);
         }
     }
 
@@ -573,7 +586,11 @@ impl Body for DownBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let DownBody { body, line, .. } = self.get_mut();
+        let DownBody {
+            body,
+            line,
+            exchange,
+        } = self.get_mut();
         match body {
             Down::Own(data) => {
                 let data = data.take();
@@ -583,17 +600,42 @@ impl Body for DownBody {
                 Poll::Ready(data.map(|d| Ok(Frame::data(d))))
             }
             Down::Relayed(r) => {
-                let polled = Pin::new(&mut r.inner).poll_frame(cx);
-                match &polled {
+                // A cleartext HTTP/1 client that has not taken what it was given waits here,
+                // rather than in hyper's write buffer (see `Conn::held_back`).
+                let paced = exchange.as_ref().map(|e| e.conn()).filter(|c| c.paced());
+                if let Some(conn) = paced
+                    && conn.held_back()
+                {
+                    if conn.is_slow()
+                        && let EndpointBody::Raw(raw) = &mut r.inner
+                    {
+                        raw.slow();
+                    }
+                    return Poll::Pending;
+                }
+                if let Some(rest) = &mut r.rest {
+                    let piece = if rest.len() > PIECE {
+                        rest.split_to(PIECE)
+                    } else {
+                        r.rest.take().unwrap_or_default()
+                    };
+                    r.sent(line, paced, piece.len());
+                    return Poll::Ready(Some(Ok(Frame::data(piece))));
+                }
+                let mut polled = Pin::new(&mut r.inner).poll_frame(cx);
+                match &mut polled {
                     Poll::Ready(Some(Ok(frame))) => {
-                        if let Some(data) = frame.data_ref() {
-                            r.bytes.increment(data.len() as u64);
-                            line.sent(data.len());
-                        }
                         // Trailers are the last frame, though hyper's chunked body does not say
                         // it has ended until it is polled once more (and its servers stop
                         // polling after them).
-                        if frame.is_trailers() || r.inner.is_end_stream() {
+                        let last = frame.is_trailers() || r.inner.is_end_stream();
+                        if let Some(data) = frame.data_mut() {
+                            if paced.is_some() && data.len() > PIECE {
+                                r.rest = Some(data.split_off(PIECE));
+                            }
+                            r.sent(line, paced, data.len());
+                        }
+                        if last {
                             r.finish();
                         }
                     }
@@ -614,14 +656,23 @@ impl Body for DownBody {
     fn is_end_stream(&self) -> bool {
         match &self.body {
             Down::Own(data) => data.is_none(),
-            Down::Relayed(r) => r.inner.is_end_stream(),
+            Down::Relayed(r) => r.rest.is_none() && r.inner.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.body {
             Down::Own(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-            Down::Relayed(r) => r.inner.size_hint(),
+            Down::Relayed(r) => {
+                let rest = r.rest.as_ref().map_or(0, |b| b.len() as u64);
+                let inner = r.inner.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(inner.lower() + rest);
+                if let Some(upper) = inner.upper() {
+                    hint.set_upper(upper + rest);
+                }
+                hint
+            }
         }
     }
 }

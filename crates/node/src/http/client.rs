@@ -40,6 +40,10 @@ use crate::timers::Deadline;
 /// [`MAX_READ`] (as hyper's adaptive reads: a bulk download through a node pinned to one CPU
 /// ran at 1.8 GB/s with fixed 32 KiB reads, 2.0-2.3 GB/s with reads growing to 256 KiB).
 const FIRST_READ: usize = 16 * 1024;
+/// The read of a body once the client has been found slow ([`RawBody::slow`]): what is read
+/// waits for the client anyway, and the buffer it is read into is what a slow reader holds
+/// of gtd's side (docs/performance.md, memory per slow reader).
+const SLOW_READ: usize = 8 * 1024;
 /// The largest read of a body, and so the most of a response gtd holds read from the endpoint
 /// and not yet taken by the client: the next read waits until the client's side took the last
 /// one. 256 KiB cost a slow reader about 0.9 MB of memory (nginx 49 KB, HAProxy 53 KB).
@@ -306,6 +310,9 @@ pub struct RawBody {
     silent_since: Option<Instant>,
     /// Room made for the next read.
     read_size: usize,
+    /// The client reads slower than the endpoint answers ([`RawBody::slow`]): reads stay at
+    /// [`SLOW_READ`].
+    slow: bool,
 }
 
 enum Reading {
@@ -339,7 +346,18 @@ impl RawBody {
             stall,
             silent_since: None,
             read_size: FIRST_READ,
+            slow: false,
         }
+    }
+
+    /// The client takes the body slower than the endpoint gives it: reads stay at
+    /// [`SLOW_READ`], each into a buffer of that size.
+    pub(crate) fn slow(&mut self) {
+        if self.slow {
+            return;
+        }
+        self.slow = true;
+        self.read_size = SLOW_READ;
     }
 
     /// The body is over: the connection goes back when it may carry another request.
@@ -408,6 +426,11 @@ impl Body for RawBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
+            if this.slow && conn.buf.is_empty() {
+                // A fresh buffer of SLOW_READ: `BytesMut` otherwise makes room in the size it
+                // first had, a larger read's, while the parts of that read are still handed on.
+                conn.buf = BytesMut::new();
+            }
             conn.buf.reserve(this.read_size);
             // At most `read_size`, whatever room the buffer happens to have.
             let mut room = (&mut conn.buf).limit(this.read_size);
@@ -431,7 +454,7 @@ impl Body for RawBody {
                     return Poll::Ready(Some(Err("the endpoint closed mid-body".into())));
                 }
                 Poll::Ready(Ok(n)) => {
-                    if n >= this.read_size {
+                    if n >= this.read_size && !this.slow {
                         this.read_size = (this.read_size * 2).min(MAX_READ);
                     }
                     this.silent_since = None;

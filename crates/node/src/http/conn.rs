@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,9 +51,16 @@ pub(super) struct Conn {
     /// Requests taken from the connection whose response has not ended yet (see [`Exchange`]):
     /// while one is open the connection is not parked.
     pub(super) exchanges: AtomicU16,
-    /// The moves count when the last exchange ended: a read since then means bytes of the next
-    /// request may sit in hyper's buffer.
-    pub(super) ended_at: AtomicU64,
+    /// The reads count (`timers::reads`) when the last exchange ended: a read since then means
+    /// bytes of the next request may sit in hyper's buffer.
+    pub(super) ended_at: AtomicU32,
+    /// Bytes of response bodies handed to hyper's HTTP/1 server and not yet written to the
+    /// socket (cleartext HTTP/1 only: see [`Conn::held_back`]).
+    unsent: AtomicU32,
+    /// [`HELD`] while a response body is held back until the client takes some of what it was
+    /// given; [`SLOWED`] once a write to the client found its socket full (one byte for both:
+    /// see `conn_fits_its_size_class`).
+    pacing: AtomicU8,
     /// Bytes hyper wrote to the socket that it has not flushed since (see
     /// `server::Parkable`).
     pub(super) unflushed: AtomicBool,
@@ -73,6 +80,67 @@ impl Conn {
         lock(&cell).take()
     }
 
+    /// A cleartext HTTP/1 connection: its response bodies are paced by [`Conn::held_back`].
+    pub(super) fn paced(&self) -> bool {
+        !self.https && !self.h2.load(Ordering::Relaxed)
+    }
+
+    /// Whether a response body (of a [`Conn::paced`] connection) must wait before it hands
+    /// hyper more (and then wakes up when
+    /// [`Conn::wrote`] has taken the unsent bytes under [`HOLD`]). Only for a cleartext HTTP/1
+    /// connection, whose socket writes go through `server::Parkable` in the same task that
+    /// polls the body: hyper's HTTP/1 server takes body frames while its write buffer holds
+    /// under 64 KiB (`max_buf_size`, also the request head limit) and copies each into it, so
+    /// that a client that reads slowly would otherwise hold 64 KiB and one more frame there.
+    pub(super) fn held_back(&self) -> bool {
+        if self.unsent.load(Ordering::Relaxed) <= HOLD {
+            return false;
+        }
+        self.pacing.fetch_or(HELD, Ordering::Relaxed);
+        true
+    }
+
+    /// A write to the client found its socket full: the client reads slower than gtd writes.
+    pub(super) fn slowed(&self) {
+        self.pacing.fetch_or(SLOWED, Ordering::Relaxed);
+    }
+
+    /// Whether a write to the client has found its socket full (see [`Conn::slowed`]).
+    pub(super) fn is_slow(&self) -> bool {
+        self.pacing.load(Ordering::Relaxed) & SLOWED != 0
+    }
+
+    /// Counts `n` bytes of a response body handed to hyper.
+    pub(super) fn handed(&self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        // Saturating (fetch_update): a count near 4 GiB must not wrap to a small one.
+        let _ = self
+            .unsent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_add(n))
+            });
+    }
+
+    /// Counts `n` bytes written to the socket (heads too: the count is a bound, not a
+    /// ledger), waking the connection's task when a body held back may go on.
+    pub(super) fn wrote(&self, n: usize, cx: &std::task::Context<'_>) {
+        if self.unsent.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let before = self
+            .unsent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(n))
+            })
+            .unwrap_or_else(|u| u);
+        if before.saturating_sub(n) <= HOLD
+            && self.pacing.fetch_and(!HELD, Ordering::Relaxed) & HELD != 0
+        {
+            cx.waker().wake_by_ref();
+        }
+    }
+
     /// The client's address.
     pub(super) fn peer(&self) -> IpAddr {
         self.client.ip()
@@ -86,6 +154,22 @@ impl Conn {
         !self.sent.load(Ordering::Relaxed) && !self.sent.swap(true, Ordering::Relaxed)
     }
 }
+
+/// The most of a cleartext HTTP/1 response body handed to hyper and not yet written to the
+/// client before the next part waits ([`Conn::held_back`]). With one more [`PIECE`] and a
+/// response head it stays within 32 KiB, so that hyper's write buffer, which grows by doubling
+/// and never shrinks, stops at 32 KiB for a client that reads slowly (docs/performance.md,
+/// memory per slow reader).
+pub(crate) const HOLD: u32 = 20 * 1024;
+
+/// The largest part of a response body handed to hyper at once (a larger frame read from the
+/// endpoint is handed in parts of this size, without copying).
+pub(crate) const PIECE: usize = 8 * 1024;
+
+/// [`Conn::pacing`]: a response body is held back.
+const HELD: u8 = 1;
+/// [`Conn::pacing`]: the client has been found slow.
+const SLOWED: u8 = 2;
 
 /// The relay of an upgraded connection.
 pub(super) type Tunnel = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -122,7 +206,9 @@ impl Conn {
             upstream_freed: tokio::sync::Notify::new(),
             moves,
             exchanges: AtomicU16::new(0),
-            ended_at: AtomicU64::new(0),
+            ended_at: AtomicU32::new(0),
+            unsent: AtomicU32::new(0),
+            pacing: AtomicU8::new(0),
             unflushed: AtomicBool::new(false),
         }
     }
@@ -137,15 +223,27 @@ pub(crate) struct Exchange(Arc<Conn>);
 impl Exchange {
     pub(super) fn start(conn: &Arc<Conn>) -> Exchange {
         conn.exchanges.fetch_add(1, Ordering::Relaxed);
+        // Each response's body is held back on its own count (an earlier one's bytes that
+        // hyper dropped unwritten, as a client's going would, must not hold this one back).
+        conn.unsent.store(0, Ordering::Relaxed);
         Exchange(Arc::clone(conn))
+    }
+}
+
+impl Exchange {
+    /// The connection the request came on.
+    pub(super) fn conn(&self) -> &Conn {
+        &self.0
     }
 }
 
 impl Drop for Exchange {
     fn drop(&mut self) {
         let c = &self.0;
-        c.ended_at
-            .store(c.moves.load(Ordering::Relaxed), Ordering::Relaxed);
+        c.ended_at.store(
+            crate::timers::reads(c.moves.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
         c.exchanges.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -527,7 +527,7 @@ fn parkable(c: &Conn) -> bool {
     c.exchanges.load(Ordering::Relaxed) == 0
         && c.inflight.load(Ordering::Relaxed) == 0
         && !c.unflushed.load(Ordering::Relaxed)
-        && reads(c.moves.load(Ordering::Relaxed)) == reads(c.ended_at.load(Ordering::Relaxed))
+        && reads(c.moves.load(Ordering::Relaxed)) == c.ended_at.load(Ordering::Relaxed)
 }
 
 /// A parked connection's rest: true when bytes (or the client's end) arrived, false when it is
@@ -645,7 +645,7 @@ pub(super) struct Parkable {
     conn: Arc<Conn>,
     /// Bytes read since the exchange that ended at move count `head_from` (the next head's).
     head_bytes: u32,
-    head_from: u64,
+    head_from: u32,
 }
 
 impl Parkable {
@@ -729,7 +729,13 @@ impl AsyncWrite for Parkable {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         this.conn.unflushed.store(true, Ordering::Relaxed);
-        Pin::new(&mut this.io).poll_write(cx, buf)
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        match written {
+            Poll::Ready(Ok(n)) => this.conn.wrote(n, cx),
+            Poll::Pending => this.conn.slowed(),
+            Poll::Ready(Err(_)) => {}
+        }
+        written
     }
 
     fn poll_write_vectored(
@@ -739,7 +745,13 @@ impl AsyncWrite for Parkable {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         this.conn.unflushed.store(true, Ordering::Relaxed);
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        match written {
+            Poll::Ready(Ok(n)) => this.conn.wrote(n, cx),
+            Poll::Pending => this.conn.slowed(),
+            Poll::Ready(Err(_)) => {}
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
