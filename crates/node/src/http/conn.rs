@@ -87,7 +87,7 @@ impl Conn {
 
     /// Whether a response body (of a [`Conn::paced`] connection) must wait before it hands
     /// hyper more (and then wakes up when
-    /// [`Conn::wrote`] has taken the unsent bytes under [`HOLD`]). Only for a cleartext HTTP/1
+    /// [`Conn::unwritten`] finds the unsent bytes under [`HOLD`]). Only for a cleartext HTTP/1
     /// connection, whose socket writes go through `server::Parkable` in the same task that
     /// polls the body: hyper's HTTP/1 server takes body frames while its write buffer holds
     /// under 64 KiB (`max_buf_size`, also the request head limit) and copies each into it, so
@@ -110,7 +110,8 @@ impl Conn {
         self.pacing.load(Ordering::Relaxed) & SLOWED != 0
     }
 
-    /// Counts `n` bytes of a response body handed to hyper.
+    /// Counts `n` bytes of a response body handed to hyper (until the next write says what
+    /// is left: [`Conn::unwritten`]).
     pub(super) fn handed(&self, n: usize) {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         // Saturating (fetch_update): a count near 4 GiB must not wrap to a small one.
@@ -121,20 +122,16 @@ impl Conn {
             });
     }
 
-    /// Counts `n` bytes written to the socket (heads too: the count is a bound, not a
-    /// ledger), waking the connection's task when a body held back may go on.
-    pub(super) fn wrote(&self, n: usize, cx: &std::task::Context<'_>) {
-        if self.unsent.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let before = self
-            .unsent
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                Some(u.saturating_sub(n))
-            })
-            .unwrap_or_else(|u| u);
-        if before.saturating_sub(n) <= HOLD
+    /// After a write to the socket: `left` bytes of what hyper asked to write are still
+    /// unwritten. With its write buffer flat (`writev(false)`), hyper always asks to write all
+    /// it holds, head and chunk framing included, so this is the exact count, whatever
+    /// [`Conn::handed`] estimated since. Wakes the connection's task when a body held back may
+    /// go on.
+    pub(super) fn unwritten(&self, left: usize, cx: &std::task::Context<'_>) {
+        let left = u32::try_from(left).unwrap_or(u32::MAX);
+        self.unsent.store(left, Ordering::Relaxed);
+        if left <= HOLD
+            && self.pacing.load(Ordering::Relaxed) & HELD != 0
             && self.pacing.fetch_and(!HELD, Ordering::Relaxed) & HELD != 0
         {
             cx.waker().wake_by_ref();
@@ -224,8 +221,11 @@ impl Exchange {
     pub(super) fn start(conn: &Arc<Conn>) -> Exchange {
         conn.exchanges.fetch_add(1, Ordering::Relaxed);
         // Each response's body is held back on its own count (an earlier one's bytes that
-        // hyper dropped unwritten, as a client's going would, must not hold this one back).
+        // hyper dropped unwritten, as a client's going would, must not hold this one back),
+        // and its reads start at their usual size: a client found slow once (a full socket is
+        // common over a real network) does not make every later response's reads small.
         conn.unsent.store(0, Ordering::Relaxed);
+        conn.pacing.store(0, Ordering::Relaxed);
         Exchange(Arc::clone(conn))
     }
 }

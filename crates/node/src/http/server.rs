@@ -731,7 +731,7 @@ impl AsyncWrite for Parkable {
         this.conn.unflushed.store(true, Ordering::Relaxed);
         let written = Pin::new(&mut this.io).poll_write(cx, buf);
         match written {
-            Poll::Ready(Ok(n)) => this.conn.wrote(n, cx),
+            Poll::Ready(Ok(n)) => this.conn.unwritten(buf.len() - n, cx),
             Poll::Pending => this.conn.slowed(),
             Poll::Ready(Err(_)) => {}
         }
@@ -747,7 +747,11 @@ impl AsyncWrite for Parkable {
         this.conn.unflushed.store(true, Ordering::Relaxed);
         let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         match written {
-            Poll::Ready(Ok(n)) => this.conn.wrote(n, cx),
+            Poll::Ready(Ok(n)) => {
+                // What these slices leave (hyper's queue may hold more: a looser bound).
+                let asked: usize = bufs.iter().map(|b| b.len()).sum();
+                this.conn.unwritten(asked.saturating_sub(n), cx);
+            }
             Poll::Pending => this.conn.slowed(),
             Poll::Ready(Err(_)) => {}
         }
