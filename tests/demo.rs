@@ -63,7 +63,16 @@ fn report(doc: &Value) -> Report {
 #[test]
 fn the_demo_shows_the_split_sim_predicts_and_a_failover() {
     // 1. A plain run: every listener and region, observed against sim's shares.
+    let began = std::time::Instant::now();
     let out = demo(&["--duration", "6s", "--rate", "40", "--json"]);
+    // Once the load stops the report follows: each node used to drain its idle UDP flows for
+    // the whole 30 s drain_timeout first (66 s for this run). The bound is generous, for a
+    // busy machine.
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(40),
+        "a 6 s demo took {:?}",
+        began.elapsed()
+    );
     assert!(
         out.status.success(),
         "{}",

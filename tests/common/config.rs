@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use super::free_port;
 
 /// A `[[listener]]` named `name` on `port`, served from `regions`, with `extra` settings, and
-/// then its `groups`.
+/// then its `groups`. Unless `extra` sets its own, the listener drains for 2 s rather than the
+/// default 30 s: a test that ends with a connection or a UDP flow still open would otherwise
+/// wait out the whole drain in `shutdown`.
 pub(crate) fn listener_on(
     port: u16,
     name: &str,
@@ -16,8 +18,13 @@ pub(crate) fn listener_on(
     extra: &str,
     groups: &str,
 ) -> String {
+    let drain = if extra.contains("drain_timeout") {
+        ""
+    } else {
+        "drain_timeout = \"2s\"\n"
+    };
     format!(
-        "[[listener]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nport = {port}\nregions = {regions:?}\n{extra}\n{groups}"
+        "[[listener]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nport = {port}\nregions = {regions:?}\n{drain}{extra}\n{groups}"
     )
 }
 

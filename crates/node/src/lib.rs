@@ -336,6 +336,13 @@ impl Node {
     /// Stops accepting, lets open connections finish for up to the longest `drain_timeout`,
     /// then closes what is left.
     pub async fn shutdown(self) {
+        self.shutdown_within(Duration::MAX).await;
+    }
+
+    /// [`Self::shutdown`], draining for `most` at the longest: for a caller that knows no
+    /// client is left to wait for (the demo, once its load has stopped, would otherwise wait
+    /// for its idle UDP flows).
+    pub async fn shutdown_within(self, most: Duration) {
         let drain = self
             .inner
             .snapshot
@@ -344,7 +351,8 @@ impl Node {
             .iter()
             .map(|l| l.cfg.drain_timeout)
             .max()
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .min(most);
         self.inner
             .draining
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -496,7 +504,7 @@ impl Inner {
             next.access = self.access.install(sink).await?;
             relisten(&bound, &next);
             let next = Arc::new(next);
-            self.snapshot.store(Arc::clone(&next));
+            self.snapshot.swap(Arc::clone(&next)).retire();
             if let Some(f) = &self.fleet {
                 f.set_base(base);
             }
@@ -587,7 +595,7 @@ impl Inner {
         // The same access log writer and sink as the running snapshot.
         next.access = self.snapshot.load().access.clone();
         let next = Arc::new(next);
-        self.snapshot.store(Arc::clone(&next));
+        self.snapshot.swap(Arc::clone(&next)).retire();
         checks::start(self, &next);
         self.registry.retain(&next.series);
         next.publish(Instant::now());
