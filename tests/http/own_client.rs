@@ -198,3 +198,96 @@ async fn a_pooled_connection_the_endpoint_closed_is_replaced_without_an_error() 
     node.shutdown().await;
     task.abort();
 }
+
+/// A request in flight across a reload: its endpoint connection is closed once the response
+/// ends, not kept by the replaced snapshot's pool. Nothing sweeps that pool, and the client
+/// connection accepted before the reload keeps it alive: the endpoint connection stayed open
+/// for the client's whole life (in `CLOSE_WAIT` once the endpoint closed its side), one more
+/// for every request in flight at every reload or DNS change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_connection_in_use_across_a_reload_is_closed_when_its_response_ends() {
+    use tokio::io::AsyncReadExt;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (asked, closed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (b_release, b_asked, b_closed) = (release.clone(), asked.clone(), closed.clone());
+    let (backend, task) = socket_backend(move |mut s| {
+        let (release, asked, closed) = (b_release.clone(), b_asked.clone(), b_closed.clone());
+        async move {
+            // Answers the client's requests (`/proxied`) once released and health checks at
+            // once, keeps the connection open until gtd closes it, then counts the close of a
+            // connection that carried the client's requests.
+            let mut proxied = false;
+            loop {
+                let head = read_head(&mut s).await;
+                if head.is_empty() {
+                    if proxied {
+                        closed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                if head.starts_with("GET /proxied ") {
+                    proxied = true;
+                    asked.fetch_add(1, Ordering::Relaxed);
+                    release.notified().await;
+                }
+                let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                if s.write_all(ok).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "idle_timeout = \"1h\"",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "max_fails = 0")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    // A keep-alive client whose request waits at the endpoint.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /proxied HTTP/1.1\r\nHost: web\r\n\r\n")
+        .await
+        .unwrap();
+    until("the request at the endpoint", || {
+        asked.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    node.reload().await.unwrap();
+    release.notify_one();
+    let mut got = Vec::new();
+    while !got.ends_with(b"ok") {
+        let mut buf = [0_u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the response, whole: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    // The client stays connected; the endpoint connection closes anyway.
+    until(
+        "the endpoint connection closed after its response ended across a reload",
+        || closed.load(Ordering::Relaxed) == 1,
+    )
+    .await;
+    // The running snapshot's pool serves the same client next, on a new connection.
+    s.write_all(b"GET /proxied HTTP/1.1\r\nHost: web\r\n\r\n")
+        .await
+        .unwrap();
+    until("the next request at the endpoint", || {
+        asked.load(Ordering::Relaxed) == 2
+    })
+    .await;
+    release.notify_one();
+    drop(s);
+    node.shutdown().await;
+    task.abort();
+}

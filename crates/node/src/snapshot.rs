@@ -119,6 +119,19 @@ impl Snapshot {
     pub fn listener(&self, name: &str) -> Option<&Arc<ListenerState>> {
         self.listeners.iter().find(|l| l.cfg.name == name)
     }
+
+    /// This snapshot was replaced: the idle endpoint connections of its HTTP groups close,
+    /// and those still carrying a request close when it ends. New requests take the running
+    /// snapshot's pools; this one's lives on only while a connection accepted under it is open.
+    pub(crate) fn retire(&self) {
+        for l in &self.listeners {
+            for g in &l.groups {
+                if let Some(up) = g.upstream.as_deref() {
+                    up.retire();
+                }
+            }
+        }
+    }
 }
 
 /// One listener's runtime state.

@@ -9,6 +9,7 @@
 //! endpoint and hashes nothing.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gtd_core::sync::lock;
@@ -55,6 +56,8 @@ pub(crate) struct KeepAlive<C> {
     keepalive: usize,
     base: Instant,
     idle_ms: u64,
+    /// Set once the snapshot that made the pool is replaced ([`Self::retire`]).
+    retired: AtomicBool,
 }
 
 impl<C: Reusable> KeepAlive<C> {
@@ -66,6 +69,7 @@ impl<C: Reusable> KeepAlive<C> {
             keepalive,
             base: Instant::now(),
             idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -104,7 +108,7 @@ impl<C: Reusable> KeepAlive<C> {
     /// Gives a connection back after its response ended; dropped when it cannot be reused, the
     /// endpoint already has `keepalive` idle ones, or `keepalive` is 0.
     pub(crate) fn put(&self, index: usize, conn: C) {
-        if self.keepalive == 0 || !conn.reusable() {
+        if self.keepalive == 0 || self.retired.load(Ordering::Relaxed) || !conn.reusable() {
             return;
         }
         let since = self.stamp();
@@ -141,6 +145,20 @@ impl<C: Reusable> KeepAlive<C> {
                 }
                 gone
             };
+            drop(gone);
+        }
+    }
+
+    /// The snapshot that made this pool was replaced: its idle connections close now, and those
+    /// still carrying a request close when their response ends instead of coming back. Nothing
+    /// sweeps a replaced snapshot's pools, and a client connection accepted before a reload
+    /// keeps that snapshot's listener alive for as long as it stays open: without this, a
+    /// connection that came back after the reload would stay open (in `CLOSE_WAIT` once its
+    /// endpoint closed its side) for the client connection's life.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+        for slot in &self.slots {
+            let gone = std::mem::take(&mut *lock(slot));
             drop(gone);
         }
     }

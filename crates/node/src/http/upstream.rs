@@ -373,6 +373,15 @@ impl Upstream {
         }
     }
 
+    /// The snapshot holding this upstream was replaced: its pools close what they hold and
+    /// take nothing back (`KeepAlive::retire`).
+    pub(crate) fn retire(&self) {
+        self.pool.retire();
+        if let Some(raw) = &self.raw {
+            raw.retire();
+        }
+    }
+
     /// One request on an idle connection of the endpoint (when `reuse` allows), or a new one.
     /// A request an idle connection could not take (it closed meanwhile) goes to the next
     /// one, untouched.
