@@ -668,3 +668,33 @@ async fn each_listener_drains_for_its_own_drain_timeout() {
         .expect("the drain ended with the last connection")
         .unwrap();
 }
+
+/// A reload that leaves a listener's split as it was continues its rotation rather than
+/// starting it again. Each rebuild (a reload, a fleet revision, any DNS name's new addresses)
+/// made the first pick the largest share again: at 90/10 with five connections between
+/// reloads, shanghai got none of its 10 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_keeps_the_split_continues_its_rotation() {
+    let (a, ha) = tcp_backend("beijing").await;
+    let (b, hb) = tcp_backend("shanghai").await;
+    let _b = Backends(vec![ha, hb]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &tcp_two_groups(free_port(false), a, b, 90.0));
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "t").await;
+    let mut shanghai = 0;
+    for _ in 0..12 {
+        for _ in 0..5 {
+            if tcp_name(addr).await.unwrap() == "shanghai" {
+                shanghai += 1;
+            }
+        }
+        node.reload().await.unwrap();
+    }
+    // 10 % of 60 is 6; the rotation keeps every group within a decision or two of its share.
+    assert!(
+        (4..=8).contains(&shanghai),
+        "shanghai took {shanghai} of 60 connections at 10 %"
+    );
+    node.shutdown().await;
+}

@@ -485,6 +485,11 @@ impl ListenerState {
             },
         );
         let planned = ListenerPlan::build_ramped(l, ranking.clone(), facts, l.affinity, recovered);
+        // A rebuild that leaves the split as it was goes on with its rotation: otherwise each
+        // reload or DNS change would start it again at the largest share.
+        if let Some(o) = old {
+            planned.continue_from(&o.planned.load());
+        }
         let active = old.map_or_else(|| Arc::new(AtomicUsize::new(0)), |o| o.active.clone());
         let rt = ListenerState {
             cfg: Arc::new(l.clone()),
@@ -542,6 +547,7 @@ impl ListenerState {
             self.cfg.affinity,
             recovered,
         );
+        next.continue_from(&current);
         self.ramps_started(&current, &next);
         if next.plan.mode == Mode::Failover && was != Mode::Failover {
             self.metrics.failovers.increment(1);

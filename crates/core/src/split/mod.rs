@@ -123,6 +123,16 @@ enum Chooser {
 }
 
 impl Plan {
+    /// Goes on with `was`'s rotation when this plan rotates over the same groups in the same
+    /// order with the same shares ([`Rotation::continue_from`]); rendezvous has no state.
+    pub fn continue_from(&self, was: &Plan) {
+        if let (Chooser::Rotation(now), Chooser::Rotation(then)) = (&self.chooser, &was.chooser)
+            && self.order == was.order
+        {
+            now.continue_from(then);
+        }
+    }
+
     /// Builds the plan from the priority `order` (config indices), the facts per group (config
     /// index), the listener's policy and affinity, and the group names (config order; hashed for
     /// rendezvous).

@@ -115,6 +115,17 @@ impl ListenerPlan {
         }
     }
 
+    /// Each plan goes on with `was`'s rotation where its split is the same ([`Plan::continue_from`]):
+    /// for a listener rebuilt without a change to its split.
+    pub fn continue_from(&self, was: &ListenerPlan) {
+        self.plan.continue_from(&was.plan);
+        if self.routes.len() == was.routes.len() {
+            for (now, then) in self.routes.iter().zip(&was.routes) {
+                now.continue_from(then);
+            }
+        }
+    }
+
     /// When the last failback ramp of any of its plans is over (`None`: none is recovering).
     pub fn ramp_ends(&self) -> Option<Instant> {
         std::iter::once(&self.plan)

@@ -80,6 +80,18 @@ impl Rotation {
         }
     }
 
+    /// Goes on from where `was` is when both rotate over the same weights: a plan rebuilt with
+    /// the split it had (a reload, a DNS change elsewhere in the config) keeps its place in the
+    /// sequence instead of starting again at the largest share. Whether it did.
+    pub fn continue_from(&self, was: &Rotation) -> bool {
+        if self.weights != was.weights {
+            return false;
+        }
+        self.state
+            .store(was.state.load(Ordering::Relaxed), Ordering::Relaxed);
+        true
+    }
+
     /// The next decision: the index of the chosen group, or `None` when every share is zero.
     pub fn next(&self) -> Option<usize> {
         if self.total == 0 {
@@ -185,6 +197,27 @@ mod tests {
         let r = Rotation::new(&[62.5, 37.5]);
         assert_eq!(counts(&r, 2, 8), vec![5, 3]);
         assert_eq!(counts(&r, 2, 800), vec![500, 300]);
+    }
+
+    #[test]
+    fn a_rotation_continued_over_the_same_shares_keeps_every_window_exact() {
+        // 90/10 restarted every five decisions never picks the 10 % group; continued, the
+        // counts are those of one unbroken sequence.
+        let mut counts = [0_usize; 2];
+        let mut was = Rotation::new(&[90.0, 10.0]);
+        for _ in 0..12 {
+            let now = Rotation::new(&[90.0, 10.0]);
+            assert!(now.continue_from(&was));
+            for _ in 0..5 {
+                counts[now.next().unwrap()] += 1;
+            }
+            was = now;
+        }
+        assert_eq!(counts, [54, 6]);
+        // Other weights: nothing carried.
+        let other = Rotation::new(&[80.0, 20.0]);
+        assert!(!other.continue_from(&was));
+        assert_eq!(other.next(), Some(0));
     }
 
     #[test]
