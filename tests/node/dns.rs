@@ -287,3 +287,69 @@ async fn a_reload_resolves_a_new_name_before_serving_it_and_a_rejected_one_chang
     assert_eq!(names.keys().collect::<Vec<_>>(), ["two.test"], "{names:?}");
     node.shutdown().await;
 }
+
+/// A name disabled or drained through the admin API stays so when its addresses change: a new
+/// address takes the name's toggles, as do the same addresses back after an NXDOMAIN emptied
+/// the set. Before, each new address came in enabled and took traffic the operator had
+/// turned away from the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_disabled_or_drained_by_the_operator_stays_so_as_its_addresses_change() {
+    let dns = DnsServer::start().await;
+    let (port, _backends) = same_port_backends(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await;
+    dns.set("api.test", &ips(&["127.0.0.1"]), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = named_config(dir.path(), dns.addr, "api.test", port, "");
+    let node = start(&cfg).await;
+    let id = |ip: &str| format!("api.test:{port}@{ip}");
+    let name = format!("api.test:{port}");
+    let toggle = |action: &str| {
+        let path = format!("/endpoints/t/g/{name}/{action}");
+        assert_eq!(admin(&node, "POST", &path, None).0, 200, "{action}");
+    };
+    let shown = |ids: &[String]| {
+        let mut now: Vec<String> = endpoints(&node).into_iter().filter_map(|e| e.id).collect();
+        now.sort();
+        now == ids
+    };
+    toggle("disable");
+    toggle("drain");
+    // A new address, then the old one back beside it.
+    for set in [
+        vec!["127.0.0.2"],
+        vec!["127.0.0.1", "127.0.0.2", "127.0.0.3"],
+    ] {
+        dns.set("api.test", &ips(&set), 1);
+        let want: Vec<String> = set.iter().map(|ip| id(ip)).collect();
+        until("the new addresses in /status", || shown(&want)).await;
+        for e in endpoints(&node) {
+            assert!(!e.enabled && e.drained_by.is_some(), "{set:?}: {e:?}");
+        }
+    }
+    // An NXDOMAIN empties the set (one endpoint without an address), then the addresses
+    // come back: still disabled and drained.
+    dns.nxdomain("api.test");
+    until("NXDOMAIN taking the name out", || {
+        endpoints(&node)
+            .first()
+            .is_some_and(|e| e.resolved == Some(None))
+    })
+    .await;
+    dns.set("api.test", &ips(&["127.0.0.1", "127.0.0.2"]), 1);
+    until("the addresses back in /status", || {
+        shown(&[id("127.0.0.1"), id("127.0.0.2")])
+    })
+    .await;
+    for e in endpoints(&node) {
+        assert!(
+            !e.enabled && e.drained_by.is_some(),
+            "after NXDOMAIN: {e:?}"
+        );
+    }
+    // Undone by name, every address serves again.
+    toggle("enable");
+    toggle("undrain");
+    for e in endpoints(&node) {
+        assert!(e.enabled && e.drained_by.is_none(), "{e:?}");
+    }
+    node.shutdown().await;
+}

@@ -373,6 +373,7 @@ impl GroupBalancer {
                 None => {
                     let fresh = EndpointState::new(cfg.clone(), Arc::clone(&hub));
                     fresh.start_ramp_at(now);
+                    name_toggles(previous, &cfg.address, &fresh, now);
                     Arc::new(fresh)
                 }
             };
@@ -801,4 +802,31 @@ pub fn drained_only<'a>(
         .into_iter()
         .any(EndpointState::is_draining)
         && endpoints.into_iter().filter(|e| e.is_serving(now)).count() >= min_healthy as usize
+}
+
+/// A new address of a name (one its DNS answer just gained) takes the admin toggles the name
+/// had: disabled when every address the name had was, drained likewise. The operator disabled
+/// or drained the name (`POST /endpoints/L/G/NAME:PORT/disable`); a new address, or the same
+/// ones back after an NXDOMAIN emptied the set, must not undo that. Toggles of single
+/// addresses (`NAME:PORT@IP`), which leave the name's addresses unlike, are not carried.
+fn name_toggles(previous: &GroupBalancer, address: &Address, fresh: &EndpointState, now: Instant) {
+    let mut same = previous
+        .endpoints
+        .iter()
+        .filter(|e| e.address().text == address.text)
+        .peekable();
+    if same.peek().is_none() {
+        return;
+    }
+    let (mut disabled, mut drained) = (true, true);
+    for e in same {
+        disabled &= !e.is_enabled();
+        drained &= e.is_admin_drained();
+    }
+    if disabled {
+        fresh.set_enabled(false, now);
+    }
+    if drained {
+        fresh.set_drained(true);
+    }
 }
