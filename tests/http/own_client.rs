@@ -199,8 +199,8 @@ async fn a_pooled_connection_the_endpoint_closed_is_replaced_without_an_error() 
     task.abort();
 }
 
-/// A request in flight across a reload: its endpoint connection is closed once the response
-/// ends, not kept by the replaced snapshot's pool. Nothing sweeps that pool, and the client
+/// A request in flight across a reload that gives its group a new pool: its endpoint connection
+/// is closed once the response ends, not kept by the replaced snapshot's pool. Nothing sweeps that pool, and the client
 /// connection accepted before the reload keeps it alive: the endpoint connection stayed open
 /// for the client's whole life (in `CLOSE_WAIT` once the endpoint closed its side), one more
 /// for every request in flight at every reload or DNS change.
@@ -259,6 +259,10 @@ async fn an_endpoint_connection_in_use_across_a_reload_is_closed_when_its_respon
         asked.load(Ordering::Relaxed) == 1
     })
     .await;
+    // A reload that changes what the pool keeps (an unchanged group keeps its pool).
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace("idle_timeout = \"1h\"", "idle_timeout = \"2h\"");
+    std::fs::write(&cfg, text).unwrap();
     node.reload().await.unwrap();
     release.notify_one();
     let mut got = Vec::new();
@@ -288,6 +292,67 @@ async fn an_endpoint_connection_in_use_across_a_reload_is_closed_when_its_respon
     .await;
     release.notify_one();
     drop(s);
+    node.shutdown().await;
+    task.abort();
+}
+
+/// A reload that changes nothing a group's connections depend on keeps its idle connections:
+/// the request after it takes the one the request before it left. Each reload (and each DNS
+/// change anywhere in the config) made every group connect anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_a_groups_idle_endpoint_connections() {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    // The connections (by the order they were accepted) that carried the client's requests.
+    let carried = Arc::new(Mutex::new(BTreeSet::new()));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let (b_carried, b_accepted) = (carried.clone(), accepted.clone());
+    let (backend, task) = socket_backend(move |mut s| {
+        let n = b_accepted.fetch_add(1, Ordering::Relaxed);
+        let carried = b_carried.clone();
+        async move {
+            loop {
+                let head = read_head(&mut s).await;
+                if head.is_empty() {
+                    return;
+                }
+                if head.starts_with("GET /proxied ") {
+                    gtd::sync::lock(&carried).insert(n);
+                }
+                let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                if s.write_all(ok).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &listener(
+            "web",
+            "http",
+            "",
+            &group("g", "cn-beijing", 100.0, "", &[(backend, "max_fails = 0")]),
+        ),
+    );
+    let node = start(&cfg).await;
+    let addr = listener_addr(&node, "web").await;
+    let c = client();
+    for _ in 0..3 {
+        let (status, _, body) = get(&c, &format!("http://{addr}/proxied"), &[]).await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        node.reload().await.unwrap();
+    }
+    let (status, _, _) = get(&c, &format!("http://{addr}/proxied"), &[]).await;
+    assert_eq!(status, 200);
+    let carried = gtd::sync::lock(&carried).clone();
+    assert_eq!(
+        carried.len(),
+        1,
+        "connections that carried the 4 requests: {carried:?}"
+    );
     node.shutdown().await;
     task.abort();
 }

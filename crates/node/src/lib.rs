@@ -504,7 +504,7 @@ impl Inner {
             next.access = self.access.install(sink).await?;
             relisten(&bound, &next);
             let next = Arc::new(next);
-            self.snapshot.swap(Arc::clone(&next)).retire();
+            self.snapshot.swap(Arc::clone(&next)).retire(&next);
             if let Some(f) = &self.fleet {
                 f.set_base(base);
             }
@@ -595,7 +595,7 @@ impl Inner {
         // The same access log writer and sink as the running snapshot.
         next.access = self.snapshot.load().access.clone();
         let next = Arc::new(next);
-        self.snapshot.swap(Arc::clone(&next)).retire();
+        self.snapshot.swap(Arc::clone(&next)).retire(&next);
         checks::start(self, &next);
         self.registry.retain(&next.series);
         next.publish(Instant::now());

@@ -120,17 +120,25 @@ impl Snapshot {
         self.listeners.iter().find(|l| l.cfg.name == name)
     }
 
-    /// This snapshot was replaced: the idle endpoint connections of its HTTP groups close,
-    /// and those still carrying a request close when it ends. New requests take the running
-    /// snapshot's pools; this one's lives on only while a connection accepted under it is open.
-    pub(crate) fn retire(&self) {
-        for l in &self.listeners {
-            for g in &l.groups {
-                if let Some(up) = g.upstream.as_deref() {
-                    up.retire();
-                }
+    /// This snapshot was replaced by `next`: the idle endpoint connections of its HTTP groups
+    /// close, and those still carrying a request close when it ends, except in the pools
+    /// `next` carried over (`Upstream::attach`). New requests take the running snapshot's
+    /// pools; this one's lives on only while a connection accepted under it is open.
+    pub(crate) fn retire(&self, next: &Snapshot) {
+        let kept: Vec<&Upstream> = next.upstreams().collect();
+        for up in self.upstreams() {
+            if !kept.iter().any(|k| k.shares_pools(up)) {
+                up.retire();
             }
         }
+    }
+
+    /// The HTTP groups' upstreams.
+    fn upstreams(&self) -> impl Iterator<Item = &Upstream> {
+        self.listeners
+            .iter()
+            .flat_map(|l| &l.groups)
+            .filter_map(|g| g.upstream.as_deref())
     }
 }
 
@@ -818,7 +826,8 @@ impl GroupState {
         let upstream = if http_listener {
             // The connections its clients open count into the endpoints' series.
             let opened = endpoints.iter().map(|e| e.connections.clone()).collect();
-            let up = Upstream::attach(l, g, config, registry, &connect_seconds, opened)
+            let was = previous.and_then(|p| p.upstream.as_deref());
+            let up = Upstream::attach(l, g, config, registry, &connect_seconds, opened, was)
                 .map_err(|e| BuildError::new(l, Some(&g.name), e))?;
             Some(Box::new(up))
         } else {

@@ -73,6 +73,11 @@ impl<C: Reusable> KeepAlive<C> {
         }
     }
 
+    /// Most idle connections kept per endpoint.
+    pub(crate) fn keepalive(&self) -> usize {
+        self.keepalive
+    }
+
     /// Milliseconds since the pool was made, plus one: never 0 ([`stamp`]).
     pub(crate) fn stamp(&self) -> u64 {
         stamp(self.base)

@@ -115,6 +115,13 @@ impl Upstream {
     /// Builds the upstream of `group` of listener `l` as the snapshot holds it: its
     /// connections count into the group's connect-time histogram `connect_seconds` and into
     /// `opened`, its endpoints' connection counters (config order).
+    ///
+    /// `was`, the group's upstream in the snapshot this one replaces, hands over its idle
+    /// connections when nothing they depend on changed: the same endpoints (addresses, and for
+    /// a name the same resolved IPs, in the same order), `keepalive`, `idle_timeout` and
+    /// `source_ip`, and no TLS (a TLS group's certificates and CAs are read again: its
+    /// connections are made anew). A reload or a DNS change elsewhere in the config then costs
+    /// the group no new connection, as Envoy keeps a host's pool across an update.
     pub(crate) fn attach(
         l: &Listener,
         group: &Group,
@@ -122,6 +129,7 @@ impl Upstream {
         registry: &Registry,
         connect_seconds: &Histogram,
         opened: Vec<Counter>,
+        was: Option<&Upstream>,
     ) -> Result<Upstream, UpstreamError> {
         let labels = [l.name.as_str(), group.name.as_str()];
         let seconds = registry.histogram(&m::UPSTREAM_RESPONSE_SECONDS, &labels);
@@ -129,7 +137,24 @@ impl Upstream {
             seconds: connect_seconds.clone(),
             opened,
         };
-        Upstream::build(l, group, config.node.source_ip, seconds, connects)
+        let mut up = Upstream::build(l, group, config.node.source_ip, seconds, connects)?;
+        if let Some(was) = was
+            && up.connect.tls.is_none()
+            && was.connect.tls.is_none()
+            && was.targets == up.targets
+            && was.connect.source_ip == up.connect.source_ip
+            && was.idle_timeout == up.idle_timeout
+            && was.pool.keepalive() == up.pool.keepalive()
+        {
+            up.pool = Arc::clone(&was.pool);
+            up.raw.clone_from(&was.raw);
+        }
+        Ok(up)
+    }
+
+    /// Whether `other` holds the same pools (one carried them over from the other).
+    pub(crate) fn shares_pools(&self, other: &Upstream) -> bool {
+        Arc::ptr_eq(&self.pool, &other.pool)
     }
 
     /// The client of `group` of listener `l`. Fails (naming the file) when a TLS file is bad.
