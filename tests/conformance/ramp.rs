@@ -913,7 +913,7 @@ fn rtt_credit(line: &str) -> f64 {
 
 #[test]
 fn a_move_to_a_group_40_ms_farther_passes_the_latency_gate() {
-    let cluster = Cluster::start();
+    let cluster = Cluster::start_alone();
     // web/beijing answers 40 ms late, checks included: 40 ms farther, measured.
     let (mut cfg, _endpoints, mut fleet, load) = ramp_fleet_of(
         &cluster,
@@ -991,7 +991,7 @@ fn a_move_to_a_group_40_ms_farther_passes_the_latency_gate() {
 
 #[test]
 fn a_receiving_group_that_turns_300_ms_slower_fails_the_latency_gate_and_the_ramp_goes_back() {
-    let cluster = Cluster::start();
+    let cluster = Cluster::start_alone();
     // Many slow requests in flight per node: 1,000 answers from a 300 ms group in seconds.
     let (mut cfg, endpoints, mut fleet, load) = ramp_fleet_of(
         &cluster,
