@@ -351,5 +351,14 @@ async fn a_name_disabled_or_drained_by_the_operator_stays_so_as_its_addresses_ch
     for e in endpoints(&node) {
         assert!(e.enabled && e.drained_by.is_none(), "{e:?}");
     }
+    // Each address disabled on its own: a new address is a backend nobody turned away.
+    for ip in ["127.0.0.1", "127.0.0.2"] {
+        let path = format!("/endpoints/t/g/{}/disable", id(ip));
+        assert_eq!(admin(&node, "POST", &path, None).0, 200, "{path}");
+    }
+    dns.set("api.test", &ips(&["127.0.0.3"]), 1);
+    until("the new address in /status", || shown(&[id("127.0.0.3")])).await;
+    let three = endpoints(&node).remove(0);
+    assert!(three.enabled, "{three:?}");
     node.shutdown().await;
 }

@@ -159,7 +159,12 @@ impl ByLocation {
         let plans = old
             .plans
             .iter()
-            .map(|(o, _)| (*o, Arc::new(build(listener, ranking, facts, o))))
+            .map(|(o, was)| {
+                let plan = build(listener, ranking, facts, o);
+                // An order whose split did not move goes on with its rotation.
+                plan.continue_from(was);
+                (*o, Arc::new(plan))
+            })
             .collect();
         self.table.store(Arc::new(Table {
             generation,

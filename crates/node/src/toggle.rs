@@ -42,22 +42,24 @@ impl Inner {
             .iter()
             .zip(states)
             .filter(|(e, _)| e.address.text == address || e.address.id() == address)
-            .map(|(_, state)| state)
+            .map(|(e, state)| (state, e.address.text == address))
             .collect();
-        let Some(first) = chosen.first() else {
+        let Some((first, _)) = chosen.first() else {
             return Err(Unknown::Endpoint {
                 group: group.to_owned(),
                 address: address.to_owned(),
             });
         };
         let now = Instant::now();
-        for state in &chosen {
+        for (state, by_name) in &chosen {
             match action {
                 Action::Enable | Action::Disable => {
                     state.set_enabled(action == Action::Enable, now)
                 }
                 Action::Drain | Action::Undrain => state.set_drained(action == Action::Drain),
             }
+            // What a new address of the name takes over (`GroupBalancer::rebuild`).
+            state.set_toggled_by_name(*by_name);
         }
         let done = Toggled {
             enabled: first.is_enabled(),

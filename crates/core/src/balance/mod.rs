@@ -805,10 +805,11 @@ pub fn drained_only<'a>(
 }
 
 /// A new address of a name (one its DNS answer just gained) takes the admin toggles the name
-/// had: disabled when every address the name had was, drained likewise. The operator disabled
-/// or drained the name (`POST /endpoints/L/G/NAME:PORT/disable`); a new address, or the same
-/// ones back after an NXDOMAIN emptied the set, must not undo that. Toggles of single
-/// addresses (`NAME:PORT@IP`), which leave the name's addresses unlike, are not carried.
+/// was given as a whole: disabled when every address the name had was disabled through the
+/// admin API by the name (`POST /endpoints/L/G/NAME:PORT/disable`), drained likewise. A new
+/// address, or the same ones back after an NXDOMAIN emptied the set, must not undo what the
+/// operator did to the name. A toggle of one address (`NAME:PORT@IP`) stays with that address,
+/// and the config's own `enabled` and `drain` apply to every address anyway.
 fn name_toggles(previous: &GroupBalancer, address: &Address, fresh: &EndpointState, now: Instant) {
     let mut same = previous
         .endpoints
@@ -820,6 +821,9 @@ fn name_toggles(previous: &GroupBalancer, address: &Address, fresh: &EndpointSta
     }
     let (mut disabled, mut drained) = (true, true);
     for e in same {
+        if !e.toggled_by_name() {
+            return;
+        }
         disabled &= !e.is_enabled();
         drained &= e.is_admin_drained();
     }
@@ -829,4 +833,5 @@ fn name_toggles(previous: &GroupBalancer, address: &Address, fresh: &EndpointSta
     if drained {
         fresh.set_drained(true);
     }
+    fresh.set_toggled_by_name(true);
 }

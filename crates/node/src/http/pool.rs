@@ -113,12 +113,14 @@ impl<C: Reusable> KeepAlive<C> {
     /// Gives a connection back after its response ended; dropped when it cannot be reused, the
     /// endpoint already has `keepalive` idle ones, or `keepalive` is 0.
     pub(crate) fn put(&self, index: usize, conn: C) {
-        if self.keepalive == 0 || self.retired.load(Ordering::Relaxed) || !conn.reusable() {
+        if self.keepalive == 0 || !conn.reusable() {
             return;
         }
         let since = self.stamp();
         let mut slot = lock(&self.slots[index]);
-        if slot.len() < self.keepalive {
+        // Under the slot's lock, which [`Self::retire`] takes after setting the flag: a
+        // connection is either in the slot when it is emptied or sees the flag.
+        if slot.len() < self.keepalive && !self.retired.load(Ordering::Relaxed) {
             slot.push((conn, since));
         }
     }

@@ -118,7 +118,8 @@ impl Upstream {
     ///
     /// `was`, the group's upstream in the snapshot this one replaces, hands over its idle
     /// connections when nothing they depend on changed: the same endpoints (addresses, and for
-    /// a name the same resolved IPs, in the same order), `keepalive`, `idle_timeout` and
+    /// a name the same resolved IPs, in the same order), `keepalive`, `idle_timeout`,
+    /// `upstream_timeout` (each hyper connection's task keeps the one it was opened with) and
     /// `source_ip`, and no TLS (a TLS group's certificates and CAs are read again: its
     /// connections are made anew). A reload or a DNS change elsewhere in the config then costs
     /// the group no new connection, as Envoy keeps a host's pool across an update.
@@ -144,6 +145,7 @@ impl Upstream {
             && was.targets == up.targets
             && was.connect.source_ip == up.connect.source_ip
             && was.idle_timeout == up.idle_timeout
+            && was.stall_timeout == up.stall_timeout
             && was.pool.keepalive() == up.pool.keepalive()
         {
             up.pool = Arc::clone(&was.pool);

@@ -92,6 +92,9 @@ struct Runtime {
     /// Drained through this node's admin API (survives reloads until undrained), beside the
     /// config's `drain` (the file's, or a fleet-wide drain applied to it).
     drained: AtomicBool,
+    /// The admin API's last toggle of it named its whole name (`NAME:PORT`), not this address
+    /// alone (`NAME:PORT@IP`): a new address of the name takes such toggles over.
+    by_name: AtomicBool,
     /// The active health check's verdict (true until a checker says otherwise).
     active_healthy: AtomicBool,
     /// EWMA of response time in nanoseconds (`least_time`), as `f64` bits.
@@ -126,6 +129,7 @@ impl EndpointState {
             ramp_start: AtomicI64::new(NO_RAMP),
             enabled: AtomicBool::new(config.enabled),
             drained: AtomicBool::new(false),
+            by_name: AtomicBool::new(false),
             active_healthy: AtomicBool::new(true),
             latency: AtomicU64::new(UNMEASURED),
             feedback: AtomicU64::new(UNMEASURED),
@@ -217,6 +221,17 @@ impl EndpointState {
     /// to it finishes. Says nothing of its health, so its record stays.
     pub fn set_drained(&self, drained: bool) {
         self.rt.drained.store(drained, Ordering::Release);
+    }
+
+    /// Whether the admin API's last toggle named the endpoint's whole name rather than this
+    /// address alone.
+    pub fn toggled_by_name(&self) -> bool {
+        self.rt.by_name.load(Ordering::Acquire)
+    }
+
+    /// Records whether the admin API's toggle just applied named the whole name.
+    pub fn set_toggled_by_name(&self, by_name: bool) {
+        self.rt.by_name.store(by_name, Ordering::Release);
     }
 
     /// Draining: the config's `drain` (the file's or a fleet drain) or the admin API's.
