@@ -79,6 +79,9 @@ impl Browser {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("about:blank")
+        // Its own temporary files (`org.chromium.Chromium.*`) go with the profile: killed, it
+        // cannot remove them, and they were left in /tmp after every test.
+        .env("TMPDIR", profile.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

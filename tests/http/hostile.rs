@@ -47,7 +47,13 @@ struct Hostile {
     /// written.
     excused: Arc<Mutex<HashMap<String, bool>>>,
     connections: Arc<AtomicUsize>,
+    /// Each id that reached it: on which connection (in the order accepted) and as which
+    /// request there, for a failure to say how a response reached the wrong client.
+    seen: Seen,
 }
+
+/// Id → (connection, its n-th request).
+type Seen = Arc<Mutex<HashMap<String, (usize, usize)>>>;
 
 impl Hostile {
     fn start() -> Hostile {
@@ -57,15 +63,20 @@ impl Hostile {
         let stop = Arc::new(AtomicBool::new(false));
         let excused = Arc::new(Mutex::new(HashMap::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let seen: Seen = Arc::default();
         let accept = {
             let (stop, excused, connections) = (stop.clone(), excused.clone(), connections.clone());
+            let seen = seen.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((s, _)) => {
-                            connections.fetch_add(1, Ordering::Relaxed);
-                            let (stop, excused) = (stop.clone(), excused.clone());
-                            std::thread::spawn(move || serve_hostile(s, &stop, &excused));
+                            let n = connections.fetch_add(1, Ordering::Relaxed);
+                            let (stop, excused, seen) =
+                                (stop.clone(), excused.clone(), seen.clone());
+                            std::thread::spawn(move || {
+                                serve_hostile(s, &stop, &excused, (&seen, n))
+                            });
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(2)),
                     }
@@ -78,6 +89,7 @@ impl Hostile {
             accept: Some(accept),
             excused,
             connections,
+            seen,
         }
     }
 }
@@ -92,10 +104,16 @@ impl Drop for Hostile {
 }
 
 /// One connection of [`Hostile`]: until it closes, the test stops, or 10 s pass in silence.
-fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<String, bool>>) {
+fn serve_hostile(
+    mut s: StdStream,
+    stop: &AtomicBool,
+    excused: &Mutex<HashMap<String, bool>>,
+    (seen, connection): (&Seen, usize),
+) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = s.set_nodelay(true);
     let mut pending = Vec::new();
+    let mut requests = 0;
     while !stop.load(Ordering::Relaxed) {
         let Some((head, rest)) = blocking_head(&mut s, &mut pending) else {
             return;
@@ -122,6 +140,8 @@ fn serve_hostile(mut s: StdStream, stop: &AtomicBool, excused: &Mutex<HashMap<St
         pending.drain(..length);
         let mut parts = target.trim_start_matches('/').splitn(2, '/');
         let (variant, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        lock(seen).insert(id.to_owned(), (connection, requests));
+        requests += 1;
         let whole = format!(
             "HTTP/1.1 200 OK\r\nx-id: {id}\r\ncontent-length: {}\r\n\r\n{id}",
             id.len()
@@ -281,11 +301,25 @@ async fn no_client_ever_gets_another_clients_response() {
         excused.len(),
         backend.connections.load(Ordering::Relaxed),
     );
+    // Where each wrong answer's request and the one it was meant for went: (endpoint
+    // connection, its n-th request), `None` for a request that never reached the endpoint.
+    let seen = lock(&backend.seen).clone();
+    let traced: Vec<String> = wrong
+        .iter()
+        .take(5)
+        .map(|(id, status, got)| {
+            let got = got.as_deref().unwrap_or("");
+            format!(
+                "{id} ({:?}) got {status} of {got} ({:?})",
+                seen.get(id.as_str()),
+                seen.get(got)
+            )
+        })
+        .collect();
     assert!(
         wrong.is_empty(),
-        "{} clients got another's response: {:?}",
+        "{} clients got another's response: {traced:?}",
         wrong.len(),
-        &wrong[..wrong.len().min(5)]
     );
     // The others were answered by gtd itself (502: hyper's client found the unasked bytes as
     // the request was about to leave, and `retry = false`): a few at most.
