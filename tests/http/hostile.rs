@@ -52,8 +52,9 @@ struct Hostile {
     seen: Seen,
 }
 
-/// Id → (connection, its n-th request).
-type Seen = Arc<Mutex<HashMap<String, (usize, usize)>>>;
+/// Id → (connection, its n-th request, whether its head had already arrived with the one
+/// before: two requests outstanding on one connection at once, which gtd never does).
+type Seen = Arc<Mutex<HashMap<String, (usize, usize, bool)>>>;
 
 impl Hostile {
     fn start() -> Hostile {
@@ -115,6 +116,7 @@ fn serve_hostile(
     let mut pending = Vec::new();
     let mut requests = 0;
     while !stop.load(Ordering::Relaxed) {
+        let pipelined = pending.windows(4).any(|w| w == b"\r\n\r\n");
         let Some((head, rest)) = blocking_head(&mut s, &mut pending) else {
             return;
         };
@@ -140,7 +142,7 @@ fn serve_hostile(
         pending.drain(..length);
         let mut parts = target.trim_start_matches('/').splitn(2, '/');
         let (variant, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        lock(seen).insert(id.to_owned(), (connection, requests));
+        lock(seen).insert(id.to_owned(), (connection, requests, pipelined));
         requests += 1;
         let whole = format!(
             "HTTP/1.1 200 OK\r\nx-id: {id}\r\ncontent-length: {}\r\n\r\n{id}",
@@ -302,7 +304,8 @@ async fn no_client_ever_gets_another_clients_response() {
         backend.connections.load(Ordering::Relaxed),
     );
     // Where each wrong answer's request and the one it was meant for went: (endpoint
-    // connection, its n-th request), `None` for a request that never reached the endpoint.
+    // connection, its n-th request, sent before the answer to the one before it), `None` for
+    // a request that never reached the endpoint.
     let seen = lock(&backend.seen).clone();
     let traced: Vec<String> = wrong
         .iter()
