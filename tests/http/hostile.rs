@@ -55,7 +55,8 @@ struct Hostile {
 }
 
 /// Id → (connection, its n-th request, whether its head had already arrived with the one
-/// before: two requests outstanding on one connection at once, which gtd never does).
+/// before: sent before that one was answered, which follows when that one took unasked bytes
+/// for its answer).
 type Seen = Arc<Mutex<HashMap<String, (usize, usize, bool)>>>;
 
 impl Hostile {
