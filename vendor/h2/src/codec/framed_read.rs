@@ -52,6 +52,10 @@ struct Partial {
     continuation_frames_count: usize,
 }
 
+/// gtd: the size of the read buffer taken when a waiting connection is polled again
+/// (tokio-util's `FramedRead` starts with the same).
+const READ_BUFFER_CAPACITY: usize = 8 * 1024;
+
 #[derive(Debug)]
 enum Continuable {
     Headers(frame::Headers),
@@ -421,10 +425,25 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),
-                None => return Poll::Ready(None),
+            // gtd: a read buffer given back while the connection waited is taken again here,
+            // as large as tokio-util's first one.
+            if self.inner.read_buffer().capacity() == 0 {
+                self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
+            }
+            let bytes = match Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Ready(Some(Ok(bytes))) => bytes,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(map_err(e)))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {
+                    // gtd: nothing more to read for now. With no part of a frame read, the
+                    // connection waits holding no read buffer (8 KiB otherwise) and no HPACK
+                    // scratch buffer (4 KiB).
+                    if self.inner.read_buffer().is_empty() {
+                        *self.inner.read_buffer_mut() = BytesMut::new();
+                        self.decoder.hpack.release();
+                    }
+                    return Poll::Pending;
+                }
             };
 
             tracing::trace!(read.bytes = bytes.len());

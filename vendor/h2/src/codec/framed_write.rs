@@ -93,7 +93,8 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // gtd: taken when a frame is buffered, given back once flushed (`release`).
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -169,6 +170,9 @@ where
             }
         }
 
+        // gtd: everything buffered is written; a connection that now waits holds no buffer.
+        self.encoder.release();
+
         tracing::trace!("flushing buffer");
         // Flush the upstream
         ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
@@ -223,6 +227,10 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        // gtd: the buffer is taken here, when there is a frame to write.
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +315,18 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // gtd: no buffer (given back by `release`) means a whole one is taken for the next frame.
+        let buf = self.buf.get_ref();
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (buf.capacity() == 0 || buf.capacity() - buf.len() >= self.min_buffer_capacity)
+    }
+
+    /// gtd: gives the write buffer back once all of it is written, so that a connection that
+    /// waits holds none (16 KiB otherwise, for as long as the connection lives).
+    fn release(&mut self) {
+        if self.next.is_none() && !self.buf.has_remaining() {
+            self.buf = Cursor::new(BytesMut::new());
+        }
     }
 
     fn is_empty(&self) -> bool {

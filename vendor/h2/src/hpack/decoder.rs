@@ -151,14 +151,23 @@ struct StringMarker {
 
 // ===== impl Decoder =====
 
+/// gtd: the size of the Huffman scratch buffer, taken when a string needs it.
+const HUFFMAN_BUFFER_CAPACITY: usize = 4096;
+
 impl Decoder {
+    /// gtd: gives back the Huffman scratch buffer while the connection waits. Strings decoded
+    /// from it were split off and keep their own share of it.
+    pub fn release(&mut self) {
+        self.buffer = BytesMut::new();
+    }
+
     /// Creates a new `Decoder` with all settings set to default values.
     pub fn new(size: usize) -> Decoder {
         Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            buffer: BytesMut::new(),
         }
     }
 
@@ -214,8 +223,9 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_literal(src, true)?;
 
-                    // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    // Insert the header into the table (gtd: a copy of its own, see
+                    // `Header::detached`)
+                    self.table.insert(entry.detached());
                     consume(src);
 
                     if f(entry).is_break() {
@@ -333,6 +343,10 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            // gtd: the scratch buffer given back by `release` is taken again when needed.
+            if self.buffer.capacity() == 0 {
+                self.buffer = BytesMut::with_capacity(HUFFMAN_BUFFER_CAPACITY);
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {

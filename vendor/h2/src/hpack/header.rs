@@ -61,6 +61,34 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
+    /// gtd: this header with its bytes in allocations of their own, for an HPACK dynamic table.
+    /// A decoded header's bytes are slices of the frame buffer they arrived in (and an encoded
+    /// one's, of whatever buffer its value came from); a table entry that shared them would keep
+    /// that whole buffer alive for as long as the entry stays in the table, which is the
+    /// connection's life for a header that is never evicted.
+    pub fn detached(&self) -> Header {
+        fn own(bytes: &[u8]) -> BytesStr {
+            BytesStr(Bytes::copy_from_slice(bytes))
+        }
+        match self {
+            Header::Field { name, value } => {
+                // A value made without validation that `from_bytes` refuses stays shared.
+                let mut copy =
+                    HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+                copy.set_sensitive(value.is_sensitive());
+                Header::Field {
+                    name: name.clone(),
+                    value: copy,
+                }
+            }
+            Header::Authority(v) => Header::Authority(own(v.as_str().as_bytes())),
+            Header::Scheme(v) => Header::Scheme(own(v.as_str().as_bytes())),
+            Header::Path(v) => Header::Path(own(v.as_str().as_bytes())),
+            Header::Protocol(v) => Header::Protocol(Protocol::from(v.as_str())),
+            Header::Method(_) | Header::Status(_) => self.clone(),
+        }
+    }
+
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));

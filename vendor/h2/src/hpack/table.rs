@@ -339,7 +339,8 @@ impl Table {
 
         self.slots.push_front(Slot {
             hash,
-            header,
+            // gtd: a copy of its own (see `Header::detached`)
+            header: header.detached(),
             next: None,
         });
     }

@@ -332,6 +332,9 @@ where
                                 continue;
                             }
 
+                            // gtd: the connection waits; with no stream left it keeps none
+                            // of their room.
+                            self.inner.streams.release_if_idle();
                             return Poll::Pending;
                         }
                     };

@@ -33,6 +33,14 @@ impl<T> Buffer<T> {
     pub fn is_empty(&self) -> bool {
         self.slab.is_empty()
     }
+
+    /// gtd: gives back the slab's room once it holds no frame (a slab keeps the room of the
+    /// most frames it ever held).
+    pub fn release_if_empty(&mut self) {
+        if self.slab.is_empty() {
+            self.slab = Slab::new();
+        }
+    }
 }
 
 impl Deque {

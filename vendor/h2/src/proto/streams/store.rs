@@ -86,6 +86,15 @@ impl Store {
         }
     }
 
+    /// gtd: gives back the room of streams that ended once none is left (the slab and the map
+    /// keep the room of the most streams they ever held).
+    pub fn release_if_empty(&mut self) {
+        if self.slab.is_empty() && self.ids.is_empty() {
+            self.slab = slab::Slab::new();
+            self.ids = IndexMap::new();
+        }
+    }
+
     pub fn find_mut(&mut self, id: &StreamId) -> Option<Ptr<'_>> {
         let index = {
             let key = self.ids.get(id)?;

@@ -1144,6 +1144,21 @@ where
         me.counts.has_streams()
     }
 
+    /// gtd: once no stream is left, gives back the room the ended streams and their frames
+    /// took, so that a connection that waits holds none of it.
+    pub fn release_if_idle(&self) {
+        {
+            let mut me = self.inner.lock().unwrap();
+            if me.counts.has_streams() {
+                return;
+            }
+            let me = &mut *me;
+            me.store.release_if_empty();
+            me.actions.recv.release_if_empty();
+        }
+        self.send_buffer.inner.lock().unwrap().release_if_empty();
+    }
+
     pub fn has_streams_or_other_references(&self) -> bool {
         let me = self.inner.lock().unwrap();
         me.counts.has_streams() || me.refs > 1
