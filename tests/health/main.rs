@@ -18,6 +18,7 @@ mod metrics;
 mod outlier;
 mod passive;
 mod ranking;
+mod shortage;
 mod talk;
 mod timeline;
 mod udp;

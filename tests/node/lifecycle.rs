@@ -525,6 +525,55 @@ async fn a_reload_that_drops_the_token_of_an_exposed_admin_server_is_refused() {
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
 
+/// A `source_ip` this machine does not have (192.0.2.77, TEST-NET-1) would fail every
+/// connection to an endpoint, each as this node's own failure: refused at start, naming the
+/// file and the field, and on a reload, the running config kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_ip_that_is_not_this_machines_is_refused() {
+    let (_b, _dir, cfg) = one_backend_config(free_port(false), "").await;
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let foreign = text.replace("[admin]\n", "[node]\nsource_ip = \"192.0.2.77\"\n[admin]\n");
+    assert_ne!(foreign, text);
+    std::fs::write(&cfg, &foreign).unwrap();
+    let err = Node::start(options(&cfg))
+        .await
+        .err()
+        .expect("a foreign source_ip is refused at start")
+        .to_string();
+    assert!(
+        err.contains("config.toml: [node] source_ip = 192.0.2.77: not an address of this machine"),
+        "{err}"
+    );
+    let mut opts = options(&cfg);
+    opts.source_ip = Some("192.0.2.78".parse().unwrap());
+    let err = Node::start(opts)
+        .await
+        .err()
+        .expect("and from the command line")
+        .to_string();
+    assert!(
+        err.contains("--source-ip 192.0.2.78: not an address"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &cfg,
+        text.replace("[admin]\n", "[node]\nsource_ip = \"127.0.0.1\"\n[admin]\n"),
+    )
+    .unwrap();
+    let node = Node::start(options(&cfg))
+        .await
+        .expect("a local source_ip starts");
+    std::fs::write(&cfg, &foreign).unwrap();
+    let err = node
+        .reload()
+        .await
+        .expect_err("a reload to a foreign one is refused")
+        .to_string();
+    assert!(err.contains("not an address of this machine"), "{err}");
+    node.shutdown().await;
+}
+
 /// The listen queue `ss` reports for the TCP socket listening on `port` (its Send-Q column).
 fn listen_queue(port: u16) -> u32 {
     let out = Command::new("ss")

@@ -1,6 +1,6 @@
 //! Outbound sockets towards endpoints, for every data plane: name resolution, TCP connects
 //! within `connect_timeout` from `[node] source_ip`, connected UDP sockets, and the test for
-//! this node running out of open files (never an endpoint's failure).
+//! this node running out of open files or local ports (never an endpoint's failure).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,26 +25,44 @@ pub(crate) fn resolve(address: &Address) -> io::Result<SocketAddr> {
     }
 }
 
-/// True when `e` says this node is out of open files or socket memory (EMFILE, ENFILE,
-/// ENOBUFS, ENOMEM): not the endpoint's failure, so never counted as a passive one (nginx too
-/// answers without marking the server when socket() fails). Warns, at most every 10 s, since
-/// under exhaustion it is true for every new connection.
+/// True when `e` says this node is short of something of its own: open files or socket memory
+/// (EMFILE, ENFILE, ENOBUFS, ENOMEM), or a local port or address for a new connection
+/// (EADDRNOTAVAIL: the ephemeral ports are used up, or `source_ip` is not on this machine;
+/// EADDRINUSE: no free port for `source_ip`). Not the endpoint's failure, so never counted as a
+/// passive one nor as a failed health check (nginx too answers without marking the server when
+/// socket() fails). Warns, at most every 10 s for each kind, since under exhaustion it is true
+/// for every new connection.
 pub(crate) fn exhausted(e: &io::Error) -> bool {
     use rustix::io::Errno;
-    static PACE: Pace = Pace::new();
-    let out = matches!(
-        Errno::from_io_error(e),
-        Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)
-    );
-    if out && PACE.due() {
-        tracing::warn!(
-            error = %e,
-            "this node is out of open files: new connections wait to be accepted or are \
-             closed, UDP flows evict the least recently active, no endpoint is blamed; \
-             raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower udp_max_flows"
-        );
+    static FILES: Pace = Pace::new();
+    static PORTS: Pace = Pace::new();
+    match Errno::from_io_error(e) {
+        Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM) => {
+            if FILES.due() {
+                tracing::warn!(
+                    error = %e,
+                    "this node is out of open files: new connections wait to be accepted or \
+                     are closed, UDP flows evict the least recently active, no endpoint is \
+                     blamed; raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower \
+                     udp_max_flows"
+                );
+            }
+            true
+        }
+        Some(Errno::ADDRNOTAVAIL | Errno::ADDRINUSE) => {
+            if PORTS.due() {
+                tracing::warn!(
+                    error = %e,
+                    "this node has no local port or address for a new connection to an \
+                     endpoint: the connection fails, no endpoint is blamed; widen \
+                     net.ipv4.ip_local_port_range, or check that [node] source_ip is an \
+                     address of this machine"
+                );
+            }
+            true
+        }
+        _ => false,
     }
-    out
 }
 
 /// Connects to an endpoint within `timeout`, from `source` when set.
@@ -61,6 +79,15 @@ pub(crate) async fn connect(
             TcpSocket::new_v6()?
         };
         if let Some(ip) = source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+            // The port is chosen at connect, per destination (as nginx's `proxy_bind` does):
+            // a bind to port 0 would otherwise take a local port for every destination at
+            // once, and the whole node would share one range of ports.
+            #[cfg(target_os = "linux")]
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::IpBindAddressNoPort,
+                &true,
+            );
             socket.bind(SocketAddr::new(ip, 0))?;
         }
         socket.connect(target).await

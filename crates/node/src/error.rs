@@ -47,6 +47,19 @@ pub enum Error {
         /// The config without a token.
         config: PathBuf,
     },
+    /// `[node] source_ip` (or `--source-ip`) cannot be bound: not an address of this machine.
+    #[error(
+        "{from} {ip}: not an address of this machine ({error}); every connection to an \
+         endpoint would fail"
+    )]
+    SourceIp {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Where it was set: `FILE: [node] source_ip =`, or `--source-ip`.
+        from: String,
+        /// Why it cannot be bound.
+        error: std::io::Error,
+    },
     /// A reload while the node drains (SIGTERM): its ports are closed for good.
     #[error("the node is draining (SIGTERM): reload refused")]
     Draining,

@@ -156,6 +156,17 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
     if let Some(ip) = opts.source_ip {
         config.node.source_ip = Some(ip);
     }
+    // An address this machine does not have would fail every connection to an endpoint, each
+    // failure this node's own (connect::exhausted): refused here, at start and on reload.
+    if let Some(ip) = config.node.source_ip
+        && let Err(error) = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
+    {
+        let from = match opts.source_ip {
+            Some(_) => "--source-ip".to_owned(),
+            None => format!("{}: [node] source_ip =", config.source.display()),
+        };
+        return Err(Error::SourceIp { ip, from, error });
+    }
     Ok(config)
 }
 

@@ -267,7 +267,7 @@ pub struct EndpointMetrics {
     pub requests: [Counter; 5],
     /// Active checks by result, in the order of `CheckResult::ALL` (no-op handles for a
     /// group without checks).
-    pub(crate) checks: [Counter; 5],
+    pub(crate) checks: [Counter; CheckResult::ALL.len()],
 }
 
 impl Snapshot {

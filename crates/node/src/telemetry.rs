@@ -268,7 +268,7 @@ pub const HEALTH_CHECKS_TOTAL: Def = Def {
     name: "gtd_health_checks_total",
     kind: Kind::Counter,
     labels: &["listener", "group", "endpoint", "result"],
-    help: "Active health checks of an endpoint by result: passed, unexpected (answered, but not the expected status, header or body), refused (refused or reset), timeout, error (TLS, a malformed answer)",
+    help: "Active health checks of an endpoint by result: passed, unexpected (answered, but not the expected status, header or body), refused (refused or reset), timeout, error (TLS, a malformed answer), skipped (not run: this node was out of open files, memory or local ports; no verdict)",
 };
 /// The listener's mode on this node.
 pub const LISTENER_MODE: Def = Def {

@@ -24,16 +24,20 @@ pub(crate) enum CheckResult {
     Timeout,
     /// Anything else: TLS failure, a malformed answer, no address.
     Error,
+    /// Not run: this node had no open file, socket memory or local port for it
+    /// ([`crate::connect::exhausted`]). Says nothing about the endpoint: no verdict.
+    Skipped,
 }
 
 impl CheckResult {
     /// Every result, in the order of the counters kept per endpoint.
-    pub(crate) const ALL: [CheckResult; 5] = [
+    pub(crate) const ALL: [CheckResult; 6] = [
         CheckResult::Passed,
         CheckResult::Unexpected,
         CheckResult::Refused,
         CheckResult::Timeout,
         CheckResult::Error,
+        CheckResult::Skipped,
     ];
 
     /// The label value.
@@ -44,15 +48,19 @@ impl CheckResult {
             CheckResult::Refused => "refused",
             CheckResult::Timeout => "timeout",
             CheckResult::Error => "error",
+            CheckResult::Skipped => "skipped",
         }
     }
 
-    /// What the verdict machine is told.
-    pub(crate) fn check(self) -> Check {
+    /// What the verdict machine is told: nothing for a check this node could not run.
+    pub(crate) fn check(self) -> Option<Check> {
         match self {
-            CheckResult::Passed => Check::Passed,
-            CheckResult::Unexpected => Check::Refuted,
-            CheckResult::Refused | CheckResult::Timeout | CheckResult::Error => Check::Unanswered,
+            CheckResult::Passed => Some(Check::Passed),
+            CheckResult::Unexpected => Some(Check::Refuted),
+            CheckResult::Refused | CheckResult::Timeout | CheckResult::Error => {
+                Some(Check::Unanswered)
+            }
+            CheckResult::Skipped => None,
         }
     }
 }

@@ -40,7 +40,7 @@ impl Watch {
             s.rtt.observe(rtt.as_secs_f64() * 1000.0);
         }
         let verdict = s.verdict.as_mut()?;
-        let change = verdict.observe(outcome.result.check());
+        let change = outcome.result.check().and_then(|c| verdict.observe(c));
         s.last = Some(Last {
             at: SystemTime::now(),
             result: outcome.result,

@@ -365,6 +365,7 @@ impl Spec {
         let start = Instant::now();
         let socket = match connect::connect_udp(target, source).await {
             Ok(s) => s,
+            Err(e) if connect::exhausted(&e) => return skipped(&e),
             Err(e) => return Outcome::failed(Result::Error, format!("UDP socket: {e}")),
         };
         let payload = self.talk.send.as_deref().unwrap_or_default();
@@ -700,6 +701,9 @@ fn authority(a: &Address, port: u16) -> String {
 
 fn connect_failed(e: &std::io::Error, timeout: Duration) -> Outcome {
     use std::io::ErrorKind;
+    if connect::exhausted(e) {
+        return skipped(e);
+    }
     match e.kind() {
         ErrorKind::TimedOut => Outcome::failed(
             Result::Timeout,
@@ -709,6 +713,11 @@ fn connect_failed(e: &std::io::Error, timeout: Duration) -> Outcome {
         ErrorKind::ConnectionReset => Outcome::failed(Result::Refused, "connection reset"),
         _ => Outcome::failed(Result::Error, format!("connecting: {e}")),
     }
+}
+
+/// A check this node could not run (out of open files, memory or local ports): no verdict.
+fn skipped(e: &std::io::Error) -> Outcome {
+    Outcome::failed(Result::Skipped, format!("not run, this node is short: {e}"))
 }
 
 /// Shared handle on a prepared check.

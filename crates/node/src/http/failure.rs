@@ -116,7 +116,7 @@ impl std::fmt::Display for Failure {
             Failure::Timeout => "no response head within upstream_timeout",
             Failure::Broken => "the connection broke during the request",
             Failure::BadResponse => "a response head that is invalid or too large",
-            Failure::Exhausted => "this node is out of open files",
+            Failure::Exhausted => "this node is out of open files or local ports",
             Failure::ClientGone => "the client's request body broke off",
             Failure::ClientStalled => "the client's request body stalled",
             Failure::BadTarget => "the request target cannot be made",
