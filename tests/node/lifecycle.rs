@@ -335,6 +335,89 @@ async fn admin_api_status_metrics_and_token() {
     node.shutdown().await;
 }
 
+/// A node whose stderr is a pipe nobody reads (a stuck log shipper) keeps serving. Its access
+/// log goes to stderr: 1,500 relayed connections write more than a pipe holds, and the
+/// access log's thread waits on the full pipe. Then its endpoint stops: the health checks and
+/// the failed connects log warnings from the runtime's threads, which used to wait on stderr
+/// too, and the node stopped relaying, answering its admin API and checking. It still answers
+/// `/healthz`, and SIGTERM ends it.
+#[test]
+fn a_node_whose_stderr_nobody_reads_keeps_serving() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, h) = rt.block_on(tcp_backend("x"));
+    let _b = rt.enter();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let check = "[listener.group.health_check]\nprotocol = \"tcp\"\ninterval = \"1s\"\n";
+    let listeners = tcp_listener(
+        port,
+        "",
+        &[group("g", "cn-beijing", 100.0, check, &[(a, 1)])],
+    );
+    let cfg = write_config(
+        dir.path(),
+        &format!("[log]\naccess = \"stderr\"\n{listeners}"),
+    );
+    // stderr piped, and the pipe never read.
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while StdTcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "gtd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..1500 {
+        let mut conn = StdTcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut name = [0_u8; 2];
+        conn.read_exact(&mut name)
+            .unwrap_or_else(|e| panic!("connection {i} not relayed: {e}"));
+        assert_eq!(&name, b"x\n");
+    }
+    // The endpoint stops: warnings from the checks (every second) and from these connects.
+    h.abort();
+    for _ in 0..20 {
+        if let Ok(mut conn) = StdTcpStream::connect(addr) {
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = conn.read(&mut [0_u8; 2]);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let admin: SocketAddr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // admin_at fails the test when no answer comes within 30 s.
+    let (status, _) = admin_at(admin, "GET", "/healthz", None);
+    assert!(status == 200 || status == 503, "{status}");
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "SIGTERM did not end the node");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn sigterm_drains_open_connections() {
     let rt = tokio::runtime::Runtime::new().unwrap();

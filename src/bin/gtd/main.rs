@@ -36,6 +36,7 @@ mod man;
 mod push;
 mod ramp;
 mod run;
+mod stderr;
 
 use std::process::ExitCode;
 

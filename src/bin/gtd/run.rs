@@ -104,9 +104,11 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
     // rustls warns about every client that sends an IP address as SNI (wrk, some monitors),
     // which it then ignores as RFC 6066 says: noise at a node's default.
     let (filter, rewritten) = crate::logs::filter("info,rustls=error");
+    // Lines leave through a thread of their own: a stderr nobody reads must not stop the node.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(crate::stderr::Stderr::start());
+    let _flush = crate::stderr::Flush;
     match options.log_format {
         gtd::node::LogFormat::Text => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -141,7 +143,10 @@ fn run(options: gtd::node::Options) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 match log_format {
-                    gtd::node::LogFormat::Text => eprintln!("gtd: {e:#}"),
+                    gtd::node::LogFormat::Text => {
+                        crate::stderr::flush();
+                        eprintln!("gtd: {e:#}");
+                    }
                     // A log shipper reading JSON gets the reason as one object too.
                     gtd::node::LogFormat::Json => {
                         // The target the binary's events had before it was split in modules.
