@@ -6,6 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use rustix::io::Errno;
 use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 
 use gtd_core::config::{Address, Host};
@@ -27,13 +28,13 @@ pub(crate) fn resolve(address: &Address) -> io::Result<SocketAddr> {
 
 /// True when `e` says this node is short of something of its own: open files or socket memory
 /// (EMFILE, ENFILE, ENOBUFS, ENOMEM), or a local port or address for a new connection
-/// (EADDRNOTAVAIL: the ephemeral ports are used up, or `source_ip` is not on this machine;
-/// EADDRINUSE: no free port for `source_ip`). Not the endpoint's failure, so never counted as a
+/// (EADDRNOTAVAIL: the ephemeral ports to that endpoint are used up, or `source_ip` is not on
+/// this machine; EADDRINUSE: no free port for `source_ip`; an address this host cannot reach
+/// at all is told apart at the connect, see [`connect`]). Not the endpoint's failure, so never counted as a
 /// passive one nor as a failed health check (nginx too answers without marking the server when
 /// socket() fails). Warns, at most every 10 s for each kind, since under exhaustion it is true
 /// for every new connection.
 pub(crate) fn exhausted(e: &io::Error) -> bool {
-    use rustix::io::Errno;
     static FILES: Pace = Pace::new();
     static PORTS: Pace = Pace::new();
     match Errno::from_io_error(e) {
@@ -90,7 +91,10 @@ pub(crate) async fn connect(
             );
             socket.bind(SocketAddr::new(ip, 0))?;
         }
-        socket.connect(target).await
+        socket
+            .connect(target)
+            .await
+            .map_err(|e| unreachable(e, target))
     };
     tokio::time::timeout(timeout, attempt)
         .await
@@ -108,7 +112,50 @@ pub(crate) async fn connect_udp(
         None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
         None => SocketAddr::from(([0_u16; 8], 0)),
     };
-    let socket = UdpSocket::bind(local).await?;
-    socket.connect(target).await?;
+    // Without `source_ip`, a bind to the unspecified address fails only where the family is
+    // turned off: the address's fault, as below.
+    let socket = UdpSocket::bind(local).await.map_err(|e| {
+        match (local.ip().is_unspecified(), Errno::from_io_error(&e)) {
+            (true, Some(Errno::ADDRNOTAVAIL)) => no_way_to(target, &e),
+            _ => e,
+        }
+    })?;
+    // A UDP connect takes no port of the destination's: EADDRNOTAVAIL here is the address's.
+    socket
+        .connect(target)
+        .await
+        .map_err(|e| match Errno::from_io_error(&e) {
+            Some(Errno::ADDRNOTAVAIL) => no_way_to(target, &e),
+            _ => e,
+        })?;
     Ok(socket)
+}
+
+/// A TCP connect's EADDRNOTAVAIL is this node's shortage when its ephemeral ports for
+/// `target` are used up, and the endpoint's (its config's) when this host cannot reach that
+/// address at all: an IPv6 endpoint where IPv6 is turned off, an address of a family the
+/// host has no route for. Told apart by a UDP socket connected to the same address, which
+/// takes no TCP port: when that fails too, the error becomes the endpoint's (no OS error
+/// code, so [`exhausted`] does not excuse it). Costs a socket only on that error.
+fn unreachable(e: io::Error, target: SocketAddr) -> io::Error {
+    if Errno::from_io_error(&e) != Some(Errno::ADDRNOTAVAIL) {
+        return e;
+    }
+    let local: SocketAddr = if target.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0_u16; 8], 0).into()
+    };
+    match std::net::UdpSocket::bind(local).and_then(|s| s.connect(target)) {
+        Ok(()) => e,
+        Err(_) => no_way_to(target, &e),
+    }
+}
+
+/// The error for an address this host cannot reach: the endpoint's, not this node's.
+fn no_way_to(target: SocketAddr, e: &io::Error) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AddrNotAvailable,
+        format!("this host has no way to {target} ({e}; IPv6 turned off?)"),
+    )
 }

@@ -158,8 +158,12 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
     }
     // An address this machine does not have would fail every connection to an endpoint, each
     // failure this node's own (connect::exhausted): refused here, at start and on reload.
+    // (Only EADDRNOTAVAIL: a bind that fails for want of a descriptor says nothing about the
+    // address. An IPv6 address still in duplicate address detection is refused too; with
+    // net.ipv4.ip_nonlocal_bind set, any address passes.)
     if let Some(ip) = config.node.source_ip
         && let Err(error) = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
+        && error.raw_os_error() == Some(rustix::io::Errno::ADDRNOTAVAIL.raw_os_error())
     {
         let from = match opts.source_ip {
             Some(_) => "--source-ip".to_owned(),

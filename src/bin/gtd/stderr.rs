@@ -7,9 +7,9 @@
 //! it the runtime's workers one after the other: the node stopped accepting, answering its
 //! admin API and checking, and SIGTERM waited for the pipe. Now a line is handed to a bounded
 //! queue, without waiting; a thread writes the queue to stderr, and a line that finds the queue
-//! full is dropped and counted. The count is written (one line: "gtd: N log lines dropped")
-//! as soon as stderr takes lines again. When `gtd run` returns, what is queued is written
-//! first, for at most [`FLUSH_LIMIT`].
+//! full is dropped and counted. The count is logged (a warning, in the log's format: "N log
+//! lines dropped") as soon as stderr takes lines again. When `gtd run` returns, and before a
+//! panic's message, what is queued is written first, for at most [`FLUSH_LIMIT`].
 
 use std::io::{self, Write};
 use std::sync::OnceLock;
@@ -44,6 +44,13 @@ impl Stderr {
                         .name("gtd-log".to_owned())
                         .spawn(move || write_out(&rx))
                         .expect("the log thread starts");
+                    // A panic's message (written to stderr directly) after the lines logged
+                    // before it.
+                    let report = std::panic::take_hook();
+                    std::panic::set_hook(Box::new(move |info| {
+                        flush();
+                        report(info);
+                    }));
                     tx
                 })
                 .clone(),
@@ -55,15 +62,23 @@ impl Stderr {
 fn write_out(rx: &Receiver<Vec<u8>>) {
     let mut err = io::stderr();
     while let Ok(line) = rx.recv() {
-        let dropped = DROPPED.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            let _ = writeln!(
-                err,
-                "gtd: {dropped} log lines dropped: stderr was not read as fast as the node wrote"
-            );
-        }
         let _ = err.write_all(&line);
         WRITTEN.fetch_add(1, Ordering::Release);
+        report_dropped();
+    }
+}
+
+/// Logs how many lines were dropped since the last report, if any: through the log itself,
+/// so that it has the log's format (one JSON object with `--log-format json`). Never blocks:
+/// a report that finds the queue full is dropped and counted like any line.
+fn report_dropped() {
+    let dropped = DROPPED.swap(0, Ordering::Relaxed);
+    if dropped > 0 {
+        tracing::warn!(
+            target: "gtd",
+            dropped,
+            "log lines dropped: stderr was not read as fast as the node wrote"
+        );
     }
 }
 
@@ -89,13 +104,13 @@ impl Drop for Line<'_> {
         if self.buf.is_empty() {
             return;
         }
-        match self.to.try_send(std::mem::take(&mut self.buf)) {
-            Ok(()) => {
-                QUEUED.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                DROPPED.fetch_add(1, Ordering::Relaxed);
-            }
+        // Counted before it is sent, so that `flush` never sees it written and not queued.
+        QUEUED.fetch_add(1, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.to.try_send(std::mem::take(&mut self.buf))
+        {
+            QUEUED.fetch_sub(1, Ordering::Relaxed);
+            DROPPED.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -114,6 +129,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
 /// Writes what is queued (at most [`FLUSH_LIMIT`]: a stderr that is not read must not keep the
 /// process from ending), so that a line printed next comes after them.
 pub(crate) fn flush() {
+    report_dropped();
     let until = Instant::now() + FLUSH_LIMIT;
     while WRITTEN.load(Ordering::Acquire) < QUEUED.load(Ordering::Relaxed) && Instant::now() < until
     {
