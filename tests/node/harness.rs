@@ -100,3 +100,41 @@ pub(crate) async fn tcp_name(addr: SocketAddr) -> std::io::Result<String> {
     }
     Ok(String::from_utf8(name).unwrap())
 }
+
+/// `gtd run` on `config` (region cn-beijing, bound to 127.0.0.1) as a child process, stdout
+/// discarded, stderr to `stderr`.
+pub(crate) fn run_child(config: &std::path::Path, stderr: std::process::Stdio) -> Child {
+    Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gtd"))
+            .args(["run", "--config", config.to_str().unwrap()])
+            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The admin server's address `config` sets (its `bind = "..."` line).
+pub(crate) fn admin_in(config: &std::path::Path) -> SocketAddr {
+    std::fs::read_to_string(config)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("bind = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Sends SIGTERM to `child`.
+pub(crate) fn sigterm(child: &Child) {
+    let pid = child.0.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}

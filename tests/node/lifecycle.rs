@@ -359,15 +359,7 @@ fn a_node_whose_stderr_nobody_reads_keeps_serving() {
         &format!("[log]\naccess = \"stderr\"\n{listeners}"),
     );
     // stderr piped, and the pipe never read.
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_gtd"))
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = run_child(&cfg, Stdio::piped());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while StdTcpStream::connect(addr).is_err() {
@@ -392,25 +384,11 @@ fn a_node_whose_stderr_nobody_reads_keeps_serving() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    let admin: SocketAddr = text
-        .lines()
-        .find_map(|l| l.strip_prefix("bind = \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let admin = admin_in(&cfg);
     // admin_at fails the test when no answer comes within 30 s.
     let (status, _) = admin_at(admin, "GET", "/healthz", None);
     assert!(status == 200 || status == 503, "{status}");
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sigterm(&child);
     let deadline = Instant::now() + Duration::from_secs(60);
     while child.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "SIGTERM did not end the node");
@@ -433,15 +411,7 @@ fn sigterm_drains_open_connections() {
             &[group("g", "cn-beijing", 100.0, "", &[(a, 1)])],
         ),
     );
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_gtd"))
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = run_child(&cfg, Stdio::piped());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut conn = loop {
@@ -457,14 +427,7 @@ fn sigterm_drains_open_connections() {
     conn.read_exact(&mut name).unwrap();
     assert_eq!(&name, b"x\n");
 
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sigterm(&child);
     // New connections are refused once the listener closes…
     let deadline = Instant::now() + Duration::from_secs(30);
     while StdTcpStream::connect(addr).is_ok() {
@@ -475,14 +438,7 @@ fn sigterm_drains_open_connections() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // …the admin server stays up for the drain, /healthz telling load balancers to go…
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    let admin: SocketAddr = text
-        .lines()
-        .find_map(|l| l.strip_prefix("bind = \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let admin = admin_in(&cfg);
     assert_eq!(
         admin_at(admin, "GET", "/healthz", None),
         (503, "draining\n".to_owned())

@@ -400,15 +400,7 @@ fn datagrams_the_kernel_drops_are_counted() {
         ),
     );
     std::fs::write(&cfg, text).unwrap();
-    let child = Child(
-        Command::new(env!("CARGO_BIN_EXE_gtd"))
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let child = run_child(&cfg, Stdio::null());
     let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
     let udp: SocketAddr = format!("127.0.0.1:{udp_port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -545,15 +537,7 @@ fn sigterm_keeps_live_udp_flows_until_they_go_idle() {
             &group("g", "cn-beijing", 100.0, "", &[(a, 1)]),
         ),
     );
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_gtd"))
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .args(["--region", "cn-beijing", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = run_child(&cfg, Stdio::null());
     let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     client
@@ -569,22 +553,8 @@ fn sigterm_keeps_live_udp_flows_until_they_go_idle() {
     while !ask(b"up?") {
         assert!(Instant::now() < deadline, "gtd did not start");
     }
-    let admin: SocketAddr = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("bind = \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let admin = admin_in(&cfg);
+    sigterm(&child);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         assert!(

@@ -30,10 +30,10 @@ pub(crate) fn resolve(address: &Address) -> io::Result<SocketAddr> {
 /// (EMFILE, ENFILE, ENOBUFS, ENOMEM), or a local port or address for a new connection
 /// (EADDRNOTAVAIL: the ephemeral ports to that endpoint are used up, or `source_ip` is not on
 /// this machine; EADDRINUSE: no free port for `source_ip`; an address this host cannot reach
-/// at all is told apart at the connect, see [`connect`]). Not the endpoint's failure, so never counted as a
-/// passive one nor as a failed health check (nginx too answers without marking the server when
-/// socket() fails). Warns, at most every 10 s for each kind, since under exhaustion it is true
-/// for every new connection.
+/// at all is told apart at the connect, see [`connect`]). Not the endpoint's failure, so never
+/// counted as a passive one nor as a failed health check (nginx too answers without marking
+/// the server when socket() fails). Warns, at most every 10 s for each kind, since under
+/// exhaustion it is true for every new connection.
 pub(crate) fn exhausted(e: &io::Error) -> bool {
     static FILES: Pace = Pace::new();
     static PORTS: Pace = Pace::new();
@@ -107,28 +107,32 @@ pub(crate) async fn connect_udp(
     source: Option<IpAddr>,
 ) -> io::Result<UdpSocket> {
     let target = resolve(address)?;
-    let local = match source.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
-        Some(ip) => SocketAddr::new(ip, 0),
-        None if target.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
-        None => SocketAddr::from(([0_u16; 8], 0)),
-    };
+    let source = source.filter(|ip| ip.is_ipv4() == target.is_ipv4());
+    let local = source.map_or_else(|| unspecified(target), |ip| SocketAddr::new(ip, 0));
     // Without `source_ip`, a bind to the unspecified address fails only where the family is
-    // turned off: the address's fault, as below.
+    // turned off: the address's fault. So is EADDRNOTAVAIL from a UDP connect, which takes no
+    // port of the destination's.
     let socket = UdpSocket::bind(local).await.map_err(|e| {
-        match (local.ip().is_unspecified(), Errno::from_io_error(&e)) {
-            (true, Some(Errno::ADDRNOTAVAIL)) => no_way_to(target, &e),
-            _ => e,
+        if source.is_none() {
+            no_way_to(target, e)
+        } else {
+            e
         }
     })?;
-    // A UDP connect takes no port of the destination's: EADDRNOTAVAIL here is the address's.
     socket
         .connect(target)
         .await
-        .map_err(|e| match Errno::from_io_error(&e) {
-            Some(Errno::ADDRNOTAVAIL) => no_way_to(target, &e),
-            _ => e,
-        })?;
+        .map_err(|e| no_way_to(target, e))?;
     Ok(socket)
+}
+
+/// The unspecified address of `target`'s family, any port.
+fn unspecified(target: SocketAddr) -> SocketAddr {
+    if target.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0_u16; 8], 0).into()
+    }
 }
 
 /// A TCP connect's EADDRNOTAVAIL is this node's shortage when its ephemeral ports for
@@ -141,19 +145,18 @@ fn unreachable(e: io::Error, target: SocketAddr) -> io::Error {
     if Errno::from_io_error(&e) != Some(Errno::ADDRNOTAVAIL) {
         return e;
     }
-    let local: SocketAddr = if target.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        ([0_u16; 8], 0).into()
-    };
-    match std::net::UdpSocket::bind(local).and_then(|s| s.connect(target)) {
+    match std::net::UdpSocket::bind(unspecified(target)).and_then(|s| s.connect(target)) {
         Ok(()) => e,
-        Err(_) => no_way_to(target, &e),
+        Err(_) => no_way_to(target, e),
     }
 }
 
-/// The error for an address this host cannot reach: the endpoint's, not this node's.
-fn no_way_to(target: SocketAddr, e: &io::Error) -> io::Error {
+/// `e` as the endpoint's failure when it is EADDRNOTAVAIL (this host cannot reach `target`),
+/// else `e` unchanged.
+fn no_way_to(target: SocketAddr, e: io::Error) -> io::Error {
+    if Errno::from_io_error(&e) != Some(Errno::ADDRNOTAVAIL) {
+        return e;
+    }
     io::Error::new(
         io::ErrorKind::AddrNotAvailable,
         format!("this host has no way to {target} ({e}; IPv6 turned off?)"),

@@ -163,7 +163,7 @@ fn load(opts: &Options, revision: Option<&Revision>) -> Result<Config> {
     // net.ipv4.ip_nonlocal_bind set, any address passes.)
     if let Some(ip) = config.node.source_ip
         && let Err(error) = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
-        && error.raw_os_error() == Some(rustix::io::Errno::ADDRNOTAVAIL.raw_os_error())
+        && rustix::io::Errno::from_io_error(&error) == Some(rustix::io::Errno::ADDRNOTAVAIL)
     {
         let from = match opts.source_ip {
             Some(_) => "--source-ip".to_owned(),
